@@ -1,0 +1,27 @@
+# Two commands matter: `make demo` and `make test` (as root). Both set the machine up first.
+VENV := .venv
+EDGEBED := $(VENV)/bin/edgebed
+SCENARIO ?= topologies/demo.yaml
+
+.PHONY: setup demo test unit clean-runs schema bench
+
+setup:
+	@scripts/setup.sh
+
+demo: setup
+	$(EDGEBED) run $(SCENARIO)
+
+test: setup
+	$(VENV)/bin/python -m pytest -ra tests
+
+unit: setup
+	$(VENV)/bin/python -m pytest -ra tests/unit
+
+schema: setup
+	$(EDGEBED) schema -o topologies/schema/scenario.schema.json
+
+bench: setup
+	$(VENV)/bin/python benchmarks/bringup.py
+
+clean-runs: setup
+	$(EDGEBED) clean

@@ -1,0 +1,79 @@
+"""A reachability check between every pair of roles the scenario connects.
+
+For each unordered pair of roles (a role with itself included when it has two hosts) one host
+pair in the same connected part of the topology is pinged from inside its namespace; all pairs
+run at once. The result says which role pairs really pass traffic in the built network.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import subprocess
+from dataclasses import asdict, dataclass
+
+import networkx as nx
+
+from topologies.scenario import Node, Scenario
+
+_SUMMARY = re.compile(r"(\d+) packets transmitted, (\d+) (?:packets )?received")
+_RTT = re.compile(r"= ([\d.]+)/([\d.]+)/([\d.]+)/([\d.]+) ms")
+
+
+@dataclass
+class PingResult:
+    source: str
+    target: str
+    source_role: str
+    target_role: str
+    sent: int
+    received: int
+    rtt_avg_ms: float | None
+    rtt_max_ms: float | None
+
+    @property
+    def ok(self) -> bool:
+        return self.sent > 0 and self.received == self.sent
+
+    def as_dict(self) -> dict:
+        return asdict(self) | {"ok": self.ok}
+
+
+def role_pairs(scenario: Scenario) -> list[tuple[Node, Node]]:
+    """One host pair per pair of roles that share a connected part of the topology."""
+    graph = scenario.graph()
+    component_of = {name: i for i, part in enumerate(nx.connected_components(graph))
+                     for name in part}
+    by_role: dict[str, list[Node]] = {}
+    for host in scenario.hosts:
+        by_role.setdefault(host.role.value, []).append(host)
+    pairs = []
+    for first, second in itertools.combinations_with_replacement(sorted(by_role), 2):
+        candidates = ((a, b) for a in by_role[first] for b in by_role[second]
+                      if a.name != b.name and component_of[a.name] == component_of[b.name])
+        pair = next(candidates, None)
+        if pair is not None:
+            pairs.append(pair)
+    return pairs
+
+
+def ping_pairs(hosts, pairs: list[tuple[Node, Node]], count: int = 3,
+               interval_s: float = 0.2) -> list[PingResult]:
+    """Ping each pair's target from its source; ``hosts`` maps scenario names to Mininet hosts."""
+    running = []
+    for source, target in pairs:
+        argv = ["ping", "-n", "-q", "-c", str(count), "-i", str(interval_s), "-W", "1",
+                str(target.ip.ip)]
+        running.append((source, target, hosts[source.name].popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)))
+    results = []
+    for source, target, process in running:
+        output, _ = process.communicate(timeout=count * interval_s + 10)
+        text = output.decode(errors="replace")
+        summary = _SUMMARY.search(text)
+        rtt = _RTT.search(text)
+        results.append(PingResult(
+            source.name, target.name, source.role.value, target.role.value,
+            int(summary.group(1)) if summary else 0, int(summary.group(2)) if summary else 0,
+            float(rtt.group(2)) if rtt else None, float(rtt.group(3)) if rtt else None))
+    return results

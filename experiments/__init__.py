@@ -1,0 +1,1 @@
+"""Running scenarios: the runner, run directories, the run registry and the ``edgebed`` CLI."""

@@ -1,0 +1,226 @@
+"""The ``edgebed`` command.
+
+Exit codes: 0 success; 1 a run failed; 2 invalid input (the scenario or the command line);
+3 the machine is not ready (not root, Open vSwitch or Mininet missing); 130/143 a run was
+interrupted by Ctrl-C / SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from topologies import scenario as scenario_module
+from topologies.model import json_schema
+from topologies.problems import ScenarioInvalid
+from topologies.units import UnitError, format_duration, parse_duration
+
+EXIT_INVALID = 2
+EXIT_NOT_READY = 3
+
+console = Console(highlight=False)
+errors = Console(stderr=True, highlight=False)
+
+
+def _load(path: str) -> scenario_module.Scenario:
+    return scenario_module.load(path)
+
+
+def _report_invalid(error: ScenarioInvalid) -> int:
+    for problem in error.problems:
+        errors.print(str(problem), markup=False)
+    count = len(error.problems)
+    errors.print(f"{count} problem{'s' if count != 1 else ''}; nothing was built.", markup=False)
+    return EXIT_INVALID
+
+
+def command_validate(arguments: argparse.Namespace) -> int:
+    worst = 0
+    for path in arguments.files:
+        try:
+            loaded = _load(path)
+        except ScenarioInvalid as error:
+            worst = _report_invalid(error)
+            continue
+        console.print(f"{path}: valid — {len(loaded.hosts)} hosts, {len(loaded.switches)} "
+                      f"switches, {len(loaded.links)} links", markup=False)
+    return worst
+
+
+def _need_root() -> int:
+    if os.geteuid() != 0:
+        errors.print("edgebed run needs root: Mininet creates namespaces, veth links and OVS "
+                     "bridges (try: sudo edgebed ...)")
+        return EXIT_NOT_READY
+    return 0
+
+
+def command_run(arguments: argparse.Namespace) -> int:
+    from .runner import RunOptions, run_scenario
+
+    try:
+        loaded = _load(arguments.file)
+    except ScenarioInvalid as error:
+        return _report_invalid(error)
+    if code := _need_root():
+        return code
+    options = RunOptions(runs_root=Path(arguments.runs_dir), cli=arguments.cli,
+                         duration=arguments.duration, datapath=arguments.datapath)
+    with console.status(f"{loaded.name}: starting") as status:
+        options.on_phase = lambda phase: status.update(f"{loaded.name}: {phase}")
+        try:
+            result = run_scenario(loaded, options)
+        except (EnvironmentError, RuntimeError) as error:
+            errors.print(f"not ready: {error}", markup=False)
+            return EXIT_NOT_READY
+    _print_summary(loaded, result)
+    return result.exit_code
+
+
+def _print_summary(loaded: scenario_module.Scenario, result) -> None:
+    summary = result.summary
+    manifest = json.loads((result.run_dir / "manifest.json").read_text())
+    roles: dict[str, int] = {}
+    for node in loaded.nodes.values():
+        roles[node.role.value] = roles.get(node.role.value, 0) + 1
+    colour = "green" if result.status == "completed" else "red"
+    console.print(f"[bold]{loaded.name}[/bold]: [{colour}]{result.status}[/{colour}]"
+                  + (f" — {summary['error']}" if summary.get("error") else ""))
+    console.print("  nodes: " + ", ".join(f"{count} {role}" for role, count in sorted(roles.items()))
+                  + f"; links: {len(loaded.links)}")
+    backends = manifest.get("backends", {})
+    console.print(f"  OVS datapath: {backends.get('ovs_datapath')}; controller: "
+                  f"{backends.get('controller')}; bring-up {summary.get('bringup_s', '-')} s, "
+                  f"teardown {summary.get('teardown_s', '-')} s")
+    pings = summary.get("reachability", [])
+    if pings:
+        table = Table(title="reachability between roles", title_justify="left")
+        for column in ("roles", "from", "to", "received", "avg RTT ms"):
+            table.add_column(column)
+        for ping in pings:
+            mark = "" if ping["ok"] else " [red]✗[/red]"
+            table.add_row(f"{ping['source_role']} ↔ {ping['target_role']}", ping["source"],
+                          ping["target"], f"{ping['received']}/{ping['sent']}{mark}",
+                          f"{ping['rtt_avg_ms']:.3f}" if ping["rtt_avg_ms"] is not None else "-")
+        console.print(table)
+    for warning in summary.get("warnings", []):
+        console.print(f"  [yellow]warning:[/yellow] {warning}")
+    console.print(f"  left behind after teardown: {summary.get('leftovers_removed', 'nothing')}")
+    console.print(f"  run directory: {result.run_dir}")
+
+
+def command_clean(arguments: argparse.Namespace) -> int:
+    from .registry import clean
+
+    if code := _need_root():
+        return code
+    reports = clean()
+    if not reports:
+        console.print("nothing to clean: no edgebed objects without a live run")
+    for report in reports:
+        where = f" (run {report.run_dir} marked incomplete)" if report.run_dir else ""
+        console.print(f"{report.prefix}: removed {report.removed}{where}", markup=False)
+    return 0
+
+
+def command_doctor(arguments: argparse.Namespace) -> int:
+    from topologies.capabilities import probe
+
+    found = probe()
+    if arguments.json:
+        console.print_json(data=found.as_dict())
+        return 0 if not found.problems() else EXIT_NOT_READY
+    table = Table(title="edgebed doctor", title_justify="left", show_header=False)
+    table.add_column("what")
+    table.add_column("found")
+    table.add_row("kernel", found.kernel)
+    table.add_row("python", found.python)
+    table.add_row("mininet", found.mininet or "[red]not importable[/red]")
+    for name, present in found.qdiscs.items():
+        table.add_row(f"qdisc {name}", "yes" if present else "[yellow]no[/yellow]")
+    table.add_row("openvswitch kernel module", "yes" if found.ovs_kernel_module else "no")
+    table.add_row("ovs-vswitchd running", "yes" if found.ovs_running else "[red]no[/red]")
+    table.add_row("cgroup v2", " ".join(found.cgroup_v2) if found.cgroup_v2 is not None else "no")
+    for tool, version in found.tools.items():
+        table.add_row(tool, version or "[red]missing[/red]")
+    table.add_row("[bold]will use: OVS datapath[/bold]",
+                  f"{found.ovs_datapath}" + ("" if found.ovs_kernel_module else
+                                             " (no openvswitch module: userspace datapath, "
+                                             "host offloads off)"))
+    table.add_row("[bold]will use: impairments[/bold]", found.impairment_backend)
+    console.print(table)
+    for problem in found.problems():
+        errors.print(f"[red]not ready:[/red] {problem}")
+    return EXIT_NOT_READY if found.problems() else 0
+
+
+def command_schema(arguments: argparse.Namespace) -> int:
+    text = json.dumps(json_schema(), indent=2) + "\n"
+    if arguments.output:
+        Path(arguments.output).write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _duration(text: str) -> float:
+    try:
+        value = parse_duration(text)
+    except UnitError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"duration must be positive, got {format_duration(value)}")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="edgebed", description="Network emulation testbed for "
+                                  "live streaming and edge computing scheduling policies.")
+    commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    validate = commands.add_parser("validate", help="check scenario files; exit 2 if invalid")
+    validate.add_argument("files", nargs="+", metavar="FILE")
+    validate.set_defaults(handler=command_validate)
+
+    run = commands.add_parser("run", help="build the scenario's network, run it, tear it down")
+    run.add_argument("file", metavar="FILE")
+    run.add_argument("--cli", action="store_true", help="open the Mininet CLI in the running "
+                                                        "network instead of waiting for duration")
+    run.add_argument("--duration", type=_duration, help="override the scenario's duration, e.g. 30s")
+    run.add_argument("--runs-dir", default=os.environ.get("EDGEBED_RUNS", "runs"),
+                     help="where run directories go (default: ./runs, or $EDGEBED_RUNS)")
+    run.add_argument("--datapath", choices=("kernel", "user"),
+                     help="override the detected OVS datapath")
+    run.set_defaults(handler=command_run)
+
+    clean = commands.add_parser("clean", help="remove what crashed runs left behind (by prefix)")
+    clean.set_defaults(handler=command_clean)
+
+    doctor = commands.add_parser("doctor", help="kernel and tool capabilities, and what "
+                                                "edgebed will use")
+    doctor.add_argument("--json", action="store_true")
+    doctor.set_defaults(handler=command_doctor)
+
+    schema = commands.add_parser("schema", help="print the scenario JSON Schema")
+    schema.add_argument("--output", "-o", help="write to this file instead of stdout")
+    schema.set_defaults(handler=command_schema)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    arguments = parser().parse_args(argv)
+    try:
+        return arguments.handler(arguments)
+    except KeyboardInterrupt:
+        errors.print("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""The run directory: ``runs/<scenario>-<UTC timestamp>/`` and the files every run leaves.
+
+Layout::
+
+    scenario.yaml      the scenario as resolved (defaults and inheritance written out)
+    manifest.json      versions, kernel capabilities, backends, seed, start/end, status
+    summary.json       what the run measured (written last; absent if the run died)
+    runner.log         the runner's own log (Mininet's included)
+    logs/<node>.log    per node: addresses and routes, agent output; switches: ports and flows
+    pcap/<node>-<interface>.pcap   captures asked for in the scenario
+
+Every file is written atomically (temporary file, fsync, rename), so a reader never sees half a
+file. ``manifest.json`` says ``"status": "running"`` until the run ends; a run that died
+without ending is marked ``"incomplete"`` by ``edgebed clean``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def iso(moment: datetime) -> str:
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(handle, "w") as stream:
+            stream.write(text)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+class RunDirectory:
+    """One run's directory and the files in it."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    @classmethod
+    def create(cls, root: Path, scenario_name: str, started: datetime) -> "RunDirectory":
+        stamp = started.strftime("%Y%m%dT%H%M%SZ")
+        root = root.resolve()
+        root.mkdir(parents=True, exist_ok=True)
+        for attempt in range(1, 1000):
+            suffix = "" if attempt == 1 else f"-{attempt}"
+            path = root / f"{scenario_name}-{stamp}{suffix}"
+            try:
+                path.mkdir()
+            except FileExistsError:
+                continue
+            (path / "logs").mkdir()
+            return cls(path)
+        raise RuntimeError(f"cannot create a run directory under {root}")
+
+    def write_json(self, name: str, data: Any) -> None:
+        atomic_write(self.path / name, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+    def read_json(self, name: str) -> Any:
+        return json.loads((self.path / name).read_text())
+
+    def write_yaml(self, name: str, data: Any) -> None:
+        atomic_write(self.path / name, yaml.safe_dump(data, sort_keys=False))
+
+    def node_log(self, node: str) -> Path:
+        return self.path / "logs" / f"{node}.log"
+
+    def pcap(self, node: str, interface: str) -> Path:
+        return self.path / "pcap" / f"{node}-{interface}.pcap"
+
+    def update_manifest(self, **changes: Any) -> dict:
+        manifest = self.read_json("manifest.json") if (self.path / "manifest.json").exists() else {}
+        manifest.update(changes)
+        self.write_json("manifest.json", manifest)
+        return manifest

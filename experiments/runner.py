@@ -1,0 +1,323 @@
+"""One run of a scenario: build the network, start what the scenario asks for, run for its
+duration (or hand over to the Mininet CLI), tear everything down, and leave a complete record.
+
+Teardown runs on a normal end, on Ctrl-C, on SIGTERM/SIGHUP and on any exception, with further
+signals ignored until it is done; anything Mininet's own stop misses is removed by prefix.
+If the runner itself is killed (SIGKILL), the registry entry it leaves lets ``edgebed clean``
+finish the job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import platform
+import shlex
+import signal
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from agents.processes import NodeProcesses, tcpdump_command
+from agents.reachability import ping_pairs, role_pairs
+from topologies import capabilities as caps
+from topologies import cleanup
+from topologies.naming import ENVIRONMENT_KEY, RunNames
+from topologies.scenario import Scenario
+
+from . import registry
+from .rundir import RunDirectory, iso, utc_now
+
+EXIT_CODES = {"completed": 0, "failed": 1, "interrupted": 130, "terminated": 143}
+
+
+class RunTerminated(BaseException):
+    """SIGTERM or SIGHUP arrived; unwinds the run like Ctrl-C does."""
+
+    def __init__(self, signal_number: int):
+        super().__init__(signal.Signals(signal_number).name)
+
+
+@dataclass
+class RunOptions:
+    runs_root: Path = Path("runs")
+    cli: bool = False
+    duration: float | None = None  # overrides the scenario's
+    datapath: str | None = None  # overrides detection: "kernel" or "user"
+    on_phase: Callable[[str], None] = lambda phase: None
+
+
+@dataclass
+class RunResult:
+    status: str
+    run_dir: Path
+    summary: dict = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES.get(self.status, 1)
+
+
+@contextlib.contextmanager
+def _signals_raise() -> Iterator[None]:
+    def handler(number, _frame):
+        raise RunTerminated(number)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for number, action in previous.items():
+            signal.signal(number, action)
+
+
+@contextlib.contextmanager
+def _signals_ignored() -> Iterator[None]:
+    previous = {s: signal.signal(s, signal.SIG_IGN)
+                for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for number, action in previous.items():
+            signal.signal(number, action)
+
+
+@contextlib.contextmanager
+def _environment(key: str, value: str) -> Iterator[None]:
+    """Set one environment variable for the processes Mininet spawns while building."""
+    old = os.environ.get(key)
+    os.environ[key] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = old
+
+
+@contextlib.contextmanager
+def _mininet_log_to(path: Path) -> Iterator[logging.Logger]:
+    """Send Mininet's log (and ours) to the run's runner.log instead of the terminal."""
+    from mininet.log import lg
+
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    saved_handlers, saved_level = lg.handlers[:], lg.level
+    lg.handlers = [handler]
+    lg.setLevel(logging.INFO)
+    logger = logging.getLogger("edgebed.run")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield logger
+    finally:
+        logger.removeHandler(handler)
+        lg.handlers, lg.level = saved_handlers, saved_level
+        handler.close()
+
+
+def _choose_datapath(requested: str, found: caps.Capabilities) -> str:
+    if requested == "auto":
+        return found.ovs_datapath
+    if requested == "kernel" and not found.ovs_kernel_module:
+        raise RuntimeError("the scenario asks for the kernel OVS datapath, but the openvswitch "
+                           "module is not available; use ovs_datapath: auto or user")
+    return requested
+
+
+class Run:
+    """The lifecycle of one run; :func:`run_scenario` is the way to use it."""
+
+    def __init__(self, scenario: Scenario, options: RunOptions):
+        self.scenario = scenario
+        self.options = options
+        self.names = RunNames.fresh(registry.live_prefixes())
+        self.started = utc_now()
+        self.run_dir: RunDirectory | None = None
+        self.processes = NodeProcesses(self.names.prefix)
+        self.network = None
+        self.warnings: list[str] = []
+        self.summary: dict = {"scenario": scenario.name, "prefix": self.names.prefix}
+
+    def execute(self) -> RunResult:
+        found = caps.probe()
+        blocking = found.problems()
+        if blocking:
+            raise EnvironmentError("; ".join(blocking))
+        datapath = self.options.datapath or _choose_datapath(
+            self.scenario.document.emulation.ovs_datapath, found)
+        self.run_dir = RunDirectory.create(self.options.runs_root, self.scenario.name, self.started)
+        self.summary["run_dir"] = str(self.run_dir.path)
+        self.run_dir.write_yaml("scenario.yaml", self.scenario.resolved())
+        self.run_dir.write_json("manifest.json", self._manifest(found, datapath))
+        registry.register(self.names.prefix, self.run_dir.path)
+        status, error = "failed", None
+        with _mininet_log_to(self.run_dir.path / "runner.log") as log:
+            try:
+                with _signals_raise():
+                    self._run(datapath, log)
+                status = "completed"
+            except KeyboardInterrupt:
+                status = "interrupted"
+            except RunTerminated as signal_name:
+                status, error = "terminated", f"received {signal_name}"
+            except Exception as problem:  # recorded in the run; the CLI shows it too
+                status, error = "failed", f"{type(problem).__name__}: {problem}"
+                log.error("run failed:\n%s", traceback.format_exc())
+            finally:
+                with _signals_ignored():
+                    self._teardown(log)
+        self.summary.update(status=status, error=error, warnings=self.warnings)
+        self.run_dir.write_json("summary.json", self.summary)
+        self.run_dir.update_manifest(status=status, ended=iso(utc_now()), error=error,
+                                     exit_code=EXIT_CODES.get(status, 1))
+        registry.unregister(self.names.prefix)
+        return RunResult(status, self.run_dir.path, self.summary)
+
+    def _manifest(self, found: caps.Capabilities, datapath: str) -> dict:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            edgebed_version = version("edgebed")
+        except PackageNotFoundError:
+            edgebed_version = "source"
+        impaired = [str(link.a) + " - " + str(link.b) for link in self.scenario.links
+                    if link.impaired]
+        if impaired:
+            self.warnings.append(f"{len(impaired)} links declare impairments (bw, delay, jitter, "
+                                 "loss); this edgebed version records them but does not apply "
+                                 "them yet")
+        return {
+            "edgebed": edgebed_version,
+            "scenario": self.scenario.name,
+            "source": str(Path(self.scenario.source).resolve()),
+            "prefix": self.names.prefix,
+            "seed": self.scenario.seed,
+            "duration_s": self.options.duration or self.scenario.duration,
+            "status": "running",
+            "started": iso(self.started),
+            "ended": None,
+            "host": platform.node(),
+            "runner_pid": os.getpid(),
+            "backends": {"ovs_datapath": datapath, "controller": self.scenario.document.controller.app,
+                         "impairments": {"applied": False, "declared_on": impaired}},
+            "capabilities": found.as_dict(),
+        }
+
+    def _run(self, datapath: str, log: logging.Logger) -> None:
+        from topologies.network import ScenarioNetwork
+
+        self.options.on_phase("building")
+        log.info("building %d hosts, %d switches, %d links (prefix %s, datapath %s)",
+                 len(self.scenario.hosts), len(self.scenario.switches), len(self.scenario.links),
+                 self.names.prefix, datapath)
+        self.network = ScenarioNetwork(self.scenario, self.names, datapath)
+        with _environment(ENVIRONMENT_KEY, self.names.prefix):
+            self.network.start()
+        timings = self.network.timings
+        self.summary["bringup_s"] = round(timings.build_s + timings.start_s, 3)
+        self.run_dir.update_manifest(phase="network up", network_up=iso(utc_now()))
+        self._write_host_logs()
+        self._start_captures()
+        self.options.on_phase("checking reachability")
+        results = ping_pairs({h.name: self.network.net[h.name] for h in self.scenario.hosts},
+                             role_pairs(self.scenario))
+        self.summary["reachability"] = [r.as_dict() for r in results]
+        failed = [f"{r.source}->{r.target}" for r in results if not r.ok]
+        if failed:
+            self.warnings.append(f"no full reachability for {', '.join(failed)}")
+        if self.options.cli:
+            self._interactive()
+        else:
+            self._timeline(log)
+
+    def _write_host_logs(self) -> None:
+        for node in self.scenario.hosts:
+            host = self.network.net[node.name]
+            state = host.cmd("ip -br addr; ip route")
+            with open(self.run_dir.node_log(node.name), "a") as stream:
+                stream.write(f"--- {node.name} role={node.role.value} kind={node.kind} "
+                             f"group={node.group} labels={node.labels}\n{state}")
+
+    def _start_captures(self) -> None:
+        for capture in self.scenario.captures:
+            host = self.network.net[capture.node]
+            for interface in capture.interfaces:
+                output = self.run_dir.pcap(capture.node, interface)
+                output.parent.mkdir(exist_ok=True)
+                self.processes.start(host, capture.node, tcpdump_command(
+                    interface, output, capture.snaplen, capture.filter, capture.rotate_size,
+                    capture.rotate_files), self.run_dir.node_log(capture.node))
+
+    def _start_workload(self, entry) -> None:
+        for name in entry.nodes:
+            node = self.scenario.nodes[name]
+            fill = {"node": name, "ip": str(node.ip.ip) if node.ip else ""}
+            argv = shlex.split(entry.command) if isinstance(entry.command, str) \
+                else list(entry.command)
+            argv = [part.format(**fill) for part in argv]
+            self.processes.start(self.network.net[name], name, argv,
+                                 self.run_dir.node_log(name), node.env)
+
+    def _timeline(self, log: logging.Logger) -> None:
+        """Workload starts and scheduled events at their times, until the duration is over."""
+        duration = self.options.duration or self.scenario.duration
+        actions = [(entry.start, f"start {entry.agent} on {len(entry.nodes)} nodes",
+                    lambda entry=entry: self._start_workload(entry))
+                   for entry in self.scenario.workload]
+        for event in self.scenario.schedule:
+            link = self.scenario.links[event.link]
+            actions.append((event.at, f"{event.action} {link.a} - {link.b}",
+                            lambda event=event: self.network.set_link_state(
+                                event.link, event.action == "link_up")))
+        actions.sort(key=lambda item: item[0])
+        self.options.on_phase(f"running for {duration:g}s")
+        origin = time.monotonic()
+        for at, description, action in actions:
+            time.sleep(max(0.0, origin + at - time.monotonic()))
+            log.info("t=%.3fs %s", time.monotonic() - origin, description)
+            action()
+        time.sleep(max(0.0, origin + duration - time.monotonic()))
+
+    def _interactive(self) -> None:
+        from mininet.cli import CLI
+
+        for node in self.scenario.switches:
+            print(f"switch {node.name} is bridge {self.network.bridge_of(node)}")
+        for entry in self.scenario.workload:
+            self._start_workload(entry)
+        CLI(self.network.net)
+
+    def _teardown(self, log: logging.Logger) -> None:
+        self.options.on_phase("tearing down")
+        self.summary["processes"] = self.processes.stop_all()
+        if self.network is not None:
+            if self.network.net is not None:
+                self._write_switch_logs()
+            try:
+                self.network.stop()
+            except Exception:
+                log.error("Mininet stop failed:\n%s", traceback.format_exc())
+            self.summary["teardown_s"] = round(self.network.timings.stop_s, 3)
+        leftovers = cleanup.remove_run_objects(self.names.prefix)
+        if leftovers:
+            log.warning("removed leftovers after stop: %s", leftovers.describe())
+        self.summary["leftovers_removed"] = leftovers.describe()
+
+    def _write_switch_logs(self) -> None:
+        for node in self.scenario.switches:
+            bridge = self.network.bridge_of(node)
+            switch = self.network.net[bridge]
+            state = switch.cmd(f"ovs-vsctl show; ovs-ofctl -O OpenFlow13 dump-ports {bridge}; "
+                               f"ovs-ofctl -O OpenFlow13 dump-flows {bridge}")
+            with open(self.run_dir.node_log(node.name), "a") as stream:
+                stream.write(f"--- {node.name} bridge={bridge} dpid={node.dpid:#018x}\n{state}")
+
+
+def run_scenario(scenario: Scenario, options: RunOptions | None = None) -> RunResult:
+    """Build, run and tear down ``scenario``; the result points at the run directory."""
+    return Run(scenario, options or RunOptions()).execute()

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# One setup for every place edgebed runs: this machine, CI, and the Vagrant VM's provisioner.
+# Installs what is missing (apt packages, a .venv that can import the distribution's Mininet,
+# the Python dependencies), starts Open vSwitch with the kernel datapath where the openvswitch
+# module loads and the userspace datapath where it does not, and says which.
+# Idempotent and quick when nothing is missing. Needs root (apt, OVS).
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="$repo/.venv"
+packages=(mininet openvswitch-switch iperf3 tcpdump ethtool iproute2 iputils-ping procps
+          util-linux python3-venv python3-pip)
+
+say() { printf 'setup: %s\n' "$*"; }
+
+if [ "$(id -u)" -ne 0 ]; then
+    say "needs root (apt-get, Open vSwitch, network namespaces); run it with sudo" >&2
+    exit 3
+fi
+
+missing=()
+for package in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" || missing+=("$package")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    say "installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    # policy-rc.d-style failures to start services inside containers are handled below.
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The venv uses the distribution's python3 (the one apt's Mininet is built for) and sees its
+# site-packages, so `import mininet` works inside it.
+stamp="$venv/.edgebed-installed"
+want="$(sha256sum "$repo/pyproject.toml" | cut -c1-16)"
+if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    say "creating $venv and installing edgebed with its dependencies"
+    /usr/bin/python3 -m venv --system-site-packages "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check -e "$repo[test]"
+    echo "$want" > "$stamp"
+fi
+"$venv/bin/python" -c "import mininet.net" || { say "the venv cannot import Mininet" >&2; exit 1; }
+
+# Open vSwitch: start it unless it answers already (systemd starts it on Ubuntu).
+if ! ovs-vsctl --timeout=3 show >/dev/null 2>&1; then
+    say "starting Open vSwitch"
+    /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random >/dev/null 2>&1 || true
+    ovs-vsctl --timeout=10 show >/dev/null || { say "Open vSwitch did not start" >&2; exit 1; }
+fi
+if [ -d /sys/module/openvswitch ] || modprobe openvswitch 2>/dev/null; then
+    say "Open vSwitch $(ovs-vsctl --version | head -1 | awk '{print $NF}') running, kernel datapath"
+else
+    say "Open vSwitch $(ovs-vsctl --version | head -1 | awk '{print $NF}') running, userspace datapath (this kernel has no openvswitch module)"
+fi

@@ -1,0 +1,217 @@
+"""Reading a scenario file into plain data while remembering where every value was written.
+
+The loader is PyYAML's safe loader with four additions a scenario needs:
+
+* ``${VAR}``, ``${VAR:=default}`` and ``${VAR:-default}`` are expanded in every scalar before
+  its type is resolved, so ``count: ${N:=3}`` is the integer 3;
+* a key written twice in one mapping is an error, not a silent overwrite;
+* hostile input is refused early: files over :data:`MAX_FILE_BYTES`, more than
+  :data:`MAX_ALIASES` aliases, or a document that would expand past :data:`MAX_NODES`
+  values (the "billion laughs" shape);
+* every value's position is kept in a :class:`SourceMap` keyed by its path
+  (``("topology", "nodes", "v1", "kind")``) so later checks can point at file, line and column.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+MAX_FILE_BYTES = 2 * 1024 * 1024
+MAX_ALIASES = 100
+MAX_NODES = 200_000
+
+Path_ = tuple  # a path into the document: mapping keys and sequence indexes
+
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:=|:-)([^}]*))?\}")
+
+
+@dataclass(frozen=True)
+class Position:
+    """A place in a source file, 1-based as editors count."""
+
+    file: str
+    line: int
+    column: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.column}"
+
+
+@dataclass
+class SourceMap:
+    """Where each path of the document was written; the nearest written ancestor answers
+    for a path that has no position of its own (for example a missing key)."""
+
+    file: str
+    positions: dict[Path_, Position] = field(default_factory=dict)
+    key_positions: dict[Path_, Position] = field(default_factory=dict)
+
+    def position(self, path: Path_, *, key: bool = False) -> Position:
+        path = tuple(path)
+        while True:
+            if key and path in self.key_positions:
+                return self.key_positions[path]
+            if path in self.positions:
+                return self.positions[path]
+            if not path:
+                return Position(self.file, 1, 1)
+            path = path[:-1]
+
+
+class ScenarioSyntaxError(Exception):
+    """The file is not a readable scenario document at all (YAML syntax, size, aliases, ...)."""
+
+    def __init__(self, position: Position, message: str, hint: str = ""):
+        super().__init__(f"{position}: {message}")
+        self.position = position
+        self.message = message
+        self.hint = hint
+
+
+def _position(file: str, node_or_mark) -> Position:
+    mark = getattr(node_or_mark, "start_mark", node_or_mark)
+    return Position(file, mark.line + 1, mark.column + 1)
+
+
+class _ScenarioLoader(yaml.SafeLoader):
+    """SafeLoader that expands variables, counts aliases and rejects duplicate keys."""
+
+    def __init__(self, stream: str, file: str, environ: dict[str, str]):
+        super().__init__(stream)
+        self.file = file
+        self.environ = environ
+        self.aliases = 0
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            self.aliases += 1
+            if self.aliases > MAX_ALIASES:
+                event = self.peek_event()
+                raise ScenarioSyntaxError(
+                    _position(self.file, event), f"more than {MAX_ALIASES} YAML aliases",
+                    "a scenario does not need that many; anchors are for sharing a few blocks")
+        return super().compose_node(parent, index)
+
+    def compose_scalar_node(self, anchor):
+        event = self.peek_event()
+        if "${" in event.value:
+            event.value = self._expand(event.value, event)
+            if event.implicit[0]:
+                # Let the expanded text choose its own type (``${N:=3}`` -> int).
+                event.tag = None
+        return super().compose_scalar_node(anchor)
+
+    def _expand(self, text: str, event) -> str:
+        def substitute(match: re.Match) -> str:
+            name, operator, default = match.groups()
+            value = self.environ.get(name)
+            if value is None or (operator == ":-" and value == ""):
+                if operator is None:
+                    raise ScenarioSyntaxError(
+                        _position(self.file, event), f"environment variable {name} is not set",
+                        f"set it, or give a default: ${{{name}:=value}}")
+                return default
+            return value
+
+        return _VARIABLE.sub(substitute, text)
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, MappingNode):
+            self.flatten_mapping(node)
+            seen: dict[object, Node] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                if not isinstance(key, (str, int, float, bool)) and key is not None:
+                    raise ScenarioSyntaxError(_position(self.file, key_node),
+                                              "a mapping key must be a plain scalar")
+                if key in seen:
+                    first = _position(self.file, seen[key])
+                    raise ScenarioSyntaxError(
+                        _position(self.file, key_node), f"duplicate key {key!r}",
+                        f"it is already defined at line {first.line}; "
+                        "names must be unique, and YAML keeps only the last")
+                seen[key] = key_node
+        return super().construct_mapping(node, deep=deep)
+
+
+def _index_positions(file: str, root: Node, source_map: SourceMap) -> None:
+    """Fill ``source_map`` from the node tree, refusing trees that expand too far."""
+    visited = 0
+    stack: list[tuple[Path_, Node]] = [((), root)]
+    while stack:
+        path, node = stack.pop()
+        visited += 1
+        if visited > MAX_NODES:
+            raise ScenarioSyntaxError(
+                _position(file, root), f"the document expands to more than {MAX_NODES} values",
+                "aliases that nest aliases multiply; write the scenario out or use node ranges")
+        source_map.positions[path] = _position(file, node)
+        if isinstance(node, MappingNode):
+            for key_node, value_node in node.value:
+                if not isinstance(key_node, ScalarNode):
+                    continue
+                child = path + (key_node.value,)
+                source_map.key_positions[child] = _position(file, key_node)
+                stack.append((child, value_node))
+        elif isinstance(node, SequenceNode):
+            for index, item in enumerate(node.value):
+                stack.append((path + (index,), item))
+
+
+def load_scenario_text(text: str, file: str = "<scenario>",
+                       environ: dict[str, str] | None = None) -> tuple[object, SourceMap]:
+    """Parse scenario YAML text into plain data and its :class:`SourceMap`."""
+    environ = dict(os.environ) if environ is None else environ
+    if len(text.encode("utf-8", "replace")) > MAX_FILE_BYTES:
+        raise ScenarioSyntaxError(Position(file, 1, 1),
+                                  f"file is larger than {MAX_FILE_BYTES // 1024} KiB",
+                                  "use node ranges such as viewer[1-100] instead of listing")
+    source_map = SourceMap(file)
+    loader = _ScenarioLoader(text, file, environ)
+    try:
+        root = loader.get_single_node()
+        if root is None:
+            raise ScenarioSyntaxError(Position(file, 1, 1), "the file is empty",
+                                      "a scenario needs at least name and topology")
+        _index_positions(file, root, source_map)
+        data = loader.construct_document(root)
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        position = _position(file, mark) if mark else Position(file, 1, 1)
+        raise ScenarioSyntaxError(position, f"YAML syntax: {error.problem or error.context}",
+                                  error.context or "") from None
+    except yaml.YAMLError as error:
+        raise ScenarioSyntaxError(Position(file, 1, 1), f"YAML error: {error}") from None
+    except RecursionError:
+        raise ScenarioSyntaxError(Position(file, 1, 1), "the document nests too deeply") from None
+    finally:
+        loader.dispose()
+    return data, source_map
+
+
+def load_scenario_file(path: str | os.PathLike,
+                       environ: dict[str, str] | None = None) -> tuple[object, SourceMap]:
+    """Read and parse a scenario file; see :func:`load_scenario_text`."""
+    path = Path(path)
+    file = str(path)
+    try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise ScenarioSyntaxError(Position(file, 1, 1),
+                                      f"file is larger than {MAX_FILE_BYTES // 1024} KiB",
+                                      "use node ranges such as viewer[1-100] instead of listing")
+        raw = path.read_bytes()
+    except OSError as error:
+        raise ScenarioSyntaxError(Position(file, 1, 1), f"cannot read: {error.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ScenarioSyntaxError(Position(file, 1, 1),
+                                  f"not UTF-8 text (byte {error.start})") from None
+    return load_scenario_text(text, file, environ)

@@ -1,0 +1,244 @@
+"""The scenario file's schema: what may be written, in which unit, with which bounds.
+
+These pydantic models check one value at a time (shape, type, unit, range) and generate the
+published JSON Schema. Checks that need the whole document (references between nodes, links
+and kinds, inheritance, uniqueness) live in :mod:`topologies.scenario`, which turns a valid
+document into the resolved model the network is built from.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from enum import Enum
+from typing import Annotated, Any, Literal, Optional, Union
+
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer,
+                      WithJsonSchema, field_validator, model_validator)
+
+from . import units
+
+SAFE_NAME = r"^[A-Za-z][A-Za-z0-9_-]{0,31}$"
+# Node names may carry a range, ``viewer[1-40]``, expanded into viewer1 ... viewer40.
+NODE_NAME = r"^[A-Za-z][A-Za-z0-9_-]{0,31}(\[\d+-\d+\])?$"
+
+
+class Role(str, Enum):
+    """What a node is in the live-streaming / edge-computing world; agents and policies key on it."""
+
+    streamer = "streamer"
+    viewer = "viewer"
+    edge = "edge"
+    access = "access"
+    gpu = "gpu"
+    datacenter = "datacenter"
+    dispatch = "dispatch"
+    camera = "camera"
+    client = "client"
+    relay = "relay"
+    switch = "switch"
+
+
+def _quantity(parse, kind: str, pattern: str, minimum: float, maximum: float | None = None,
+              exclusive_minimum: bool = False):
+    """A float field read from text with a unit, bounded, shown in the schema as a string."""
+
+    def check(value: Any) -> float:
+        number = parse(value)
+        if number != number or number in (float("inf"), float("-inf")):
+            raise ValueError(f"{value!r} is not a finite {kind}")
+        if number < minimum or (exclusive_minimum and number == minimum):
+            bound = "greater than" if exclusive_minimum else "at least"
+            raise ValueError(f"{kind} must be {bound} {minimum:g}, got {value!r}")
+        if maximum is not None and number > maximum:
+            raise ValueError(f"{kind} must be at most {maximum:g} (100%), got {value!r}")
+        return number
+
+    return Annotated[float, BeforeValidator(check),
+                     WithJsonSchema({"anyOf": [{"type": "string", "pattern": pattern},
+                                               {"type": "number", "minimum": minimum}],
+                                     "description": f"a {kind}, e.g. {units.EXAMPLES[kind]}"})]
+
+
+_NUM = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*"
+Duration = _quantity(units.parse_duration, "duration", _NUM + r"(s|sec|ms|us|µs|ns|min|m|h)?\s*$", 0.0)
+PositiveDuration = _quantity(units.parse_duration, "duration",
+                             _NUM + r"(s|sec|ms|us|µs|ns|min|m|h)?\s*$", 0.0, exclusive_minimum=True)
+Rate = _quantity(units.parse_rate, "rate", _NUM + r"([kKmMgG]?(bps|bit))?\s*$", 0.0,
+                 exclusive_minimum=True)
+Fraction = _quantity(units.parse_fraction, "fraction", _NUM + r"%?\s*$", 0.0, maximum=1.0)
+Size = _quantity(units.parse_size, "size", _NUM + r"(B|KB|kB|MB|GB|KiB|MiB|GiB)?\s*$", 1.0)
+
+
+def _parse_dpid(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError("a datapath id is an integer or a hex string such as '0x1a'")
+    if isinstance(value, str):
+        text = value.strip().lower().replace(":", "")
+        try:
+            value = int(text, 16) if text.startswith("0x") or re.fullmatch(r"[0-9a-f]{16}", text) \
+                else int(text)
+        except ValueError:
+            raise ValueError(f"bad datapath id {value!r}: write 12, '0x0c' or "
+                             "'00:00:00:00:00:00:00:0c'") from None
+    if not isinstance(value, int) or not 0 < value < 2**64:
+        raise ValueError(f"a datapath id must be between 1 and 2^64-1, got {value!r}")
+    return value
+
+
+Dpid = Annotated[int, BeforeValidator(_parse_dpid), PlainSerializer(lambda v: f"0x{v:016x}"),
+                 WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 1},
+                                           {"type": "string"}],
+                                 "description": "OpenFlow datapath id: 12, '0x0c' or "
+                                                "'00:00:00:00:00:00:00:0c'"})]
+
+
+class StrictModel(BaseModel):
+    """Base for every scenario section: unknown keys are errors, never ignored."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class NodeSettings(StrictModel):
+    """Settings a node inherits: from ``defaults``, then its kind, then its group."""
+
+    role: Optional[Role] = Field(None, description="what the node is; hosts need one, "
+                                                   "switches are role 'switch'")
+    labels: dict[str, Union[str, int, float, bool]] = Field(
+        default_factory=dict, description="free key/values for policies and agents (merged)")
+    env: dict[str, str] = Field(default_factory=dict,
+                                description="environment for processes started on the node (merged)")
+
+
+class InheritableNodeSettings(NodeSettings):
+    """Defaults and groups may also choose the node's kind."""
+
+    kind: Optional[str] = Field(None, pattern=SAFE_NAME, description="a key of topology.kinds")
+
+
+class NodeSpec(InheritableNodeSettings):
+    """One node, or a range of them when the name ends in ``[first-last]``."""
+
+    group: Optional[str] = Field(None, pattern=SAFE_NAME, description="a key of topology.groups")
+    ip: Optional[ipaddress.IPv4Interface] = Field(
+        None, description="address with prefix for the node's first interface, e.g. 10.0.1.5/16; "
+                          "default: the next free address of topology.subnet")
+    dpid: Optional[Dpid] = Field(None, description="switches only; default: 1, 2, ... in file order")
+
+
+class Impairment(StrictModel):
+    """What one direction of a link does to packets (made real by the impairment backend)."""
+
+    bw: Optional[Rate] = Field(None, description="rate limit, e.g. 50Mbps")
+    delay: Optional[Duration] = Field(None, description="one-way delay, e.g. 20ms")
+    jitter: Optional[Duration] = Field(None, description="delay variation, e.g. 5ms")
+    loss: Optional[Fraction] = Field(None, description="random loss, e.g. 1.5%")
+    queue: Optional[int] = Field(None, ge=1, le=1_000_000,
+                                 description="queue limit in packets")
+
+    def is_empty(self) -> bool:
+        return all(getattr(self, name) is None for name in Impairment.model_fields)
+
+
+class LinkSpec(Impairment):
+    """A point-to-point link; impairments written on the link apply in both directions,
+    ``forward`` (first endpoint to second) and ``reverse`` override per direction."""
+
+    endpoints: list[str] = Field(min_length=2, max_length=2,
+                                 description='["node:interface", "node:interface"]')
+    forward: Optional[Impairment] = Field(None, description="first endpoint -> second")
+    reverse: Optional[Impairment] = Field(None, description="second endpoint -> first")
+
+
+class Topology(StrictModel):
+    """Nodes and links, with settings shared through defaults, kinds and groups."""
+
+    subnet: ipaddress.IPv4Network = Field(ipaddress.IPv4Network("10.0.0.0/16"),
+                                          description="addresses for hosts that set no ip")
+    defaults: InheritableNodeSettings = Field(default_factory=InheritableNodeSettings)
+    kinds: dict[str, NodeSettings] = Field(default_factory=dict)
+    groups: dict[str, InheritableNodeSettings] = Field(default_factory=dict)
+    nodes: dict[str, NodeSpec] = Field(min_length=1)
+    links: list[LinkSpec] = Field(default_factory=list)
+
+    @field_validator("subnet", mode="before")
+    @classmethod
+    def _strict_subnet(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                ipaddress.IPv4Network(value)
+            except ValueError as error:
+                raise ValueError(f"bad subnet {value!r}: {error}") from None
+        return value
+
+
+class Controller(StrictModel):
+    """Which controller app runs the switches; ``none`` leaves them standalone learning switches."""
+
+    app: Literal["none"] = Field("none", description="controller app; 'none': standalone switches")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, value: Any) -> Any:
+        return {"app": value} if isinstance(value, str) else value
+
+
+class Emulation(StrictModel):
+    """How the emulation runs on this kernel."""
+
+    ovs_datapath: Literal["auto", "kernel", "user"] = Field(
+        "auto", description="auto: kernel datapath when the openvswitch module loads, else userspace")
+
+
+class WorkloadEntry(StrictModel):
+    """An agent started on some nodes when the run starts."""
+
+    agent: Literal["command"] = Field(description="'command': run a program on each node")
+    nodes: list[str] = Field(min_length=1, description="node names, ranges, or role:NAME / "
+                                                       "group:NAME selectors")
+    command: Union[str, list[str]] = Field(description="program and arguments; {node} and {ip} "
+                                                       "are replaced per node")
+    start: Duration = Field(0.0, description="delay after the network is up")
+
+
+class CaptureSpec(StrictModel):
+    """Packet capture with tcpdump inside the nodes' namespaces, from the start of the run."""
+
+    nodes: list[str] = Field(min_length=1, description="node names, ranges, or selectors")
+    interfaces: list[str] = Field(default_factory=list, description="default: all of the node's")
+    filter: str = Field("", description="pcap filter expression, e.g. 'udp port 5004'")
+    snaplen: int = Field(262144, ge=64, le=262144, description="bytes kept per packet")
+    rotate_size: Optional[Size] = Field(None, description="start a new file after this size")
+    rotate_files: Optional[int] = Field(None, ge=1, le=1000, description="keep at most this many")
+
+
+class ScheduledEvent(StrictModel):
+    """Something that happens at a time after the network is up."""
+
+    at: Duration = Field(description="time after start, e.g. 5s")
+    action: Literal["link_down", "link_up"]
+    link: str = Field(description="the link, named by one of its endpoints: 'node:interface'")
+
+
+class ScenarioDocument(StrictModel):
+    """A whole scenario file as written."""
+
+    name: str = Field(pattern=SAFE_NAME, description="scenario name; used in run directory names")
+    description: str = ""
+    seed: int = Field(1, ge=0, lt=2**32, description="seed for every random choice of the run")
+    duration: PositiveDuration = Field(10.0, description="how long the run lasts, e.g. 30s")
+    topology: Topology
+    controller: Controller = Field(default_factory=Controller)
+    emulation: Emulation = Field(default_factory=Emulation)
+    workload: list[WorkloadEntry] = Field(default_factory=list)
+    capture: list[CaptureSpec] = Field(default_factory=list)
+    schedule: list[ScheduledEvent] = Field(default_factory=list)
+
+
+def json_schema() -> dict:
+    """The published JSON Schema of scenario files."""
+    schema = ScenarioDocument.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://edgebed.invalid/scenario.schema.json"
+    schema["title"] = "edgebed scenario"
+    return schema

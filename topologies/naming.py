@@ -1,0 +1,56 @@
+"""Names of the kernel and OVS objects one run creates, every one starting with the run's prefix.
+
+A prefix is ``eb`` and four hex digits (``eb3fa1``). Objects in the root namespace must carry it
+so that teardown and ``edgebed clean`` can find exactly what a run made and nothing else:
+
+* OVS bridge of the switch at index *i*: ``<prefix>s<i>`` (the switch's scenario name stays in
+  the bridge's ``external_ids:edgebed-name``);
+* switch port with OpenFlow number *p*: ``<prefix>s<i>p<p>``;
+* processes carry ``EDGEBED_RUN=<prefix>`` in their environment (inherited by everything a
+  node starts).
+
+Host interfaces live inside the host's own namespace and keep their scenario names (``eth1``);
+they vanish with the namespace.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import dataclass
+
+PREFIX_PATTERN = re.compile(r"^eb[0-9a-f]{4}$")
+OBJECT_PATTERN = re.compile(r"^(eb[0-9a-f]{4})s\d+(p\d+)?$")
+ENVIRONMENT_KEY = "EDGEBED_RUN"
+MAX_SWITCHES = 999
+MAX_PORT = 4095  # keeps <prefix>s<999>p<4095> within Linux's 15-character interface names
+
+
+@dataclass(frozen=True)
+class RunNames:
+    """Name factory for one run."""
+
+    prefix: str
+
+    @classmethod
+    def fresh(cls, taken: set[str] = frozenset()) -> "RunNames":
+        while True:
+            prefix = "eb" + secrets.token_hex(2)
+            if prefix not in taken:
+                return cls(prefix)
+
+    def bridge(self, switch_index: int) -> str:
+        return f"{self.prefix}s{switch_index}"
+
+    def port(self, switch_index: int, port: int) -> str:
+        return f"{self.prefix}s{switch_index}p{port}"
+
+    def owns(self, name: str) -> bool:
+        match = OBJECT_PATTERN.match(name)
+        return bool(match) and match.group(1) == self.prefix
+
+
+def prefix_of(name: str) -> str | None:
+    """The run prefix an object name carries, or None for objects that are not edgebed's."""
+    match = OBJECT_PATTERN.match(name)
+    return match.group(1) if match else None

@@ -1,0 +1,681 @@
+"""A scenario file turned into the resolved model the network is built from.
+
+:func:`load` reads the file (:mod:`topologies.loader`), checks each value against the schema
+(:mod:`topologies.model`), then checks the document as a whole: it expands node ranges,
+applies inheritance (defaults < kind < group < node), resolves every reference, assigns
+addresses, datapath ids and OpenFlow port numbers, and collects *every* problem before raising
+:class:`~topologies.problems.ScenarioInvalid`. Nothing here touches the system.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import networkx as nx
+from pydantic import BaseModel, ValidationError
+
+from . import model
+from .loader import Position, SourceMap, ScenarioSyntaxError, load_scenario_file, load_scenario_text
+from .model import Impairment, Role, ScenarioDocument
+from .naming import MAX_PORT, MAX_SWITCHES
+from .problems import Problem, ScenarioInvalid, did_you_mean
+
+LINUX_IFNAMSIZ = 15  # IFNAMSIZ (16) less the terminating NUL
+INTERFACE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+RANGE = re.compile(r"\[(\d+)-(\d+)\]")
+MAX_RANGE = 4096
+MAX_BANDWIDTH = 100e9
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One end of a link: an interface on a node."""
+
+    node: str
+    interface: str
+
+    def __str__(self) -> str:
+        return f"{self.node}:{self.interface}"
+
+
+@dataclass
+class Node:
+    """A host or switch after inheritance, with everything needed to create it."""
+
+    name: str
+    role: Role
+    kind: str | None
+    group: str | None
+    labels: dict[str, Any]
+    env: dict[str, str]
+    position: Position
+    dpid: int | None = None
+    interfaces: dict[str, ipaddress.IPv4Interface | None] = field(default_factory=dict)
+    ports: dict[str, int] = field(default_factory=dict)  # switch interface -> OpenFlow port
+
+    @property
+    def is_switch(self) -> bool:
+        return self.role is Role.switch
+
+    @property
+    def ip(self) -> ipaddress.IPv4Interface | None:
+        """The address of the node's first interface (hosts only)."""
+        return next(iter(self.interfaces.values()), None)
+
+
+@dataclass
+class Link:
+    """A resolved link; ``forward`` applies from ``a`` to ``b`` and ``reverse`` from ``b`` to ``a``."""
+
+    index: int
+    a: Endpoint
+    b: Endpoint
+    forward: Impairment
+    reverse: Impairment
+    position: Position
+
+    def endpoints(self) -> tuple[Endpoint, Endpoint]:
+        return self.a, self.b
+
+    @property
+    def impaired(self) -> bool:
+        return not (self.forward.is_empty() and self.reverse.is_empty())
+
+
+@dataclass
+class Workload:
+    agent: str
+    nodes: list[str]
+    command: list[str] | str
+    start: float
+
+
+@dataclass
+class Capture:
+    node: str
+    interfaces: list[str]
+    filter: str
+    snaplen: int
+    rotate_size: float | None
+    rotate_files: int | None
+
+
+@dataclass
+class Event:
+    at: float
+    action: str
+    link: int  # index into Scenario.links
+
+
+@dataclass
+class Scenario:
+    """The resolved scenario: every name checked, every default applied."""
+
+    name: str
+    source: str
+    document: ScenarioDocument
+    nodes: dict[str, Node]
+    links: list[Link]
+    workload: list[Workload]
+    captures: list[Capture]
+    schedule: list[Event]
+
+    @property
+    def seed(self) -> int:
+        return self.document.seed
+
+    @property
+    def duration(self) -> float:
+        return self.document.duration
+
+    @property
+    def hosts(self) -> list[Node]:
+        return [n for n in self.nodes.values() if not n.is_switch]
+
+    @property
+    def switches(self) -> list[Node]:
+        return [n for n in self.nodes.values() if n.is_switch]
+
+    def graph(self) -> nx.MultiGraph:
+        """Nodes and links as a multigraph; edge key is the link index."""
+        graph = nx.MultiGraph()
+        for node in self.nodes.values():
+            graph.add_node(node.name, role=node.role)
+        for link in self.links:
+            graph.add_edge(link.a.node, link.b.node, key=link.index)
+        return graph
+
+    def resolved(self) -> dict:
+        """The scenario with every default and inherited value written out (for the run record)."""
+        document = self.document.model_dump(mode="json", exclude={"topology"})
+        document["topology"] = {
+            "nodes": {n.name: {"role": n.role.value, "kind": n.kind, "group": n.group,
+                               "labels": n.labels, "env": n.env,
+                               **({"dpid": f"0x{n.dpid:016x}", "ports": n.ports} if n.is_switch
+                                  else {"interfaces": {i: str(a) for i, a in n.interfaces.items()}})}
+                      for n in self.nodes.values()},
+            "links": [{"endpoints": [str(link.a), str(link.b)],
+                       "forward": link.forward.model_dump(exclude_none=True),
+                       "reverse": link.reverse.model_dump(exclude_none=True)}
+                      for link in self.links],
+        }
+        return document
+
+
+def load(path: str | Path, environ: dict[str, str] | None = None) -> Scenario:
+    """Read, validate and resolve a scenario file; raises :class:`ScenarioInvalid`."""
+    try:
+        data, source_map = load_scenario_file(path, environ)
+    except ScenarioSyntaxError as error:
+        raise ScenarioInvalid([Problem(error.position, (), error.message, error.hint)]) from None
+    return resolve(data, source_map)
+
+
+def loads(text: str, file: str = "<scenario>", environ: dict[str, str] | None = None) -> Scenario:
+    """Like :func:`load`, from text."""
+    try:
+        data, source_map = load_scenario_text(text, file, environ)
+    except ScenarioSyntaxError as error:
+        raise ScenarioInvalid([Problem(error.position, (), error.message, error.hint)]) from None
+    return resolve(data, source_map)
+
+
+def resolve(data: object, source_map: SourceMap) -> Scenario:
+    if not isinstance(data, dict):
+        raise ScenarioInvalid([Problem(source_map.position(()), (),
+                                       "a scenario is a mapping of keys such as name and topology",
+                                       "start the file with 'name: my-scenario'")])
+    try:
+        document = ScenarioDocument.model_validate(data)
+    except ValidationError as error:
+        raise ScenarioInvalid(_schema_problems(error, data, source_map)) from None
+    return _Resolver(document, source_map).run()
+
+
+# -- schema errors -------------------------------------------------------------------------
+
+def _schema_problems(error: ValidationError, data: object, source_map: SourceMap) -> list[Problem]:
+    problems: dict[tuple, Problem] = {}
+    for item in error.errors(include_url=False):
+        path = _data_path(item["loc"], data)
+        if path in problems:
+            continue  # a union reports once per member; the first says enough
+        problems[path] = _schema_problem(item, path, source_map)
+    return list(problems.values())
+
+
+def _data_path(loc: tuple, data: object) -> tuple:
+    """Pydantic's location with union and validator tags removed, keeping a missing last key."""
+    path: list = []
+    current = data
+    for depth, part in enumerate(loc):
+        if isinstance(current, dict) and part in current:
+            current = current[part]
+            path.append(part)
+        elif isinstance(current, list) and isinstance(part, int) and 0 <= part < len(current):
+            current = current[part]
+            path.append(part)
+        elif depth == len(loc) - 1 and isinstance(current, dict) and isinstance(part, str):
+            path.append(part)
+    return tuple(path)
+
+
+def _schema_problem(item: dict, path: tuple, source_map: SourceMap) -> Problem:
+    kind = item["type"]
+    message = item["msg"].removeprefix("Value error, ")
+    hint = ""
+    if kind == "extra_forbidden":
+        message = f"unknown key {path[-1]!r}"
+        hint = did_you_mean(path[-1], _fields_at(path[:-1]))
+        return Problem(source_map.position(path, key=True), path, message, hint)
+    if kind == "missing":
+        message = f"missing required key {path[-1]!r}"
+        return Problem(source_map.position(path[:-1]), path, message)
+    if kind in ("enum", "literal_error"):
+        expected = item.get("ctx", {}).get("expected", "")
+        choices = re.findall(r"'([^']*)'", expected)
+        message = f"{item['input']!r} is not one of {', '.join(choices)}"
+        hint = did_you_mean(str(item["input"]), choices)
+    elif kind == "string_pattern_mismatch" and item["ctx"]["pattern"] == model.SAFE_NAME:
+        message = f"{item['input']!r} is not a safe name"
+        hint = "use letters, digits, '-' and '_', start with a letter, at most 32 characters"
+    elif kind in ("too_short", "too_long") and path and path[-1] == "endpoints":
+        message = "a link has exactly two endpoints"
+        hint = 'write endpoints: ["a:eth1", "s1:eth2"]'
+    elif kind == "too_short" and path and path[-1] == "nodes":
+        message = "a topology needs at least one node"
+    return Problem(source_map.position(path), path, message, hint)
+
+
+def _fields_at(path: tuple) -> list[str]:
+    """Field names of the model found at ``path`` in the document, for did-you-mean hints."""
+    annotation: Any = ScenarioDocument
+    for part in path:
+        annotation = _unwrap(annotation)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            info = annotation.model_fields.get(part)
+            if info is None:
+                return []
+            annotation = info.annotation
+        else:
+            args = typing.get_args(annotation)
+            annotation = args[-1] if args else Any
+    annotation = _unwrap(annotation)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return list(annotation.model_fields)
+    return []
+
+
+def _unwrap(annotation: Any) -> Any:
+    """Strip Optional/Annotated down to the model or container inside."""
+    while True:
+        origin = typing.get_origin(annotation)
+        if origin is typing.Annotated:
+            annotation = typing.get_args(annotation)[0]
+        elif origin is typing.Union:
+            members = [a for a in typing.get_args(annotation) if a is not type(None)]
+            annotation = members[0] if len(members) == 1 else annotation
+            if len(members) != 1:
+                return annotation
+        else:
+            return annotation
+
+
+# -- whole-document checks -----------------------------------------------------------------
+
+class _Resolver:
+    """Turns a schema-valid document into a :class:`Scenario`, collecting every problem."""
+
+    def __init__(self, document: ScenarioDocument, source_map: SourceMap):
+        self.document = document
+        self.topology = document.topology
+        self.source_map = source_map
+        self.problems: list[Problem] = []
+        self.nodes: dict[str, Node] = {}
+        self.origin: dict[str, tuple] = {}  # expanded node name -> path of its definition
+
+    def problem(self, path: tuple, message: str, hint: str = "", *, key: bool = False) -> None:
+        self.problems.append(Problem(self.source_map.position(path, key=key), path, message, hint))
+
+    def run(self) -> Scenario:
+        self._check_table_names()
+        self._resolve_nodes()
+        links = self._resolve_links()
+        self._assign_dpids()
+        self._assign_addresses()
+        self._check_connectivity(links)
+        workload = self._resolve_workload()
+        captures = self._resolve_captures()
+        schedule = self._resolve_schedule(links)
+        if self.problems:
+            raise ScenarioInvalid(self.problems)
+        return Scenario(self.document.name, self.source_map.file, self.document, self.nodes,
+                        links, workload, captures, schedule)
+
+    def _check_table_names(self) -> None:
+        for table in ("kinds", "groups"):
+            for name in getattr(self.topology, table):
+                if not re.match(model.SAFE_NAME, name):
+                    self.problem(("topology", table, name), f"{name!r} is not a safe name",
+                                 "use letters, digits, '-' and '_', start with a letter", key=True)
+
+    # nodes
+
+    def _expand(self, text: str, path: tuple) -> list[str] | None:
+        """``viewer[1-3]`` -> viewer1, viewer2, viewer3 (None after reporting a bad range)."""
+        match = RANGE.search(text)
+        if not match:
+            return [text]
+        first, last = int(match.group(1)), int(match.group(2))
+        if first > last or last - first + 1 > MAX_RANGE:
+            self.problem(path, f"bad range [{first}-{last}] in {text!r}",
+                         f"write [first-last] with first <= last and at most {MAX_RANGE} items")
+            return None
+        head, tail = text[:match.start()], text[match.end():]
+        return [f"{head}{i}{tail}" for i in range(first, last + 1)]
+
+    def _resolve_nodes(self) -> None:
+        topology = self.topology
+        for written, spec in topology.nodes.items():
+            path = ("topology", "nodes", written)
+            if not re.match(model.NODE_NAME, written):
+                self.problem(path, f"{written!r} is not a safe node name",
+                             "use letters, digits, '-' and '_', start with a letter, at most 32 "
+                             "characters; a range is written viewer[1-40]", key=True)
+                continue
+            names = self._expand(written, path)
+            if names is None:
+                continue
+            settings = self._inherit(spec, path)
+            for name in names:
+                if len(name) > 32:
+                    self.problem(path, f"node name {name!r} is longer than 32 characters", key=True)
+                    continue
+                if name in self.nodes:
+                    first = self.source_map.position(self.origin[name], key=True)
+                    self.problem(path, f"duplicate node name {name!r}",
+                                 f"already defined at line {first.line}", key=True)
+                    continue
+                self.origin[name] = path
+                if settings is None:
+                    continue
+                role, kind, group, labels, env = settings
+                if spec.ip is not None and len(names) > 1:
+                    self.problem(path + ("ip",), "a node range cannot share one ip",
+                                 "leave ip out to get addresses from topology.subnet")
+                self.nodes[name] = Node(name, role, kind, group, labels, env,
+                                        self.source_map.position(path, key=True), dpid=spec.dpid)
+                if role is Role.switch and spec.ip is not None:
+                    self.problem(path + ("ip",), "switches have no ip",
+                                 "addresses belong to hosts")
+                if role is not Role.switch and spec.dpid is not None:
+                    self.problem(path + ("dpid",), "only switches have a datapath id",
+                                 f"this node's role is {role.value}")
+
+    def _inherit(self, spec: model.NodeSpec, path: tuple):
+        """Apply defaults < kind < group < node; returns role, kind, group, labels, env."""
+        topology = self.topology
+        group = None
+        if spec.group is not None:
+            group = topology.groups.get(spec.group)
+            if group is None:
+                self.problem(path + ("group",), f"unknown group {spec.group!r}",
+                             did_you_mean(spec.group, topology.groups))
+                return None
+        kind_name = spec.kind or (group.kind if group else None) or topology.defaults.kind
+        kind = None
+        if kind_name is not None:
+            kind = topology.kinds.get(kind_name)
+            if kind is None:
+                where = path + ("kind",) if spec.kind else (
+                    ("topology", "groups", spec.group, "kind") if group and group.kind
+                    else ("topology", "defaults", "kind"))
+                self.problem(where, f"unknown kind {kind_name!r}",
+                             did_you_mean(kind_name, topology.kinds))
+                return None
+        layers = [s for s in (topology.defaults, kind, group, spec) if s is not None]
+        role = next((s.role for s in reversed(layers) if s.role is not None), None)
+        if role is None:
+            self.problem(path, "node has no role",
+                         "set role on the node, its kind, its group or topology.defaults; "
+                         f"roles: {', '.join(r.value for r in Role)}", key=True)
+            return None
+        labels: dict = {}
+        env: dict = {}
+        for layer in layers:
+            labels.update(layer.labels)
+            env.update(layer.env)
+        return role, kind_name, spec.group, labels, env
+
+    # links
+
+    def _parse_endpoint(self, text: str, path: tuple) -> list[Endpoint] | None:
+        node_text, sep, interface_text = text.partition(":")
+        if not sep or not node_text or not interface_text or ":" in interface_text:
+            self.problem(path, f"bad endpoint {text!r}", 'write "node:interface", e.g. "v1:eth1"')
+            return None
+        nodes = self._expand(node_text, path)
+        interfaces = self._expand(interface_text, path)
+        if nodes is None or interfaces is None:
+            return None
+        if len(nodes) > 1 and len(interfaces) > 1 and len(nodes) != len(interfaces):
+            self.problem(path, f"{text!r} pairs {len(nodes)} nodes with {len(interfaces)} "
+                               "interfaces", "ranges in one endpoint must have the same length")
+            return None
+        count = max(len(nodes), len(interfaces))
+        nodes = nodes * count if len(nodes) == 1 else nodes
+        interfaces = interfaces * count if len(interfaces) == 1 else interfaces
+        endpoints = []
+        for node, interface in zip(nodes, interfaces):
+            if node not in self.nodes:
+                if node not in self.origin:  # a node that failed its own checks says so there
+                    self.problem(path, f"endpoint {node}:{interface} names unknown node {node!r}",
+                                 did_you_mean(node, self.nodes))
+                return None
+            if len(interface) > LINUX_IFNAMSIZ:
+                self.problem(path, f"interface name {interface!r} is {len(interface)} characters;"
+                                   f" Linux allows {LINUX_IFNAMSIZ}", "use a shorter name, e.g. eth1")
+                return None
+            if not INTERFACE_NAME.match(interface) or interface in ("lo", ".", ".."):
+                self.problem(path, f"{interface!r} is not a usable interface name",
+                             "use letters, digits, '.', '-' and '_' (not 'lo')")
+                return None
+            endpoints.append(Endpoint(node, interface))
+        return endpoints
+
+    def _resolve_links(self) -> list[Link]:
+        links: list[Link] = []
+        used: dict[Endpoint, tuple] = {}
+        for index, spec in enumerate(self.topology.links):
+            path = ("topology", "links", index)
+            sides = [self._parse_endpoint(text, path + ("endpoints", i))
+                     for i, text in enumerate(spec.endpoints)]
+            if None in sides:
+                continue
+            a_side, b_side = sides
+            if len(a_side) > 1 and len(b_side) > 1 and len(a_side) != len(b_side):
+                self.problem(path + ("endpoints",),
+                             f"the endpoints expand to {len(a_side)} and {len(b_side)} ends",
+                             "ranges on both sides must have the same length")
+                continue
+            count = max(len(a_side), len(b_side))
+            a_side = a_side * count if len(a_side) == 1 else a_side
+            b_side = b_side * count if len(b_side) == 1 else b_side
+            forward, reverse = self._directions(spec, path)
+            for a, b in zip(a_side, b_side):
+                if a.node == b.node:
+                    self.problem(path + ("endpoints",), f"link connects {a.node} to itself",
+                                 "a link joins two different nodes")
+                    continue
+                clash = False
+                for end, side in ((a, 0), (b, 1)):
+                    if end in used:
+                        first = self.source_map.position(used[end])
+                        self.problem(path + ("endpoints", side),
+                                     f"interface {end} is already used by the link at line "
+                                     f"{first.line}", "each interface carries one link")
+                        clash = True
+                    used[end] = path
+                if clash:
+                    continue
+                links.append(Link(len(links), a, b, forward, reverse,
+                                  self.source_map.position(path)))
+                for end in (a, b):
+                    self.nodes[end.node].interfaces[end.interface] = None
+        for switch in (n for n in self.nodes.values() if n.is_switch):
+            self._assign_ports(switch)
+        return links
+
+    def _directions(self, spec: model.LinkSpec, path: tuple) -> tuple[Impairment, Impairment]:
+        both = {k: v for k, v in spec.model_dump(include=set(Impairment.model_fields)).items()
+                if v is not None}
+        result = []
+        for direction in ("forward", "reverse"):
+            override = getattr(spec, direction)
+            values = dict(both)
+            if override is not None:
+                values.update(override.model_dump(exclude_none=True))
+            impairment = Impairment.model_validate(values)
+            where = path + (direction,) if override is not None else path
+            if (impairment.jitter or 0) > (impairment.delay or 0):
+                self.problem(where, f"jitter {impairment.jitter * 1e3:g}ms is larger than delay "
+                                    f"{(impairment.delay or 0) * 1e3:g}ms",
+                             "the delay would have to go negative; raise delay or lower jitter")
+            if impairment.bw is not None and impairment.bw > MAX_BANDWIDTH:
+                self.problem(where, f"bw {impairment.bw / 1e9:g}Gbps is more than a veth "
+                                    "can carry", "at most 100Gbps")
+            result.append(impairment)
+        return result[0], result[1]
+
+    def _assign_ports(self, switch: Node) -> None:
+        """OpenFlow port numbers: the interface's trailing number (eth3 -> 3), else the next free."""
+        path = self.origin[switch.name]
+        pending = []
+        for interface in switch.interfaces:
+            match = re.search(r"(\d+)$", interface)
+            number = int(match.group(1)) if match else 0
+            if number > MAX_PORT:
+                self.problem(path, f"interface {interface} of switch {switch.name} would be "
+                                   f"OpenFlow port {number}; edgebed numbers ports 1-{MAX_PORT}",
+                             "use a smaller interface number", key=True)
+            elif number >= 1:
+                if number in switch.ports.values():
+                    other = next(i for i, p in switch.ports.items() if p == number)
+                    self.problem(path, f"interfaces {other} and {interface} of switch "
+                                       f"{switch.name} would both be OpenFlow port {number}",
+                                 "number switch interfaces uniquely", key=True)
+                switch.ports[interface] = number
+            else:
+                pending.append(interface)
+        next_free = 1
+        for interface in pending:
+            while next_free in switch.ports.values():
+                next_free += 1
+            switch.ports[interface] = next_free
+
+    def _assign_dpids(self) -> None:
+        switches = [n for n in self.nodes.values() if n.is_switch]
+        if len(switches) > MAX_SWITCHES:
+            self.problem(("topology", "nodes"), f"{len(switches)} switches; edgebed supports "
+                                                f"at most {MAX_SWITCHES} per scenario")
+        taken: dict[int, str] = {}
+        for node in self.nodes.values():
+            if node.is_switch and node.dpid is not None:
+                if node.dpid in taken:
+                    self.problem(self.origin[node.name] + ("dpid",),
+                                 f"datapath id {node.dpid:#x} is also used by {taken[node.dpid]}",
+                                 "every switch needs its own dpid")
+                taken[node.dpid] = node.name
+        next_dpid = 1
+        for node in self.nodes.values():
+            if node.is_switch and node.dpid is None:
+                while next_dpid in taken:
+                    next_dpid += 1
+                node.dpid = next_dpid
+                taken[next_dpid] = node.name
+
+    def _assign_addresses(self) -> None:
+        subnet = self.topology.subnet
+        taken: dict[ipaddress.IPv4Address, str] = {}
+        for name, spec in self.topology.nodes.items():
+            if spec.ip is None or name not in self.nodes:
+                continue
+            node = self.nodes[name]
+            path = self.origin[name] + ("ip",)
+            address = spec.ip
+            if address.network.prefixlen < 31 and address.ip in (address.network.network_address,
+                                                                  address.network.broadcast_address):
+                self.problem(path, f"{address} is the network or broadcast address",
+                             "choose a host address inside the prefix")
+            elif address.ip in taken:
+                self.problem(path, f"address {address.ip} is also used by {taken[address.ip]}",
+                             "every interface needs its own address")
+            taken[address.ip] = name
+            if not node.interfaces:
+                continue
+            first = next(iter(node.interfaces))
+            node.interfaces[first] = address
+        free = (ip for ip in subnet.hosts() if ip not in taken)
+        for node in self.hosts_in_order():
+            for interface, address in node.interfaces.items():
+                if address is not None:
+                    continue
+                ip = next(free, None)
+                if ip is None:
+                    self.problem(("topology", "subnet"), f"subnet {subnet} has too few addresses "
+                                                         "for every host interface",
+                                 "use a larger prefix, e.g. 10.0.0.0/16")
+                    return
+                node.interfaces[interface] = ipaddress.IPv4Interface(f"{ip}/{subnet.prefixlen}")
+
+    def hosts_in_order(self) -> Iterator[Node]:
+        return (n for n in self.nodes.values() if not n.is_switch)
+
+    def _check_connectivity(self, links: list[Link]) -> None:
+        linked = {end.node for link in links for end in link.endpoints()}
+        for node in self.nodes.values():
+            if node.name not in linked and not node.is_switch:
+                self.problem(self.origin[node.name], f"{node.name} is not connected to anything",
+                             "add a link with an endpoint on it, or remove the node", key=True)
+        if self.document.controller.app == "none":
+            switches = nx.MultiGraph()
+            switches.add_nodes_from(n.name for n in self.nodes.values() if n.is_switch)
+            switches.add_edges_from((l.a.node, l.b.node) for l in links
+                                    if self.nodes[l.a.node].is_switch
+                                    and self.nodes[l.b.node].is_switch)
+            try:
+                cycle = nx.find_cycle(switches)
+            except nx.NetworkXNoCycle:
+                return
+            loop = " - ".join([cycle[0][0]] + [edge[1] for edge in cycle])
+            self.problem(("controller",), f"switches form a loop ({loop}) and no controller runs",
+                         "standalone learning switches flood forever around a loop; "
+                         "remove a link or choose a controller")
+
+    # workload, capture, schedule
+
+    def _select(self, selectors: list[str], path: tuple) -> list[str]:
+        """Node names from names, ranges, ``role:NAME`` and ``group:NAME`` selectors."""
+        chosen: list[str] = []
+        for index, selector in enumerate(selectors):
+            where = path + (index,)
+            prefix, sep, value = selector.partition(":")
+            if sep and prefix in ("role", "group", "kind"):
+                attribute = {"role": lambda n: n.role.value, "group": lambda n: n.group,
+                             "kind": lambda n: n.kind}[prefix]
+                matched = [n.name for n in self.nodes.values() if attribute(n) == value]
+                if not matched:
+                    self.problem(where, f"no node has {prefix} {value!r}",
+                                 did_you_mean(value, {attribute(n) for n in self.nodes.values()
+                                                      if attribute(n)}))
+                chosen += matched
+                continue
+            for name in self._expand(selector, where) or []:
+                if name not in self.nodes:
+                    self.problem(where, f"unknown node {name!r}", did_you_mean(name, self.nodes))
+                elif self.nodes[name].is_switch:
+                    self.problem(where, f"{name} is a switch; agents and captures run on hosts")
+                else:
+                    chosen.append(name)
+        return list(dict.fromkeys(chosen))
+
+    def _resolve_workload(self) -> list[Workload]:
+        return [Workload(entry.agent, self._select(entry.nodes, ("workload", i, "nodes")),
+                         entry.command, entry.start)
+                for i, entry in enumerate(self.document.workload)]
+
+    def _resolve_captures(self) -> list[Capture]:
+        captures = []
+        for i, spec in enumerate(self.document.capture):
+            for name in self._select(spec.nodes, ("capture", i, "nodes")):
+                node = self.nodes[name]
+                for j, interface in enumerate(spec.interfaces):
+                    if interface not in node.interfaces:
+                        self.problem(("capture", i, "interfaces", j),
+                                     f"{name} has no interface {interface!r}",
+                                     did_you_mean(interface, node.interfaces))
+                captures.append(Capture(name, spec.interfaces or list(node.interfaces),
+                                        spec.filter, spec.snaplen, spec.rotate_size,
+                                        spec.rotate_files))
+        return captures
+
+    def _resolve_schedule(self, links: list[Link]) -> list[Event]:
+        by_endpoint = {str(end): link.index for link in links for end in link.endpoints()}
+        events = []
+        for i, spec in enumerate(self.document.schedule):
+            path = ("schedule", i)
+            if spec.at > self.document.duration:
+                self.problem(path + ("at",), f"at {spec.at:g}s is after the run ends "
+                                             f"(duration {self.document.duration:g}s)",
+                             "raise duration or move the event earlier")
+            if spec.link not in by_endpoint:
+                self.problem(path + ("link",), f"no link has endpoint {spec.link!r}",
+                             did_you_mean(spec.link, by_endpoint))
+                continue
+            events.append(Event(spec.at, spec.action, by_endpoint[spec.link]))
+        return sorted(events, key=lambda e: e.at)
