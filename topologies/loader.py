@@ -67,11 +67,12 @@ class SourceMap:
 class ScenarioSyntaxError(Exception):
     """The file is not a readable scenario document at all (YAML syntax, size, aliases, ...)."""
 
-    def __init__(self, position: Position, message: str, hint: str = ""):
+    def __init__(self, position: Position, message: str, hint: str = "", path: Path_ = ()):
         super().__init__(f"{position}: {message}")
         self.position = position
         self.message = message
         self.hint = hint
+        self.path = path  # the field the problem is in, when it is known
 
 
 def _position(file: str, node_or_mark) -> Position:
@@ -87,6 +88,8 @@ class _ScenarioLoader(yaml.SafeLoader):
         self.file = file
         self.environ = environ
         self.aliases = 0
+        self.paths: dict[int, Path_] = {}  # id(node) -> its path, filled by _index_positions
+        self.unset: list[tuple[Node, ScenarioSyntaxError]] = []  # scalars naming unset variables
 
     def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
@@ -100,12 +103,20 @@ class _ScenarioLoader(yaml.SafeLoader):
 
     def compose_scalar_node(self, anchor):
         event = self.peek_event()
+        unset = None
         if "${" in event.value:
-            event.value = self._expand(event.value, event)
-            if event.implicit[0]:
-                # Let the expanded text choose its own type (``${N:=3}`` -> int).
-                event.tag = None
-        return super().compose_scalar_node(anchor)
+            try:
+                event.value = self._expand(event.value, event)
+            except ScenarioSyntaxError as error:
+                unset = error  # raised once the node's path is known
+            else:
+                if event.implicit[0]:
+                    # Let the expanded text choose its own type (``${N:=3}`` -> int).
+                    event.tag = None
+        node = super().compose_scalar_node(anchor)
+        if unset is not None:
+            self.unset.append((node, unset))
+        return node
 
     def _expand(self, text: str, event) -> str:
         def substitute(match: re.Match) -> str:
@@ -123,25 +134,32 @@ class _ScenarioLoader(yaml.SafeLoader):
 
     def construct_mapping(self, node, deep=False):
         if isinstance(node, MappingNode):
-            self.flatten_mapping(node)
+            # Only keys written in this mapping count: a key written next to a merge
+            # (``<<: *base``) overrides the merged one, as YAML intends.
+            path = self.paths.get(id(node), ())
             seen: dict[object, Node] = {}
             for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
                 key = self.construct_object(key_node, deep=True)
                 if not isinstance(key, (str, int, float, bool)) and key is not None:
                     raise ScenarioSyntaxError(_position(self.file, key_node),
-                                              "a mapping key must be a plain scalar")
+                                              "a mapping key must be a plain scalar", path=path)
                 if key in seen:
                     first = _position(self.file, seen[key])
                     raise ScenarioSyntaxError(
                         _position(self.file, key_node), f"duplicate key {key!r}",
                         f"it is already defined at line {first.line}; "
-                        "names must be unique, and YAML keeps only the last")
+                        "names must be unique, and YAML keeps only the last",
+                        path + (key_node.value,))
                 seen[key] = key_node
         return super().construct_mapping(node, deep=deep)
 
 
-def _index_positions(file: str, root: Node, source_map: SourceMap) -> None:
-    """Fill ``source_map`` from the node tree, refusing trees that expand too far."""
+def _index_positions(file: str, root: Node, source_map: SourceMap,
+                     paths: dict[int, Path_]) -> None:
+    """Fill ``source_map`` and ``paths`` (id(node) -> first path it appears at) from the node
+    tree, refusing trees that expand too far."""
     visited = 0
     stack: list[tuple[Path_, Node]] = [((), root)]
     while stack:
@@ -152,12 +170,14 @@ def _index_positions(file: str, root: Node, source_map: SourceMap) -> None:
                 _position(file, root), f"the document expands to more than {MAX_NODES} values",
                 "aliases that nest aliases multiply; write the scenario out or use node ranges")
         source_map.positions[path] = _position(file, node)
+        paths.setdefault(id(node), path)
         if isinstance(node, MappingNode):
             for key_node, value_node in node.value:
                 if not isinstance(key_node, ScalarNode):
                     continue
                 child = path + (key_node.value,)
                 source_map.key_positions[child] = _position(file, key_node)
+                paths.setdefault(id(key_node), child)
                 stack.append((child, value_node))
         elif isinstance(node, SequenceNode):
             for index, item in enumerate(node.value):
@@ -179,13 +199,22 @@ def load_scenario_text(text: str, file: str = "<scenario>",
         if root is None:
             raise ScenarioSyntaxError(Position(file, 1, 1), "the file is empty",
                                       "a scenario needs at least name and topology")
-        _index_positions(file, root, source_map)
+        _index_positions(file, root, source_map, loader.paths)
+        if loader.unset:
+            node, error = loader.unset[0]
+            raise ScenarioSyntaxError(error.position, error.message, error.hint,
+                                      loader.paths.get(id(node), ()))
         data = loader.construct_document(root)
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         position = _position(file, mark) if mark else Position(file, 1, 1)
+        hint = error.context or ""
+        if error.context and error.context_mark and error.context_mark is not mark:
+            # The cause is often where that construct began (an unclosed '[' or quote).
+            hint += (f" started at line {error.context_mark.line + 1}, "
+                     f"column {error.context_mark.column + 1}")
         raise ScenarioSyntaxError(position, f"YAML syntax: {error.problem or error.context}",
-                                  error.context or "") from None
+                                  hint) from None
     except yaml.YAMLError as error:
         raise ScenarioSyntaxError(Position(file, 1, 1), f"YAML error: {error}") from None
     except RecursionError:

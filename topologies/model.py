@@ -235,9 +235,30 @@ class ScenarioDocument(StrictModel):
     schedule: list[ScheduledEvent] = Field(default_factory=list)
 
 
+VARIABLE_SCHEMA = {"type": "string", "pattern": r"\$\{[A-Za-z_][A-Za-z0-9_]*((:=|:-)[^}]*)?\}",
+                   "description": "an environment variable, expanded before validation"}
+
+
+def _allow_variables(schema: Any) -> Any:
+    """Let every number, integer, boolean and patterned string also be written as
+    ``${VAR:=default}``, as the loader expands variables before types are checked."""
+    if isinstance(schema, dict):
+        schema = {key: _allow_variables(value) for key, value in schema.items()}
+        typed_scalar = schema.get("type") in ("integer", "number", "boolean") or (
+            schema.get("type") == "string" and "pattern" in schema and schema is not VARIABLE_SCHEMA)
+        if typed_scalar:
+            typed = {k: v for k, v in schema.items() if k not in ("title", "description", "default")}
+            kept = {k: v for k, v in schema.items() if k in ("title", "description", "default")}
+            return {**kept, "anyOf": [typed, VARIABLE_SCHEMA]}
+        return schema
+    if isinstance(schema, list):
+        return [_allow_variables(item) for item in schema]
+    return schema
+
+
 def json_schema() -> dict:
     """The published JSON Schema of scenario files."""
-    schema = ScenarioDocument.model_json_schema()
+    schema = _allow_variables(ScenarioDocument.model_json_schema())
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["$id"] = "https://edgebed.invalid/scenario.schema.json"
     schema["title"] = "edgebed scenario"

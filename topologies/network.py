@@ -95,7 +95,11 @@ class ScenarioNetwork:
                                 cls=Link, **params)
 
     def _configure_hosts(self) -> None:
-        """Addresses on every host interface (Mininet only sets the first) and offloads."""
+        """Addresses on every host interface (Mininet only sets the first) and offloads.
+
+        Commands go to all host shells first and are collected afterwards, so the hosts
+        configure themselves in parallel rather than one round trip after another."""
+        busy = []
         for node in self.scenario.hosts:
             host = self.net[node.name]
             commands = [f"ip addr flush dev {name} && ip addr add {address} dev {name}"
@@ -105,7 +109,10 @@ class ScenarioNetwork:
                 commands += [f"ethtool -K {name} tx off rx off >/dev/null 2>&1"
                              for name in node.interfaces]
             if commands:
-                host.cmd(" ; ".join(commands))
+                host.sendCmd(" ; ".join(commands))
+                busy.append(host)
+        for host in busy:
+            host.waitOutput()
 
     def _label_bridges(self) -> None:
         """Record scenario names and the run prefix on the OVS bridges, for people and clean."""

@@ -172,7 +172,8 @@ def load(path: str | Path, environ: dict[str, str] | None = None) -> Scenario:
     try:
         data, source_map = load_scenario_file(path, environ)
     except ScenarioSyntaxError as error:
-        raise ScenarioInvalid([Problem(error.position, (), error.message, error.hint)]) from None
+        raise ScenarioInvalid([Problem(error.position, error.path, error.message,
+                                       error.hint)]) from None
     return resolve(data, source_map)
 
 
@@ -181,7 +182,8 @@ def loads(text: str, file: str = "<scenario>", environ: dict[str, str] | None = 
     try:
         data, source_map = load_scenario_text(text, file, environ)
     except ScenarioSyntaxError as error:
-        raise ScenarioInvalid([Problem(error.position, (), error.message, error.hint)]) from None
+        raise ScenarioInvalid([Problem(error.position, error.path, error.message,
+                                       error.hint)]) from None
     return resolve(data, source_map)
 
 
@@ -298,6 +300,10 @@ class _Resolver:
         self.problems: list[Problem] = []
         self.nodes: dict[str, Node] = {}
         self.origin: dict[str, tuple] = {}  # expanded node name -> path of its definition
+        self.unusable: set[str] = set()  # node keys as written that were reported unusable
+        self.linked: set[str] = set()  # nodes some link names, whether or not the link is valid
+        self.unknown_endpoint = False  # some endpoint could not be tied to defined nodes
+        self.endpoint_paths: dict[Endpoint, tuple] = {}  # linked interface -> where written
 
     def problem(self, path: tuple, message: str, hint: str = "", *, key: bool = False) -> None:
         self.problems.append(Problem(self.source_map.position(path, key=key), path, message, hint))
@@ -332,11 +338,16 @@ class _Resolver:
         if not match:
             return [text]
         first, last = int(match.group(1)), int(match.group(2))
-        if first > last or last - first + 1 > MAX_RANGE:
-            self.problem(path, f"bad range [{first}-{last}] in {text!r}",
-                         f"write [first-last] with first <= last and at most {MAX_RANGE} items")
-            return None
         head, tail = text[:match.start()], text[match.end():]
+        if first > last:
+            self.problem(path, f"bad range [{first}-{last}] in {text!r}: it counts down",
+                         f"write [first-last] with first <= last: {head}[{last}-{first}]{tail}")
+            return None
+        if last - first + 1 > MAX_RANGE:
+            self.problem(path, f"bad range [{first}-{last}] in {text!r}: {last - first + 1} "
+                               f"items, at most {MAX_RANGE}",
+                         f"split it into ranges of at most {MAX_RANGE} items")
+            return None
         return [f"{head}{i}{tail}" for i in range(first, last + 1)]
 
     def _resolve_nodes(self) -> None:
@@ -347,9 +358,11 @@ class _Resolver:
                 self.problem(path, f"{written!r} is not a safe node name",
                              "use letters, digits, '-' and '_', start with a letter, at most 32 "
                              "characters; a range is written viewer[1-40]", key=True)
+                self.unusable.add(written)
                 continue
             names = self._expand(written, path)
             if names is None:
+                self.unusable.add(written)
                 continue
             settings = self._inherit(spec, path)
             for name in names:
@@ -418,10 +431,17 @@ class _Resolver:
         node_text, sep, interface_text = text.partition(":")
         if not sep or not node_text or not interface_text or ":" in interface_text:
             self.problem(path, f"bad endpoint {text!r}", 'write "node:interface", e.g. "v1:eth1"')
+            self.unknown_endpoint = True
             return None
+        if node_text in self.unusable:
+            return None  # reported where the node is written
         nodes = self._expand(node_text, path)
+        if nodes is None:
+            self.unknown_endpoint = True
+            return None
+        self.linked.update(nodes)
         interfaces = self._expand(interface_text, path)
-        if nodes is None or interfaces is None:
+        if interfaces is None:
             return None
         if len(nodes) > 1 and len(interfaces) > 1 and len(nodes) != len(interfaces):
             self.problem(path, f"{text!r} pairs {len(nodes)} nodes with {len(interfaces)} "
@@ -436,6 +456,7 @@ class _Resolver:
                 if node not in self.origin:  # a node that failed its own checks says so there
                     self.problem(path, f"endpoint {node}:{interface} names unknown node {node!r}",
                                  did_you_mean(node, self.nodes))
+                    self.unknown_endpoint = True
                 return None
             if len(interface) > LINUX_IFNAMSIZ:
                 self.problem(path, f"interface name {interface!r} is {len(interface)} characters;"
@@ -485,8 +506,9 @@ class _Resolver:
                     continue
                 links.append(Link(len(links), a, b, forward, reverse,
                                   self.source_map.position(path)))
-                for end in (a, b):
+                for side, end in enumerate((a, b)):
                     self.nodes[end.node].interfaces[end.interface] = None
+                    self.endpoint_paths[end] = path + ("endpoints", side)
         for switch in (n for n in self.nodes.values() if n.is_switch):
             self._assign_ports(switch)
         return links
@@ -495,13 +517,18 @@ class _Resolver:
         both = {k: v for k, v in spec.model_dump(include=set(Impairment.model_fields)).items()
                 if v is not None}
         result = []
+        checked = set()
         for direction in ("forward", "reverse"):
             override = getattr(spec, direction)
             values = dict(both)
             if override is not None:
                 values.update(override.model_dump(exclude_none=True))
             impairment = Impairment.model_validate(values)
+            result.append(impairment)
             where = path + (direction,) if override is not None else path
+            if where in checked:
+                continue  # neither direction overrides: the link's own values, checked once
+            checked.add(where)
             if (impairment.jitter or 0) > (impairment.delay or 0):
                 self.problem(where, f"jitter {impairment.jitter * 1e3:g}ms is larger than delay "
                                     f"{(impairment.delay or 0) * 1e3:g}ms",
@@ -509,26 +536,25 @@ class _Resolver:
             if impairment.bw is not None and impairment.bw > MAX_BANDWIDTH:
                 self.problem(where, f"bw {impairment.bw / 1e9:g}Gbps is more than a veth "
                                     "can carry", "at most 100Gbps")
-            result.append(impairment)
         return result[0], result[1]
 
     def _assign_ports(self, switch: Node) -> None:
         """OpenFlow port numbers: the interface's trailing number (eth3 -> 3), else the next free."""
-        path = self.origin[switch.name]
         pending = []
         for interface in switch.interfaces:
+            path = self.endpoint_paths[Endpoint(switch.name, interface)]
             match = re.search(r"(\d+)$", interface)
             number = int(match.group(1)) if match else 0
             if number > MAX_PORT:
                 self.problem(path, f"interface {interface} of switch {switch.name} would be "
                                    f"OpenFlow port {number}; edgebed numbers ports 1-{MAX_PORT}",
-                             "use a smaller interface number", key=True)
+                             "use a smaller interface number")
             elif number >= 1:
                 if number in switch.ports.values():
                     other = next(i for i, p in switch.ports.items() if p == number)
                     self.problem(path, f"interfaces {other} and {interface} of switch "
                                        f"{switch.name} would both be OpenFlow port {number}",
-                                 "number switch interfaces uniquely", key=True)
+                                 "number switch interfaces uniquely")
                 switch.ports[interface] = number
             else:
                 pending.append(interface)
@@ -597,9 +623,10 @@ class _Resolver:
         return (n for n in self.nodes.values() if not n.is_switch)
 
     def _check_connectivity(self, links: list[Link]) -> None:
-        linked = {end.node for link in links for end in link.endpoints()}
         for node in self.nodes.values():
-            if node.name not in linked and not node.is_switch:
+            # A node named by an invalid link is reported there; when an endpoint names no
+            # defined node, it may have meant any unlinked one: say nothing about them.
+            if node.name not in self.linked and not node.is_switch and not self.unknown_endpoint:
                 self.problem(self.origin[node.name], f"{node.name} is not connected to anything",
                              "add a link with an endpoint on it, or remove the node", key=True)
         if self.document.controller.app == "none":
@@ -635,7 +662,11 @@ class _Resolver:
                                                       if attribute(n)}))
                 chosen += matched
                 continue
+            if selector in self.unusable:
+                continue  # reported where the node is written
             for name in self._expand(selector, where) or []:
+                if name in self.origin and name not in self.nodes:
+                    continue  # the node failed its own checks and says so there
                 if name not in self.nodes:
                     self.problem(where, f"unknown node {name!r}", did_you_mean(name, self.nodes))
                 elif self.nodes[name].is_switch:
