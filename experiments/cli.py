@@ -34,7 +34,8 @@ def _load(path: str) -> scenario_module.Scenario:
 
 def _report_invalid(error: ScenarioInvalid) -> int:
     for problem in error.problems:
-        errors.print(str(problem), markup=False)
+        # soft_wrap: one problem, one line, so editors and grep can jump to file:line:column
+        errors.print(str(problem), markup=False, soft_wrap=True)
     count = len(error.problems)
     errors.print(f"{count} problem{'s' if count != 1 else ''}; nothing was built.", markup=False)
     return EXIT_INVALID

@@ -169,18 +169,18 @@ class Scenario:
 
 def load(path: str | Path, environ: dict[str, str] | None = None) -> Scenario:
     """Read, validate and resolve a scenario file; raises :class:`ScenarioInvalid`."""
-    try:
-        data, source_map = load_scenario_file(path, environ)
-    except ScenarioSyntaxError as error:
-        raise ScenarioInvalid([Problem(error.position, error.path, error.message,
-                                       error.hint)]) from None
-    return resolve(data, source_map)
+    return _parse_and_resolve(load_scenario_file, path, environ)
 
 
 def loads(text: str, file: str = "<scenario>", environ: dict[str, str] | None = None) -> Scenario:
     """Like :func:`load`, from text."""
+    return _parse_and_resolve(lambda text, environ: load_scenario_text(text, file, environ),
+                              text, environ)
+
+
+def _parse_and_resolve(parse, source, environ) -> Scenario:
     try:
-        data, source_map = load_scenario_text(text, file, environ)
+        data, source_map = parse(source, environ)
     except ScenarioSyntaxError as error:
         raise ScenarioInvalid([Problem(error.position, error.path, error.message,
                                        error.hint)]) from None
@@ -668,7 +668,8 @@ class _Resolver:
                 if name in self.origin and name not in self.nodes:
                     continue  # the node failed its own checks and says so there
                 if name not in self.nodes:
-                    self.problem(where, f"unknown node {name!r}", did_you_mean(name, self.nodes))
+                    self.problem(where, f"unknown node {name!r}", did_you_mean(
+                        name, [n.name for n in self.nodes.values() if not n.is_switch]))
                 elif self.nodes[name].is_switch:
                     self.problem(where, f"{name} is a switch; agents and captures run on hosts")
                 else:

@@ -1,0 +1,118 @@
+"""Integration tests build real Mininet networks: they need root, Open vSwitch and mnexec.
+
+They skip (saying why) only when not run as root; as root a missing piece is a failure,
+because `make test` installs and starts everything they need.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+from topologies import cleanup
+from topologies.naming import prefix_of
+
+pytestmark = pytest.mark.integration
+
+EDGEBED = [sys.executable, "-m", "experiments.cli"]
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.geteuid() != 0:
+        skip = pytest.mark.skip(reason="integration tests build Mininet networks and need root")
+        for item in items:
+            if "integration" in str(item.fspath):
+                item.add_marker(skip)
+
+
+@dataclass(frozen=True)
+class SystemState:
+    """What a run may create: namespaces, root links, OVS bridges, run processes."""
+
+    netns: frozenset
+    links: frozenset
+    bridges: frozenset
+    run_processes: frozenset  # (pid, prefix)
+
+    @classmethod
+    def now(cls) -> "SystemState":
+        netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        return cls(frozenset(line.split()[0] for line in netns.splitlines() if line.strip()),
+                   frozenset(cleanup.root_links()), frozenset(cleanup.ovs_bridges()),
+                   frozenset(cleanup.run_processes().items()))
+
+    def new_since(self, before: "SystemState", ignore_prefixes=()) -> dict:
+        """Objects present now that were not before, except those of other runs' prefixes."""
+        def ours(name):
+            return prefix_of(name) not in ignore_prefixes
+        return {
+            "netns": sorted(self.netns - before.netns),
+            "links": sorted(n for n in self.links - before.links if ours(n)),
+            "bridges": sorted(n for n in self.bridges - before.bridges if ours(n)),
+            "processes": sorted(p for p in self.run_processes - before.run_processes
+                                if p[1] not in ignore_prefixes),
+        }
+
+
+def other_live_prefixes(mine: str) -> set[str]:
+    from experiments import registry
+    return registry.live_prefixes() - {mine}
+
+
+def assert_nothing_left(before: SystemState, prefix: str) -> None:
+    after = SystemState.now()
+    created = after.new_since(before, other_live_prefixes(prefix))
+    assert created == {"netns": [], "links": [], "bridges": [], "processes": []}, created
+    assert not cleanup.find_leftovers({prefix}), f"objects with prefix {prefix} remain"
+
+
+def edgebed(*arguments: str, timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(EDGEBED + list(arguments), cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, **kwargs)
+
+
+def start_edgebed(*arguments: str) -> subprocess.Popen:
+    return subprocess.Popen(EDGEBED + list(arguments), cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def only_run_dir(runs: Path) -> Path:
+    found = [p for p in runs.iterdir() if p.is_dir()]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def wait_for_phase(runs: Path, phase: str, process: subprocess.Popen, timeout: float = 120) -> Path:
+    """Wait until the run's manifest reports ``phase``; returns the run directory."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.stdout.read()
+        dirs = [p for p in runs.iterdir() if p.is_dir()] if runs.exists() else []
+        if dirs and (dirs[0] / "manifest.json").exists():
+            manifest = json.loads((dirs[0] / "manifest.json").read_text())
+            if manifest.get("phase") == phase:
+                return dirs[0]
+        time.sleep(0.1)
+    process.send_signal(signal.SIGTERM)
+    raise AssertionError(f"run did not reach phase {phase!r} in {timeout}s")
+
+
+@pytest.fixture
+def state_before() -> SystemState:
+    return SystemState.now()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def open_vswitch_running():
+    if os.geteuid() == 0:
+        result = subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True)
+        assert result.returncode == 0, "Open vSwitch is not running: run `make setup`"

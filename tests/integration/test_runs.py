@@ -1,0 +1,201 @@
+"""Real runs of real scenarios: build, pass traffic, tear down, leave nothing behind."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import signal
+import struct
+import textwrap
+import time
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+from tests.conftest import ROOT
+from tests.integration.conftest import (assert_nothing_left, edgebed, only_run_dir,
+                                        start_edgebed, wait_for_phase)
+from topologies import cleanup, scenario as scenario_module
+
+
+def connected_role_pairs(loaded) -> set[frozenset]:
+    """Every pair of host roles that share a connected part of the topology."""
+    graph = loaded.graph()
+    pairs = set()
+    for part in nx.connected_components(graph):
+        hosts = [loaded.nodes[n] for n in part if not loaded.nodes[n].is_switch]
+        for a, b in itertools.combinations(hosts, 2):
+            pairs.add(frozenset((a.role.value, b.role.value)))
+    return pairs
+
+
+def pcap_packet_count(path: Path) -> int:
+    """Records in a classic pcap file (tcpdump's -w format)."""
+    data = path.read_bytes()
+    assert data[:4] in (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4"), "not a pcap file"
+    endian = "<" if data[:4] == b"\xd4\xc3\xb2\xa1" else ">"
+    offset, count = 24, 0
+    while offset + 16 <= len(data):
+        captured = struct.unpack(endian + "IIII", data[offset:offset + 16])[2]
+        offset += 16 + captured
+        count += 1
+    return count
+
+
+@pytest.mark.parametrize("example", ["demo.yaml", "city-113.yaml"])
+def test_example_runs_passes_traffic_between_every_connected_role_pair(example, tmp_path,
+                                                                       state_before):
+    path = ROOT / "topologies" / example
+    loaded = scenario_module.load(path, {})
+    result = edgebed("run", str(path), "--duration", "1s", "--runs-dir", str(tmp_path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    run = only_run_dir(tmp_path)
+    summary = json.loads((run / "summary.json").read_text())
+    manifest = json.loads((run / "manifest.json").read_text())
+
+    assert summary["status"] == manifest["status"] == "completed"
+    tested = {frozenset((p["source_role"], p["target_role"])) for p in summary["reachability"]}
+    assert tested == connected_role_pairs(loaded)
+    failed = [p for p in summary["reachability"] if p["received"] != p["sent"] or not p["sent"]]
+    assert not failed, failed
+
+    assert manifest["backends"]["ovs_datapath"] in ("kernel", "user")
+    assert manifest["seed"] == loaded.seed and manifest["ended"]
+    assert {p.stem for p in (run / "logs").glob("*.log")} == set(loaded.nodes)
+    assert (run / "scenario.yaml").exists()
+    for capture in loaded.captures:
+        for interface in capture.interfaces:
+            assert pcap_packet_count(run / "pcap" / f"{capture.node}-{interface}.pcap") > 0
+    assert f"{loaded.name}: completed" in result.stdout
+    assert_nothing_left(state_before, manifest["prefix"])
+
+
+def scenario_file(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "scenario.yaml"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+LINE = """
+name: line
+duration: {duration}
+topology:
+  subnet: 10.9.0.0/24
+  nodes:
+    v1: {{role: viewer, ip: 10.9.0.1/24}}
+    e1: {{role: edge, ip: 10.9.0.2/24}}
+    s1: {{role: switch}}
+    s2: {{role: switch}}
+  links:
+    - endpoints: ["v1:eth1", "s1:eth1"]
+    - endpoints: ["s1:eth2", "s2:eth2"]
+    - endpoints: ["e1:eth1", "s2:eth1"]
+"""
+
+
+def test_schedule_takes_a_switch_link_down_and_up(tmp_path, state_before):
+    path = scenario_file(tmp_path, LINE.format(duration="5s") + """
+workload:
+  - agent: command
+    nodes: [v1]
+    command: ping -n -i 0.1 -c 40 10.9.0.2
+schedule:
+  - {at: 1s, action: link_down, link: "s1:eth2"}
+  - {at: 3s, action: link_up, link: "s1:eth2"}
+""")
+    runs = tmp_path / "runs"
+    result = edgebed("run", str(path), "--runs-dir", str(runs))
+    assert result.returncode == 0, result.stdout + result.stderr
+    run = only_run_dir(runs)
+    log = (run / "logs" / "v1.log").read_text()
+    sent, received = map(int, re.search(r"(\d+) packets transmitted, (\d+) received", log).groups())
+    assert sent == 40
+    # Down for 2 s of a 4 s ping at 10/s: about 20 lost; before and after it all arrives.
+    assert 12 <= sent - received <= 28, log
+    events = (run / "runner.log").read_text()
+    assert "link_down s1:eth2 - s2:eth2" in events and "link_up s1:eth2 - s2:eth2" in events
+    assert_nothing_left(state_before, json.loads((run / "manifest.json").read_text())["prefix"])
+
+
+def test_tcp_crosses_the_switches_and_every_interface_gets_its_address(tmp_path, state_before):
+    body = LINE.format(duration="4s").replace(
+        '    - endpoints: ["e1:eth1", "s2:eth1"]\n',
+        '    - endpoints: ["e1:eth1", "s2:eth1"]\n    - endpoints: ["e1:eth2", "s1:eth3"]\n')
+    path = scenario_file(tmp_path, body + """
+workload:
+  - {agent: command, nodes: [e1], command: "iperf3 -s -1 -B {ip}"}
+  - {agent: command, nodes: [v1], start: 1s, command: "iperf3 -c 10.9.0.2 -t 1 -f m"}
+""")
+    runs = tmp_path / "runs"
+    result = edgebed("run", str(path), "--runs-dir", str(runs))
+    assert result.returncode == 0, result.stdout + result.stderr
+    run = only_run_dir(runs)
+    client = (run / "logs" / "v1.log").read_text()
+    receiver = re.search(r"([\d.]+) Mbits/sec\s+receiver", client)
+    assert receiver and float(receiver.group(1)) > 1.0, client
+    edge = (run / "logs" / "e1.log").read_text()
+    assert re.search(r"eth1@\S+\s+UP\s+10\.9\.0\.2/24", edge), edge
+    assert re.search(r"eth2@\S+\s+UP\s+10\.9\.0\.3/24", edge), edge
+    assert_nothing_left(state_before, json.loads((run / "manifest.json").read_text())["prefix"])
+
+
+@pytest.mark.parametrize("how, exit_code, status", [
+    (signal.SIGTERM, 143, "terminated"),
+    (signal.SIGINT, 130, "interrupted"),
+])
+def test_signal_tears_down_and_records_why(how, exit_code, status, tmp_path, state_before):
+    path = scenario_file(tmp_path, LINE.format(duration="120s") + """
+workload:
+  - {agent: command, nodes: [v1, e1], command: sleep 600}
+""")
+    runs = tmp_path / "runs"
+    process = start_edgebed("run", str(path), "--runs-dir", str(runs))
+    run = wait_for_phase(runs, "network up", process)
+    prefix = json.loads((run / "manifest.json").read_text())["prefix"]
+    assert cleanup.find_leftovers({prefix})[prefix].bridges  # the network is really there
+    process.send_signal(how)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == exit_code, output
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == status and manifest["ended"]
+    assert json.loads((run / "summary.json").read_text())["status"] == status
+    assert_nothing_left(state_before, prefix)
+
+
+def test_sigkilled_runner_is_cleaned_by_prefix(tmp_path, state_before):
+    path = scenario_file(tmp_path, LINE.format(duration="120s") + """
+workload:
+  - {agent: command, nodes: [v1, e1], command: sleep 600}
+""")
+    runs = tmp_path / "runs"
+    bystander = start_edgebed("run", str(path), "--runs-dir", str(tmp_path / "other"))
+    bystander_run = wait_for_phase(tmp_path / "other", "network up", bystander)
+    victim = start_edgebed("run", str(path), "--runs-dir", str(runs))
+    run = wait_for_phase(runs, "network up", victim)
+    prefix = json.loads((run / "manifest.json").read_text())["prefix"]
+    time.sleep(0.5)  # let the workload start
+    victim.kill()
+    victim.wait()
+    left = cleanup.find_leftovers({prefix})[prefix]
+    assert left.bridges and left.processes, "SIGKILL should leave the network behind"
+
+    result = edgebed("clean")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert prefix in result.stdout
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "incomplete"
+    assert not (run / "summary.json").exists()
+
+    # The live run next to it was not touched.
+    bystander_prefix = json.loads((bystander_run / "manifest.json").read_text())["prefix"]
+    assert cleanup.find_leftovers({bystander_prefix})[bystander_prefix].bridges
+    bystander.send_signal(signal.SIGTERM)
+    bystander.communicate(timeout=60)
+    assert bystander.returncode == 143
+    assert_nothing_left(state_before, prefix)
+    assert_nothing_left(state_before, bystander_prefix)
+
