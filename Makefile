@@ -3,7 +3,7 @@ VENV := .venv
 EDGEBED := $(VENV)/bin/edgebed
 SCENARIO ?= topologies/demo.yaml
 
-.PHONY: setup demo test unit clean-runs schema bench
+.PHONY: setup demo test unit clean schema bench
 
 setup:
 	@scripts/setup.sh
@@ -22,6 +22,8 @@ schema: setup
 
 bench: setup
 	$(VENV)/bin/python benchmarks/bringup.py
+	$(VENV)/bin/python benchmarks/impairment.py
 
-clean-runs: setup
+# Removes what crashed runs left behind (by prefix); run directories under runs/ stay.
+clean: setup
 	$(EDGEBED) clean

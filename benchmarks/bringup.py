@@ -28,27 +28,34 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from topologies import cleanup, scenario as scenario_module  # noqa: E402
 from topologies.capabilities import ovs_kernel_module  # noqa: E402
-from topologies.naming import RunNames  # noqa: E402
+from experiments.registry import registered  # noqa: E402
+from topologies.naming import RunNames, processes_carry  # noqa: E402
 from topologies.network import ScenarioNetwork  # noqa: E402
 
 
 def edgebed_round(path: Path, datapath: str) -> tuple[float, float]:
-    started = time.perf_counter()
-    loaded = scenario_module.load(path)
     names = RunNames.fresh()
-    network = ScenarioNetwork(loaded, names, datapath)
-    network.start()
-    up = time.perf_counter() - started
-    started = time.perf_counter()
-    network.stop()
-    cleanup.remove_run_objects(names.prefix)
-    return up, time.perf_counter() - started
+    with registered(names.prefix, path), processes_carry(names.prefix):
+        started = time.perf_counter()
+        network = ScenarioNetwork(scenario_module.load(path), names, datapath)
+        network.start()
+        up = time.perf_counter() - started
+        started = time.perf_counter()
+        network.stop()
+        down = time.perf_counter() - started
+        cleanup.remove_run_objects(names.prefix)
+    return up, down
 
 
 def mininet_round(path: Path, datapath: str) -> tuple[float, float]:
     """The same topology through Mininet's own API with its defaults for names and ports."""
     loaded = scenario_module.load(path)  # read outside the timed part: Mininet has no format
     prefix = RunNames.fresh().prefix
+    with registered(prefix, path), processes_carry(prefix):
+        return _mininet_build_and_stop(loaded, prefix, datapath)
+
+
+def _mininet_build_and_stop(loaded, prefix: str, datapath: str) -> tuple[float, float]:
     started = time.perf_counter()
     net = Mininet(topo=None, build=False, controller=None, waitConnected=False)
     mininet_name = {}

@@ -18,9 +18,17 @@ from rich.table import Table
 
 from topologies import scenario as scenario_module
 from topologies.model import json_schema
+from topologies.impairments.relay import RELAY_ACCURATE_PPS
 from topologies.problems import ScenarioInvalid
 from topologies.units import UnitError, format_duration, parse_duration
 
+IMPAIRMENT_BACKENDS = {
+    "netem": "netem (sch_netem) for delay, jitter and loss, HTB for rate",
+    "fallback": f"fallback (no sch_netem): HTB for rate, classic-BPF TC_ACT_STOLEN for random "
+                f"loss, a user-space relay in a wire namespace for delay, jitter and burst loss "
+                f"(mean delay error < 1 ms up to {RELAY_ACCURATE_PPS} packets/s per direction, "
+                f"measured by benchmarks/impairment.py)",
+}
 EXIT_INVALID = 2
 EXIT_NOT_READY = 3
 
@@ -54,9 +62,9 @@ def command_validate(arguments: argparse.Namespace) -> int:
     return worst
 
 
-def _need_root() -> int:
+def _need_root(command: str) -> int:
     if os.geteuid() != 0:
-        errors.print("edgebed run needs root: Mininet creates namespaces, veth links and OVS "
+        errors.print(f"edgebed {command} needs root: runs create namespaces, veth links and OVS "
                      "bridges (try: sudo edgebed ...)")
         return EXIT_NOT_READY
     return 0
@@ -69,7 +77,7 @@ def command_run(arguments: argparse.Namespace) -> int:
         loaded = _load(arguments.file)
     except ScenarioInvalid as error:
         return _report_invalid(error)
-    if code := _need_root():
+    if code := _need_root("run"):
         return code
     options = RunOptions(runs_root=Path(arguments.runs_dir), cli=arguments.cli,
                          duration=arguments.duration, datapath=arguments.datapath)
@@ -119,7 +127,7 @@ def _print_summary(loaded: scenario_module.Scenario, result) -> None:
 def command_clean(arguments: argparse.Namespace) -> int:
     from .registry import clean
 
-    if code := _need_root():
+    if code := _need_root("clean"):
         return code
     reports = clean()
     if not reports:
@@ -154,7 +162,7 @@ def command_doctor(arguments: argparse.Namespace) -> int:
                   f"{found.ovs_datapath}" + ("" if found.ovs_kernel_module else
                                              " (no openvswitch module: userspace datapath, "
                                              "host offloads off)"))
-    table.add_row("[bold]will use: impairments[/bold]", found.impairment_backend)
+    table.add_row("[bold]will use: impairments[/bold]", IMPAIRMENT_BACKENDS[found.impairment_backend])
     console.print(table)
     for problem in found.problems():
         errors.print(f"[red]not ready:[/red] {problem}")

@@ -1,4 +1,4 @@
-"""Which runs are alive: one small file per run under ``/run/edgebed/runs``.
+"""Which runs are alive: one small file per run under ``/var/lib/edgebed/runs``.
 
 A run registers its prefix, the runner's pid (with the pid's start time, so a recycled pid is
 not mistaken for the runner) and its run directory. ``edgebed clean`` removes the objects of
@@ -7,17 +7,21 @@ prefixes whose runner is gone, and never touches a live run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Iterator
 
 from topologies import cleanup
 from topologies.naming import PREFIX_PATTERN
 
 from .rundir import RunDirectory, atomic_write, iso, utc_now
 
-REGISTRY = Path(os.environ.get("EDGEBED_STATE_DIR", "/run/edgebed")) / "runs"
+# Kept on disk, not in /run: OVS bridges outlive a reboot, and so must the record of whose
+# they were, so that `edgebed clean` can mark those runs incomplete afterwards.
+REGISTRY = Path(os.environ.get("EDGEBED_STATE_DIR", "/var/lib/edgebed")) / "runs"
 
 
 def _start_time(pid: int) -> str | None:
@@ -46,6 +50,17 @@ def register(prefix: str, run_dir: Path) -> RunRecord:
 
 def unregister(prefix: str) -> None:
     (REGISTRY / f"{prefix}.json").unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def registered(prefix: str, run_dir: Path) -> Iterator[RunRecord]:
+    """Hold ``prefix`` as a live run for the duration (benchmarks, test harnesses), so that
+    ``edgebed clean`` leaves its objects alone."""
+    record = register(prefix, run_dir)
+    try:
+        yield record
+    finally:
+        unregister(prefix)
 
 
 def records() -> list[RunRecord]:

@@ -25,7 +25,8 @@ from agents.processes import NodeProcesses, tcpdump_command
 from agents.reachability import ping_pairs, role_pairs
 from topologies import capabilities as caps
 from topologies import cleanup
-from topologies.naming import ENVIRONMENT_KEY, RunNames
+from topologies.impairments.control import LinkControl, choose_backend, wired_links
+from topologies.naming import RunNames, processes_carry
 from topologies.scenario import Scenario
 
 from . import registry
@@ -86,20 +87,6 @@ def _signals_ignored() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _environment(key: str, value: str) -> Iterator[None]:
-    """Set one environment variable for the processes Mininet spawns while building."""
-    old = os.environ.get(key)
-    os.environ[key] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = old
-
-
-@contextlib.contextmanager
 def _mininet_log_to(path: Path) -> Iterator[logging.Logger]:
     """Send Mininet's log (and ours) to the run's runner.log instead of the terminal."""
     from mininet.log import lg
@@ -110,6 +97,7 @@ def _mininet_log_to(path: Path) -> Iterator[logging.Logger]:
     lg.handlers = [handler]
     lg.setLevel(logging.INFO)
     logger = logging.getLogger("edgebed.run")
+    logger.propagate = False  # the terminal gets the summary, not log records
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     try:
@@ -140,6 +128,7 @@ class Run:
         self.run_dir: RunDirectory | None = None
         self.processes = NodeProcesses(self.names.prefix)
         self.network = None
+        self.links: LinkControl | None = None
         self.warnings: list[str] = []
         self.summary: dict = {"scenario": scenario.name, "prefix": self.names.prefix}
 
@@ -148,18 +137,19 @@ class Run:
         blocking = found.problems()
         if blocking:
             raise EnvironmentError("; ".join(blocking))
-        datapath = self.options.datapath or _choose_datapath(
-            self.scenario.document.emulation.ovs_datapath, found)
+        emulation = self.scenario.document.emulation
+        datapath = _choose_datapath(self.options.datapath or emulation.ovs_datapath, found)
+        backend = choose_backend(emulation.impairments, found.qdiscs.get("netem", False))
         self.run_dir = RunDirectory.create(self.options.runs_root, self.scenario.name, self.started)
         self.summary["run_dir"] = str(self.run_dir.path)
         self.run_dir.write_yaml("scenario.yaml", self.scenario.resolved())
-        self.run_dir.write_json("manifest.json", self._manifest(found, datapath))
+        self.run_dir.write_json("manifest.json", self._manifest(found, datapath, backend))
         registry.register(self.names.prefix, self.run_dir.path)
         status, error = "failed", None
         with _mininet_log_to(self.run_dir.path / "runner.log") as log:
             try:
                 with _signals_raise():
-                    self._run(datapath, log)
+                    self._run(datapath, backend, log)
                 status = "completed"
             except KeyboardInterrupt:
                 status = "interrupted"
@@ -178,19 +168,13 @@ class Run:
         registry.unregister(self.names.prefix)
         return RunResult(status, self.run_dir.path, self.summary)
 
-    def _manifest(self, found: caps.Capabilities, datapath: str) -> dict:
+    def _manifest(self, found: caps.Capabilities, datapath: str, backend) -> dict:
         from importlib.metadata import PackageNotFoundError, version
 
         try:
             edgebed_version = version("edgebed")
         except PackageNotFoundError:
             edgebed_version = "source"
-        impaired = [str(link.a) + " - " + str(link.b) for link in self.scenario.links
-                    if link.impaired]
-        if impaired:
-            self.warnings.append(f"{len(impaired)} links declare impairments (bw, delay, jitter, "
-                                 "loss); this edgebed version records them but does not apply "
-                                 "them yet")
         return {
             "edgebed": edgebed_version,
             "scenario": self.scenario.name,
@@ -204,23 +188,27 @@ class Run:
             "host": platform.node(),
             "runner_pid": os.getpid(),
             "backends": {"ovs_datapath": datapath, "controller": self.scenario.document.controller.app,
-                         "impairments": {"applied": False, "declared_on": impaired}},
+                         "impairments": backend.name},
             "capabilities": found.as_dict(),
         }
 
-    def _run(self, datapath: str, log: logging.Logger) -> None:
+    def _run(self, datapath: str, backend, log: logging.Logger) -> None:
         from topologies.network import ScenarioNetwork
 
         self.options.on_phase("building")
-        log.info("building %d hosts, %d switches, %d links (prefix %s, datapath %s)",
-                 len(self.scenario.hosts), len(self.scenario.switches), len(self.scenario.links),
-                 self.names.prefix, datapath)
-        self.network = ScenarioNetwork(self.scenario, self.names, datapath)
-        with _environment(ENVIRONMENT_KEY, self.names.prefix):
+        wired = wired_links(self.scenario, backend)
+        log.info("building %d hosts, %d switches, %d links, %d wires (prefix %s, datapath %s, "
+                 "impairments %s)", len(self.scenario.hosts), len(self.scenario.switches),
+                 len(self.scenario.links), len(wired), self.names.prefix, datapath, backend.name)
+        self.network = ScenarioNetwork(self.scenario, self.names, datapath, wired)
+        with processes_carry(self.names.prefix):
             self.network.start()
+        self.links = LinkControl(self.scenario, self.network, backend, self.run_dir.path / "logs")
+        self.links.start()
         timings = self.network.timings
         self.summary["bringup_s"] = round(timings.build_s + timings.start_s, 3)
-        self.run_dir.update_manifest(phase="network up", network_up=iso(utc_now()))
+        self.run_dir.update_manifest(phase="network up", network_up=iso(utc_now()),
+                                     links=self.links.applied())
         self._write_host_logs()
         self._start_captures()
         self.options.on_phase("checking reachability")
@@ -269,19 +257,39 @@ class Run:
         actions = [(entry.start, f"start {entry.agent} on {len(entry.nodes)} nodes",
                     lambda entry=entry: self._start_workload(entry))
                    for entry in self.scenario.workload]
-        for event in self.scenario.schedule:
-            link = self.scenario.links[event.link]
-            actions.append((event.at, f"{event.action} {link.a} - {link.b}",
-                            lambda event=event: self.network.set_link_state(
-                                event.link, event.action == "link_up")))
+        actions += [(event.at, self._describe(event), lambda event=event: self._perform(event))
+                    for event in self.scenario.schedule]
         actions.sort(key=lambda item: item[0])
+        skipped = [description for at, description, _ in actions if at > duration]
+        if skipped:
+            self.warnings.append(f"the run ends at {duration:g}s, before: {'; '.join(skipped)}")
         self.options.on_phase(f"running for {duration:g}s")
         origin = time.monotonic()
         for at, description, action in actions:
+            if at > duration:
+                break
             time.sleep(max(0.0, origin + at - time.monotonic()))
             log.info("t=%.3fs %s", time.monotonic() - origin, description)
             action()
         time.sleep(max(0.0, origin + duration - time.monotonic()))
+
+    def _describe(self, event) -> str:
+        if event.node is not None:
+            return f"{event.action} {event.node}"
+        link = self.scenario.links[event.link]
+        text = f"{event.action} {link.a} - {link.b}"
+        if event.changes is not None:
+            text += (f" {'/'.join(event.directions)}: "
+                     f"{event.changes.model_dump(mode='json', exclude_unset=True)}")
+        return text
+
+    def _perform(self, event) -> None:
+        if event.action == "set":
+            self.links.set(event.link, event.changes, event.directions)
+        elif event.node is not None:
+            self.links.set_node_state(event.node, event.action == "node_up")
+        else:
+            self.links.set_link_state(event.link, event.action == "link_up")
 
     def _interactive(self) -> None:
         from mininet.cli import CLI
@@ -295,6 +303,9 @@ class Run:
     def _teardown(self, log: logging.Logger) -> None:
         self.options.on_phase("tearing down")
         self.summary["processes"] = self.processes.stop_all()
+        if self.links is not None:
+            self.summary["links"] = self.links.applied()
+            self.summary["wires"] = self.links.stop()
         if self.network is not None:
             if self.network.net is not None:
                 self._write_switch_logs()

@@ -57,8 +57,10 @@ def ovs_kernel_module() -> bool:
 
 
 def ovs_running() -> bool:
-    result = _run(["ovs-vsctl", "--timeout=3", "show"])
-    return result is not None and result.returncode == 0
+    """Both halves of Open vSwitch answer: the database server and the switch daemon."""
+    database = _run(["ovs-vsctl", "--timeout=3", "show"])
+    switch = _run(["ovs-appctl", "--timeout=3", "-t", "ovs-vswitchd", "version"])
+    return all(r is not None and r.returncode == 0 for r in (database, switch))
 
 
 def tool_version(command: list[str]) -> str | None:
@@ -105,7 +107,7 @@ class Capabilities:
 
     @property
     def impairment_backend(self) -> str:
-        return "netem" if self.qdiscs.get("netem") else "none (this kernel has no sch_netem)"
+        return "netem" if self.qdiscs.get("netem") else "fallback"
 
     def as_dict(self) -> dict:
         data = asdict(self)

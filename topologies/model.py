@@ -64,8 +64,7 @@ _NUM = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*"
 Duration = _quantity(units.parse_duration, "duration", _NUM + r"(s|sec|ms|us|µs|ns|min|m|h)?\s*$", 0.0)
 PositiveDuration = _quantity(units.parse_duration, "duration",
                              _NUM + r"(s|sec|ms|us|µs|ns|min|m|h)?\s*$", 0.0, exclusive_minimum=True)
-Rate = _quantity(units.parse_rate, "rate", _NUM + r"([kKmMgG]?(bps|bit))?\s*$", 0.0,
-                 exclusive_minimum=True)
+Rate = _quantity(units.parse_rate, "rate", _NUM + r"([kKmMgG]?(bps|bit))?\s*$", 0.0)
 Fraction = _quantity(units.parse_fraction, "fraction", _NUM + r"%?\s*$", 0.0, maximum=1.0)
 Size = _quantity(units.parse_size, "size", _NUM + r"(B|KB|kB|MB|GB|KiB|MiB|GiB)?\s*$", 1.0)
 
@@ -126,18 +125,51 @@ class NodeSpec(InheritableNodeSettings):
     dpid: Optional[Dpid] = Field(None, description="switches only; default: 1, 2, ... in file order")
 
 
-class Impairment(StrictModel):
-    """What one direction of a link does to packets (made real by the impairment backend)."""
+class BurstLoss(StrictModel):
+    """Gilbert–Elliott loss: a two-state Markov chain (good, bad) evaluated per packet, as
+    netem's ``loss gemodel p r 1-h 1-k``. Mean loss is p/(p+r)·bad_loss + r/(p+r)·good_loss;
+    a burst lasts 1/r packets on average."""
 
-    bw: Optional[Rate] = Field(None, description="rate limit, e.g. 50Mbps")
+    p: Fraction = Field(description="probability of going from good to bad, per packet")
+    r: Fraction = Field(description="probability of going from bad to good, per packet")
+    bad_loss: Fraction = Field(1.0, description="loss while bad (netem 1-h)")
+    good_loss: Fraction = Field(0.0, description="loss while good (netem 1-k)")
+
+    def __bool__(self) -> bool:
+        """A chain that never leaves the good state loses nothing: ``p: 0`` clears it."""
+        return self.p > 0
+
+
+Distribution = Literal["normal", "uniform", "pareto", "paretonormal"]
+
+
+class Impairment(StrictModel):
+    """What one direction of a link does to packets. An unset field means "nothing"; 0 (or
+    ``0ms``, ``0%``) clears a value at run time."""
+
+    bw: Optional[Rate] = Field(None, description="rate limit at layer 2 (Ethernet frames), "
+                                                 "e.g. 50Mbps; 0: unlimited")
     delay: Optional[Duration] = Field(None, description="one-way delay, e.g. 20ms")
-    jitter: Optional[Duration] = Field(None, description="delay variation, e.g. 5ms")
-    loss: Optional[Fraction] = Field(None, description="random loss, e.g. 1.5%")
+    jitter: Optional[Duration] = Field(None, description="standard deviation of the delay, e.g. 5ms")
+    distribution: Optional[Distribution] = Field(
+        None, description="shape of the delay variation (default normal)")
+    reorder: Optional[bool] = Field(
+        None, description="let jitter reorder packets, as netem does (default true); "
+                          "false: a packet never overtakes the one before it")
+    loss: Optional[Fraction] = Field(None, description="independent random loss, e.g. 1.5%")
+    burst: Optional[BurstLoss] = Field(None, description="Gilbert–Elliott burst loss "
+                                                         "(instead of loss)")
     queue: Optional[int] = Field(None, ge=1, le=1_000_000,
-                                 description="queue limit in packets")
+                                 description="queue limit in packets (with bw)")
 
     def is_empty(self) -> bool:
-        return all(getattr(self, name) is None for name in Impairment.model_fields)
+        return all(not getattr(self, name) for name in Impairment.model_fields)
+
+    def merged(self, changes: "Impairment") -> "Impairment":
+        """This impairment with the fields ``changes`` sets replaced."""
+        return Impairment.model_validate(
+            self.model_dump(exclude_none=True)
+            | changes.model_dump(exclude_unset=True, exclude_none=True))
 
 
 class LinkSpec(Impairment):
@@ -188,14 +220,17 @@ class Emulation(StrictModel):
 
     ovs_datapath: Literal["auto", "kernel", "user"] = Field(
         "auto", description="auto: kernel datapath when the openvswitch module loads, else userspace")
+    impairments: Literal["auto", "netem", "fallback"] = Field(
+        "auto", description="auto: netem where the kernel has sch_netem, else the fallback "
+                            "(tc rate and loss, a user-space relay for delay and jitter)")
 
 
 class WorkloadEntry(StrictModel):
     """An agent started on some nodes when the run starts."""
 
     agent: Literal["command"] = Field(description="'command': run a program on each node")
-    nodes: list[str] = Field(min_length=1, description="node names, ranges, or role:NAME / "
-                                                       "group:NAME selectors")
+    nodes: list[str] = Field(min_length=1, description="host names, ranges, or role:NAME, "
+                                                       "kind:NAME, group:NAME selectors")
     command: Union[str, list[str]] = Field(description="program and arguments; {node} and {ip} "
                                                        "are replaced per node")
     start: Duration = Field(0.0, description="delay after the network is up")
@@ -204,20 +239,52 @@ class WorkloadEntry(StrictModel):
 class CaptureSpec(StrictModel):
     """Packet capture with tcpdump inside the nodes' namespaces, from the start of the run."""
 
-    nodes: list[str] = Field(min_length=1, description="node names, ranges, or selectors")
+    nodes: list[str] = Field(min_length=1, description="host names, ranges, or role:NAME, "
+                                                       "kind:NAME, group:NAME selectors")
     interfaces: list[str] = Field(default_factory=list, description="default: all of the node's")
     filter: str = Field("", description="pcap filter expression, e.g. 'udp port 5004'")
     snaplen: int = Field(262144, ge=64, le=262144, description="bytes kept per packet")
-    rotate_size: Optional[Size] = Field(None, description="start a new file after this size")
-    rotate_files: Optional[int] = Field(None, ge=1, le=1000, description="keep at most this many")
+    rotate_size: Optional[Size] = Field(None, description="start a new file after this size "
+                                                          "(whole MB, at least 1MB)")
+    rotate_files: Optional[int] = Field(None, ge=1, le=1000,
+                                        description="with rotate_size: keep at most this many files")
+
+    @model_validator(mode="after")
+    def _rotation(self) -> "CaptureSpec":
+        if self.rotate_files is not None and self.rotate_size is None:
+            raise ValueError("rotate_files needs rotate_size (files rotate when they reach it)")
+        if self.rotate_size is not None and self.rotate_size < 1e6:
+            raise ValueError("rotate_size is at least 1MB (tcpdump rotates in whole megabytes)")
+        return self
 
 
 class ScheduledEvent(StrictModel):
-    """Something that happens at a time after the network is up."""
+    """Something that happens to a link or node at a time after the network is up."""
 
     at: Duration = Field(description="time after start, e.g. 5s")
-    action: Literal["link_down", "link_up"]
-    link: str = Field(description="the link, named by one of its endpoints: 'node:interface'")
+    action: Literal["link_down", "link_up", "node_down", "node_up", "set"] = Field(
+        description="link_down/link_up: both ends lose/regain carrier; node_down/node_up: every "
+                    "link of the node; set: change the link's impairments")
+    link: Optional[str] = Field(None, description="the link, named by one of its endpoints: "
+                                                  "'node:interface' (link_* and set)")
+    node: Optional[str] = Field(None, description="the node (node_down, node_up)")
+    direction: Literal["both", "forward", "reverse"] = Field(
+        "both", description="set: which direction; forward is the link's first endpoint to its "
+                            "second")
+    set: Optional[Impairment] = Field(None, description="set: the fields to change; 0 clears")
+
+    @model_validator(mode="after")
+    def _target_matches_action(self) -> "ScheduledEvent":
+        wants_node = self.action in ("node_down", "node_up")
+        if wants_node and (self.node is None or self.link is not None):
+            raise ValueError(f"{self.action} names a node: write node: NAME (and no link)")
+        if not wants_node and (self.link is None or self.node is not None):
+            raise ValueError(f"{self.action} names a link by an endpoint: write link: "
+                             "\"node:interface\" (and no node)")
+        if (self.action == "set") != (self.set is not None):
+            raise ValueError("action set needs set: {...} with the fields to change" if
+                             self.action == "set" else f"{self.action} takes no set: block")
+        return self
 
 
 class ScenarioDocument(StrictModel):

@@ -6,6 +6,8 @@ so that teardown and ``edgebed clean`` can find exactly what a run made and noth
 * OVS bridge of the switch at index *i*: ``<prefix>s<i>`` (the switch's scenario name stays in
   the bridge's ``external_ids:edgebed-name``);
 * switch port with OpenFlow number *p*: ``<prefix>s<i>p<p>``;
+* wire namespace spliced into link *k* (impairment fallback): Mininet node ``<prefix>w<k>``,
+  its interfaces ``wa``/``wb`` live inside it;
 * processes carry ``EDGEBED_RUN=<prefix>`` in their environment (inherited by everything a
   node starts).
 
@@ -15,9 +17,12 @@ they vanish with the namespace.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import secrets
 from dataclasses import dataclass
+from typing import Iterator
 
 PREFIX_PATTERN = re.compile(r"^eb[0-9a-f]{4}$")
 OBJECT_PATTERN = re.compile(r"^(eb[0-9a-f]{4})s\d+(p\d+)?$")
@@ -45,6 +50,10 @@ class RunNames:
     def port(self, switch_index: int, port: int) -> str:
         return f"{self.prefix}s{switch_index}p{port}"
 
+    def wire(self, link_index: int) -> str:
+        """The Mininet node (namespace) spliced into a link for the user-space relay."""
+        return f"{self.prefix}w{link_index}"
+
     def owns(self, name: str) -> bool:
         match = OBJECT_PATTERN.match(name)
         return bool(match) and match.group(1) == self.prefix
@@ -54,3 +63,18 @@ def prefix_of(name: str) -> str | None:
     """The run prefix an object name carries, or None for objects that are not edgebed's."""
     match = OBJECT_PATTERN.match(name)
     return match.group(1) if match else None
+
+
+@contextlib.contextmanager
+def processes_carry(prefix: str) -> Iterator[None]:
+    """While building, put the run's prefix in this process's environment, so that every
+    process Mininet spawns (host shells, and what they start) inherits it."""
+    old = os.environ.get(ENVIRONMENT_KEY)
+    os.environ[ENVIRONMENT_KEY] = prefix
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(ENVIRONMENT_KEY, None)
+        else:
+            os.environ[ENVIRONMENT_KEY] = old

@@ -16,6 +16,7 @@ from mininet.link import Link
 from mininet.net import Mininet
 from mininet.node import Host, OVSSwitch
 
+from .impairments.relay import WIRE_TOWARD_A, WIRE_TOWARD_B
 from .naming import RunNames
 from .scenario import Endpoint, Node, Scenario
 
@@ -32,6 +33,21 @@ def switch_port_mac(switch_index: int, port: int) -> str:
                                (switch_index >> 8, switch_index & 0xff, port >> 8, port & 0xff))
 
 
+def wire_mac(link_index: int, side: int) -> str:
+    return "0a:eb:" + ":".join(f"{byte:02x}" for byte in
+                               (link_index >> 8, link_index & 0xff, 0, side))
+
+
+@dataclass
+class LinkEnds:
+    """A link as built: the Mininet interfaces at its two endpoints and, for a wired link, the
+    wire host between them (``a <-> wa [wire] wb <-> b``)."""
+
+    a: object  # mininet.link.Intf at the first endpoint
+    b: object  # mininet.link.Intf at the second endpoint
+    wire: Host | None = None
+
+
 @dataclass
 class Timings:
     build_s: float = 0.0
@@ -46,15 +62,17 @@ class ScenarioNetwork:
     ``datapath`` is ``"kernel"`` or ``"user"`` (OVS userspace datapath, for kernels without the
     openvswitch module); with the userspace datapath host checksum offloads are turned off,
     because frames leave a veth through OVS's packet socket with their checksums unfinished.
+    Links in ``wired`` get a wire namespace spliced in (see :mod:`topologies.impairments`).
     """
 
     scenario: Scenario
     names: RunNames
     datapath: str
+    wired: frozenset[int] = frozenset()
     net: Mininet | None = None
     timings: Timings = field(default_factory=Timings)
     _switch_index: dict[str, int] = field(default_factory=dict)
-    _links: dict[int, Link] = field(default_factory=dict)
+    _links: dict[int, LinkEnds] = field(default_factory=dict)
 
     def start(self) -> None:
         started = time.monotonic()
@@ -69,30 +87,55 @@ class ScenarioNetwork:
                                failMode="standalone" if standalone else "secure",
                                datapath=self.datapath, batch=True, protocols="OpenFlow13")
         for link in self.scenario.links:
-            self._links[link.index] = self._add_link(link.a, link.b)
+            self._links[link.index] = self._add_link(link.index, link.a, link.b)
         self.net.build()
         self._configure_hosts()
+        self._configure_wires()
         self.timings.build_s = time.monotonic() - started
         started = time.monotonic()
         self.net.start()
         self._label_bridges()
         self.timings.start_s = time.monotonic() - started
 
-    def _add_link(self, a: Endpoint, b: Endpoint) -> Link:
-        params = {}
-        for side, end in (("1", a), ("2", b)):
-            node = self.scenario.nodes[end.node]
-            if node.is_switch:
-                index = self._switch_index[node.name]
-                port = node.ports[end.interface]
-                params[f"port{side}"] = port
-                params[f"intfName{side}"] = self.names.port(index, port)
-                params[f"addr{side}"] = switch_port_mac(index, port)
-            else:
-                params[f"intfName{side}"] = end.interface
-                params[f"addr{side}"] = host_mac(node.interfaces[end.interface])
-        return self.net.addLink(self.mininet_node(a.node), self.mininet_node(b.node),
-                                cls=Link, **params)
+    def _end_params(self, end: Endpoint, side: str) -> dict:
+        """Mininet link parameters for one endpoint: name, MAC and, on switches, the port."""
+        node = self.scenario.nodes[end.node]
+        if node.is_switch:
+            index = self._switch_index[node.name]
+            port = node.ports[end.interface]
+            return {f"port{side}": port, f"intfName{side}": self.names.port(index, port),
+                    f"addr{side}": switch_port_mac(index, port)}
+        return {f"intfName{side}": end.interface,
+                f"addr{side}": host_mac(node.interfaces[end.interface])}
+
+    def _add_link(self, index: int, a: Endpoint, b: Endpoint) -> LinkEnds:
+        node_a, node_b = self.mininet_node(a.node), self.mininet_node(b.node)
+        if index not in self.wired:
+            link = self.net.addLink(node_a, node_b, cls=Link, **self._end_params(a, "1"),
+                                    **self._end_params(b, "2"))
+            return LinkEnds(link.intf1, link.intf2)
+        wire = self.net.addHost(self.names.wire(index), cls=Host, ip=None)
+        toward_a = self.net.addLink(node_a, wire, cls=Link, **self._end_params(a, "1"),
+                                    intfName2=WIRE_TOWARD_A, addr2=wire_mac(index, 1))
+        toward_b = self.net.addLink(wire, node_b, cls=Link, intfName1=WIRE_TOWARD_B,
+                                    addr1=wire_mac(index, 2), **self._end_params(b, "2"))
+        return LinkEnds(toward_a.intf1, toward_b.intf2, wire)
+
+    def _configure_wires(self) -> None:
+        """Wires carry frames, never send their own: no IPv6 (no router or neighbour
+        solicitations), no offloads (the relay must see frames as they are on the wire)."""
+        busy = []
+        for ends in self._links.values():
+            if ends.wire is not None:
+                ends.wire.sendCmd(
+                    "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 "
+                    "net.ipv6.conf.default.disable_ipv6=1 >/dev/null; "
+                    + "; ".join(f"ip -6 addr flush dev {name}; "
+                                f"ethtool -K {name} tx off rx off >/dev/null 2>&1"
+                                for name in (WIRE_TOWARD_A, WIRE_TOWARD_B)))
+                busy.append(ends.wire)
+        for wire in busy:
+            wire.waitOutput()
 
     def _configure_hosts(self) -> None:
         """Addresses on every host interface (Mininet only sets the first) and offloads.
@@ -133,10 +176,13 @@ class ScenarioNetwork:
     def bridge_of(self, node: Node) -> str:
         return self.names.bridge(self._switch_index[node.name])
 
+    def ends(self, link_index: int) -> LinkEnds:
+        return self._links[link_index]
+
     def set_link_state(self, link_index: int, up: bool) -> None:
         """Take a link down (both ends, so both sides see carrier loss) or bring it back."""
-        link = self._links[link_index]
-        for intf in (link.intf1, link.intf2):
+        ends = self._links[link_index]
+        for intf in (ends.a, ends.b):
             intf.ifconfig("up" if up else "down")
 
     def stop(self) -> None:

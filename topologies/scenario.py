@@ -107,9 +107,15 @@ class Capture:
 
 @dataclass
 class Event:
+    """A scheduled change: ``link`` is set for link events and ``set``, ``node`` for node
+    events; ``changes`` holds the fields a ``set`` changes, for ``directions``."""
+
     at: float
     action: str
-    link: int  # index into Scenario.links
+    link: int | None = None  # index into Scenario.links
+    node: str | None = None
+    directions: tuple[str, ...] = ()
+    changes: Impairment | None = None
 
 
 @dataclass
@@ -378,7 +384,7 @@ class _Resolver:
                 if settings is None:
                     continue
                 role, kind, group, labels, env = settings
-                if spec.ip is not None and len(names) > 1:
+                if spec.ip is not None and len(names) > 1 and name == names[0]:
                     self.problem(path + ("ip",), "a node range cannot share one ip",
                                  "leave ip out to get addresses from topology.subnet")
                 self.nodes[name] = Node(name, role, kind, group, labels, env,
@@ -529,14 +535,21 @@ class _Resolver:
             if where in checked:
                 continue  # neither direction overrides: the link's own values, checked once
             checked.add(where)
-            if (impairment.jitter or 0) > (impairment.delay or 0):
-                self.problem(where, f"jitter {impairment.jitter * 1e3:g}ms is larger than delay "
-                                    f"{(impairment.delay or 0) * 1e3:g}ms",
-                             "the delay would have to go negative; raise delay or lower jitter")
-            if impairment.bw is not None and impairment.bw > MAX_BANDWIDTH:
-                self.problem(where, f"bw {impairment.bw / 1e9:g}Gbps is more than a veth "
-                                    "can carry", "at most 100Gbps")
+            self._check_impairment(impairment, where)
         return result[0], result[1]
+
+    def _check_impairment(self, impairment: Impairment, where: tuple) -> None:
+        if (impairment.jitter or 0) > (impairment.delay or 0):
+            self.problem(where, f"jitter {impairment.jitter * 1e3:g}ms is larger than delay "
+                                f"{(impairment.delay or 0) * 1e3:g}ms",
+                         "the delay would have to go negative; raise delay or lower jitter")
+        if impairment.bw is not None and impairment.bw > MAX_BANDWIDTH:
+            self.problem(where, f"bw {impairment.bw / 1e9:g}Gbps is more than a veth "
+                                "can carry", "at most 100Gbps")
+        if impairment.loss and impairment.burst is not None:
+            self.problem(where, "both loss and burst are set",
+                         "loss is independent random loss, burst the Gilbert–Elliott model; "
+                         "choose one")
 
     def _assign_ports(self, switch: Node) -> None:
         """OpenFlow port numbers: the interface's trailing number (eth3 -> 3), else the next free."""
@@ -642,7 +655,8 @@ class _Resolver:
             loop = " - ".join([cycle[0][0]] + [edge[1] for edge in cycle])
             self.problem(("controller",), f"switches form a loop ({loop}) and no controller runs",
                          "standalone learning switches flood forever around a loop; "
-                         "remove a link or choose a controller")
+                         "remove a link to break the loop (with controller app none the "
+                         "switches are standalone learning switches)")
 
     # workload, capture, schedule
 
@@ -655,7 +669,8 @@ class _Resolver:
             if sep and prefix in ("role", "group", "kind"):
                 attribute = {"role": lambda n: n.role.value, "group": lambda n: n.group,
                              "kind": lambda n: n.kind}[prefix]
-                matched = [n.name for n in self.nodes.values() if attribute(n) == value]
+                matched = [n.name for n in self.nodes.values()
+                           if attribute(n) == value and not n.is_switch]
                 if not matched:
                     self.problem(where, f"no node has {prefix} {value!r}",
                                  did_you_mean(value, {attribute(n) for n in self.nodes.values()
@@ -698,16 +713,37 @@ class _Resolver:
 
     def _resolve_schedule(self, links: list[Link]) -> list[Event]:
         by_endpoint = {str(end): link.index for link in links for end in link.endpoints()}
+        # What each direction will be after the sets so far, so every set is checked against
+        # the state it really changes (sets in time order; a later set builds on earlier ones).
+        planned = {(link.index, d): getattr(link, d) for link in links
+                   for d in ("forward", "reverse")}
         events = []
-        for i, spec in enumerate(self.document.schedule):
+        in_time_order = sorted(enumerate(self.document.schedule), key=lambda item: item[1].at)
+        for i, spec in in_time_order:
             path = ("schedule", i)
             if spec.at > self.document.duration:
                 self.problem(path + ("at",), f"at {spec.at:g}s is after the run ends "
                                              f"(duration {self.document.duration:g}s)",
                              "raise duration or move the event earlier")
+            if spec.node is not None:
+                if spec.node not in self.nodes:
+                    self.problem(path + ("node",), f"unknown node {spec.node!r}",
+                                 did_you_mean(spec.node, self.nodes))
+                    continue
+                events.append(Event(spec.at, spec.action, node=spec.node))
+                continue
             if spec.link not in by_endpoint:
                 self.problem(path + ("link",), f"no link has endpoint {spec.link!r}",
                              did_you_mean(spec.link, by_endpoint))
                 continue
-            events.append(Event(spec.at, spec.action, by_endpoint[spec.link]))
-        return sorted(events, key=lambda e: e.at)
+            index = by_endpoint[spec.link]
+            directions = ("forward", "reverse") if spec.direction == "both" else (spec.direction,)
+            if spec.set is None:
+                events.append(Event(spec.at, spec.action, link=index))
+                continue
+            for direction in directions:
+                planned[index, direction] = planned[index, direction].merged(spec.set)
+                self._check_impairment(planned[index, direction], path + ("set",))
+            events.append(Event(spec.at, spec.action, link=index, directions=directions,
+                                changes=spec.set))
+        return events

@@ -1,0 +1,558 @@
+"""The user-space wire: forwards every Ethernet frame between two interfaces of a wire namespace,
+with per-direction delay, jitter, loss, Gilbert-Elliott burst loss and link-down.
+
+This kernel has no sch_netem, so a link that needs delay gets a small namespace spliced into it
+(``a <-veth-> in [wire] out <-veth-> b``) and this relay runs inside it::
+
+    python -m agents.wire_relay --forward-in wa --forward-out wb --config '<json>'
+
+Frames arriving on ``--forward-in`` leave on ``--forward-out`` ("forward"), frames arriving on
+``--forward-out`` leave on ``--forward-in`` ("reverse"). Frames are forwarded byte for byte and
+never parsed. The configuration is ``{"forward": {...}, "reverse": {...}, "seed": 1}``; a
+direction takes
+
+* ``delay`` and ``jitter`` in seconds. Jitter is the standard deviation of the delay variation
+  whatever the ``distribution`` (``normal``, ``uniform``, ``pareto``, ``paretonormal``); a
+  frame's delay never goes below zero;
+* ``reorder``: true lets every frame leave at its own time (jitter reorders, as with netem);
+  false keeps the order, a frame is due at ``max(previous due, arrival + delay + variation)``;
+* ``loss``: the fraction of frames dropped at random;
+* ``burst``: null or netem's gemodel ``{"p": P(good->bad), "r": P(bad->good), "bad_loss": 1.0,
+  "good_loss": 0.0}``;
+* ``down``: drop everything.
+
+Missing keys are 0, false or null. Each line on stdin is a change of the same shape naming only
+what changes (``{"forward": {"delay": 0.02}}``); it applies to frames arriving after it, and the
+relay acknowledges it on stdout with ``{"applied": n}`` or ``{"rejected": n, "error": ...}``
+(``n`` counts stdin lines), so an empty change ``{}`` doubles as a readiness check. End of
+stdin only ends the changes. SIGTERM or SIGINT stop the relay: it prints one JSON line,
+``{"forward": {...}, "reverse": {...}}`` with frames in and out, drops by cause, send errors,
+how late frames left (``late_us`` p50/p99/max) and the most frames queued, and exits 0.
+Whoever reads stdout through a pipe must keep reading it, or acknowledgements fill the pipe
+and stall the relay.
+
+While it runs, the relay asks the kernel to keep idle CPUs polling rather than halted (see
+:func:`request_cpu_latency`; ``--cpu-latency-us -1`` leaves the machine alone).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gc
+import heapq
+import itertools
+import json
+import math
+import os
+import random
+import select
+import signal
+import socket
+import statistics
+import struct
+import sys
+import time
+from dataclasses import dataclass, field
+
+DIRECTIONS = ("forward", "reverse")
+DISTRIBUTIONS = ("normal", "uniform", "pareto", "paretonormal")
+DIRECTION_KEYS = {"delay", "jitter", "distribution", "reorder", "loss", "burst", "down"}
+BURST_KEYS = {"p", "r", "bad_loss", "good_loss"}
+
+# Linux constants the socket module does not export.
+ETH_P_ALL = 0x0003
+SOL_PACKET = 263
+PACKET_ADD_MEMBERSHIP = 1
+PACKET_MR_PROMISC = 1
+PACKET_AUXDATA = 8
+PACKET_IGNORE_OUTGOING = 23
+SO_RCVBUFFORCE = 33
+SO_TIMESTAMPNS = 35
+TP_STATUS_VLAN_VALID = 1 << 4
+TP_STATUS_VLAN_TPID_VALID = 1 << 6
+ETH_P_8021Q = 0x8100
+# A plain int: arithmetic on the socket module's IntFlag costs microseconds per frame.
+MSG_TRUNC = int(socket.MSG_TRUNC)
+
+RECEIVE_BUFFER_BYTES = 16 << 20
+# Larger than any frame a veth carries (MTU 65535 plus Ethernet header plus a VLAN tag).
+FRAME_BUFFER_BYTES = 1 << 17
+# struct tpacket_auxdata: status, len, snaplen, mac, net, vlan_tci, vlan_tpid.
+AUXDATA = struct.Struct("=IIIHHHH")
+TIMESPEC = struct.Struct("=qq")
+ANCILLARY_SPACE = socket.CMSG_SPACE(TIMESPEC.size) + socket.CMSG_SPACE(AUXDATA.size)
+# A kernel receive timestamp older than this is not one (TCP's frames carry a monotonic
+# departure time instead), or the relay is hopelessly behind: either way the read time is used.
+TIMESTAMP_TRUST_NS = 1_000_000_000
+# select() wakes up late by tens of microseconds (timer slack, scheduling), so it is asked to
+# return this long before the next due time and the rest is spent polling without sleeping.
+SPIN_NS = 200_000
+# Frames read per readiness before going back to sending: a flood on one side must not hold
+# back frames that are due on the other.
+DRAIN_BATCH = 256
+
+
+def _netem_pareto(quantile: float) -> float:
+    """netem's pareto table entry (iproute2 netem/pareto.c): a Pareto with shape 3 shifted to
+    mean zero, scaled by 4/3 and clipped where its 16-bit table saturates."""
+    return min(((1.0 - quantile) ** (-1.0 / 3.0) - 1.5) * 4.0 / 3.0, 32767 / 8192)
+
+
+@functools.lru_cache(maxsize=None)
+def _variation_table(distribution: str) -> tuple[float, ...]:
+    """netem's 4096-entry table for ``distribution``, rescaled to mean 0 and standard
+    deviation 1 so that ``jitter`` is the standard deviation for every distribution (netem's own
+    tables, clipped at 4, have a standard deviation of about 0.82 and a mean of about -0.03)."""
+    size = 4096
+    quantiles = [(i + 0.5) / size for i in range(size)]
+    if distribution == "pareto":
+        values = [_netem_pareto(q) for q in quantiles]
+    else:
+        # iproute2 netem/paretonormal.c: a quarter normal, three quarters pareto, both read at
+        # the same quantile.
+        normal = statistics.NormalDist()
+        values = [(normal.inv_cdf(q) + 3 * _netem_pareto(q)) / 4 for q in quantiles]
+    mean = statistics.fmean(values)
+    deviation = statistics.pstdev(values, mean)
+    return tuple((value - mean) / deviation for value in values)
+
+
+def _seconds(value, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{key} must be a number of seconds, not {value!r}")
+    if value < 0:
+        raise ValueError(f"{key} must not be negative, not {value!r}")
+    return float(value)
+
+
+def _fraction(value, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ValueError(f"{key} must be a fraction between 0 and 1, not {value!r}")
+    return float(value)
+
+
+def _flag(value, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{key} must be true or false, not {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Burst:
+    """Gilbert-Elliott loss (netem's gemodel): a good and a bad state, each losing its share."""
+
+    p: float
+    r: float
+    bad_loss: float
+    good_loss: float
+
+    @classmethod
+    def parse(cls, value, direction: str) -> "Burst | None":
+        if value is None:
+            return None
+        if not isinstance(value, dict) or not set(value) <= BURST_KEYS:
+            raise ValueError(f"{direction}.burst must be null or an object with keys "
+                             f"{sorted(BURST_KEYS)}, not {value!r}")
+        return cls(*(_fraction(value.get(key, default), f"{direction}.burst.{key}")
+                     for key, default in (("p", 0.0), ("r", 0.0), ("bad_loss", 1.0),
+                                          ("good_loss", 0.0))))
+
+
+def parse_direction(changes, direction: str) -> dict:
+    """Check one direction's changes; returns them with values in the relay's own units."""
+    if not isinstance(changes, dict):
+        raise ValueError(f"{direction} must be an object, not {changes!r}")
+    unknown = set(changes) - DIRECTION_KEYS
+    if unknown:
+        raise ValueError(f"{direction} has unknown keys {sorted(unknown)}")
+    parsed = {}
+    for key, value in changes.items():
+        name = f"{direction}.{key}"
+        if key in ("delay", "jitter"):
+            parsed[key + "_ns"] = round(_seconds(value, name) * 1e9)
+        elif key == "distribution":
+            if value not in DISTRIBUTIONS:
+                raise ValueError(f"{name} must be one of {list(DISTRIBUTIONS)}, not {value!r}")
+            parsed[key] = value
+        elif key in ("reorder", "down"):
+            parsed[key] = _flag(value, name)
+        elif key == "loss":
+            parsed[key] = _fraction(value, name)
+        else:
+            parsed[key] = Burst.parse(value, direction)
+    return parsed
+
+
+def parse_config(document) -> tuple[dict[str, dict], int | None]:
+    """Check a whole configuration or change: per-direction changes and the seed, if given."""
+    if not isinstance(document, dict):
+        raise ValueError(f"the configuration must be a JSON object, not {document!r}")
+    unknown = set(document) - {*DIRECTIONS, "seed"}
+    if unknown:
+        raise ValueError(f"unknown keys {sorted(unknown)}")
+    seed = document.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ValueError(f"seed must be an integer, not {seed!r}")
+    return {d: parse_direction(document[d], d) for d in DIRECTIONS if d in document}, seed
+
+
+class LatenessHistogram:
+    """How late frames left, in microseconds: exact below 1024 µs, above that to 10 significant
+    bits (0.1 %), so that a long run keeps a few hundred counters rather than every value."""
+
+    def __init__(self):
+        self.counts: dict[int, int] = {}
+        self.maximum = 0
+
+    def add(self, late_us: int) -> None:
+        if late_us > self.maximum:
+            self.maximum = late_us
+        if late_us >= 1024:
+            shift = late_us.bit_length() - 10
+            late_us = late_us >> shift << shift
+        self.counts[late_us] = self.counts.get(late_us, 0) + 1
+
+    def percentile(self, fraction: float) -> int | None:
+        total = sum(self.counts.values())
+        if not total:
+            return None
+        rank = math.ceil(fraction * total)
+        values = sorted(self.counts)
+        cumulative = itertools.accumulate(self.counts[value] for value in values)
+        return next(value for value, seen in zip(values, cumulative) if seen >= rank)
+
+    def summary(self) -> dict:
+        return {"p50": self.percentile(0.5), "p99": self.percentile(0.99),
+                "max": self.maximum if self.counts else None}
+
+
+@dataclass
+class Direction:
+    """One direction of the wire: its behaviour, random state, sockets and counters."""
+
+    name: str
+    in_socket: socket.socket
+    out_socket: socket.socket
+    delay_ns: int = 0
+    jitter_ns: int = 0
+    distribution: str = "normal"
+    reorder: bool = False
+    loss: float = 0.0
+    burst: Burst | None = None
+    down: bool = False
+    rng: random.Random = field(init=False)
+    burst_bad: bool = False
+    table: tuple[float, ...] = ()
+    # The latest due time handed out, so that reorder=false never lets a frame overtake one
+    # already queued (also across a change from reorder=true).
+    last_due_ns: int = 0
+    queued: int = 0
+    max_queued: int = 0
+    frames_in: int = 0
+    frames_out: int = 0
+    dropped_loss: int = 0
+    dropped_down: int = 0
+    dropped_oversize: int = 0
+    send_errors: int = 0
+    lateness: LatenessHistogram = field(default_factory=LatenessHistogram)
+
+    def __post_init__(self):
+        self.seed(0)
+
+    def seed(self, seed: int) -> None:
+        # Each direction draws from its own sequence, so that one direction's traffic does not
+        # change what the other one does.
+        self.rng = random.Random(f"{seed}:{self.name}")
+
+    def apply(self, changes: dict) -> None:
+        for key, value in changes.items():
+            setattr(self, key, value)
+        if "burst" in changes and self.burst is None:
+            self.burst_bad = False
+        if self.distribution in ("pareto", "paretonormal"):
+            self.table = _variation_table(self.distribution)
+
+    def variation(self) -> float:
+        """A delay variation with mean 0 and standard deviation 1."""
+        if self.distribution == "normal":
+            return self.rng.gauss(0.0, 1.0)
+        if self.distribution == "uniform":
+            return self.rng.uniform(-math.sqrt(3), math.sqrt(3))
+        return self.table[int(self.rng.random() * len(self.table))]
+
+    def lost(self) -> bool:
+        """Whether the loss models drop the next frame; the burst state moves on every frame."""
+        burst = self.burst
+        if burst is not None:
+            rng = self.rng
+            if self.burst_bad:
+                dropped = rng.random() < burst.bad_loss
+                self.burst_bad = rng.random() >= burst.r
+            else:
+                dropped = rng.random() < burst.good_loss
+                self.burst_bad = rng.random() < burst.p
+            if dropped:
+                return True
+        return self.loss > 0 and self.rng.random() < self.loss
+
+    def due(self, arrival_ns: int) -> int | None:
+        """When a frame that arrived at ``arrival_ns`` leaves, or None when it is dropped."""
+        self.frames_in += 1
+        if self.down:
+            self.dropped_down += 1
+            return None
+        if (self.burst is not None or self.loss) and self.lost():
+            self.dropped_loss += 1
+            return None
+        delay = self.delay_ns
+        if self.jitter_ns:
+            delay = max(0, delay + round(self.jitter_ns * self.variation()))
+        due = arrival_ns + delay
+        if due < self.last_due_ns:
+            if not self.reorder:
+                due = self.last_due_ns
+        else:
+            self.last_due_ns = due
+        self.queued += 1
+        if self.queued > self.max_queued:
+            self.max_queued = self.queued
+        return due
+
+    def send(self, frame: bytes, late_ns: int) -> None:
+        self.queued -= 1
+        try:
+            self.out_socket.send(frame)
+        except OSError:
+            # ENOBUFS from a full qdisc, ENETDOWN while the interface is down: the frame is
+            # lost, as it would be on a wire.
+            self.send_errors += 1
+            return
+        self.frames_out += 1
+        self.lateness.add(late_ns // 1000)
+
+    def statistics(self) -> dict:
+        return {"frames_in": self.frames_in, "frames_out": self.frames_out,
+                "dropped_loss": self.dropped_loss, "dropped_down": self.dropped_down,
+                "dropped_oversize": self.dropped_oversize, "send_errors": self.send_errors,
+                "queued_at_exit": self.queued, "max_queued": self.max_queued,
+                "late_us": self.lateness.summary()}
+
+
+def open_interface(name: str) -> socket.socket:
+    """A non-blocking packet socket that receives every frame arriving on ``name`` (none it
+    sends) and sends frames out of it."""
+    # Protocol 0 until bind: a socket created with ETH_P_ALL would already queue frames from
+    # every interface of the namespace before being bound to its own.
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+    sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+    # The kernel moves a frame's outer VLAN tag out of the frame into metadata before packet
+    # sockets see it; auxdata hands it back so the frame can leave as it came.
+    sock.setsockopt(SOL_PACKET, PACKET_AUXDATA, 1)
+    sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RECEIVE_BUFFER_BYTES)
+    # When the frame reached the interface, so that a frame read late is not delayed more.
+    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    sock.bind((name, ETH_P_ALL))
+    # Frames on a wire are addressed to MACs beyond it.
+    membership = struct.pack("iHH8s", socket.if_nametoindex(name), PACKET_MR_PROMISC, 0, b"")
+    sock.setsockopt(SOL_PACKET, PACKET_ADD_MEMBERSHIP, membership)
+    sock.setblocking(False)
+    return sock
+
+
+def request_cpu_latency(microseconds: int) -> None:
+    """Ask the kernel to keep every CPU able to wake within ``microseconds`` for as long as the
+    relay runs: the request is a descriptor left open, which closes with the process however it
+    ends.
+
+    Waking a halted virtual CPU can take milliseconds (1.5 ms at the 99th percentile on the
+    2-vCPU reference VM, 3.7 ms at the 99.9th), which no spinning before the due time covers:
+    with idle CPUs polling, frames there leave within 0.7 ms of their due time at the 99th
+    percentile instead of 3 to 5 ms. The price is that idle CPUs stay busy while relays run."""
+    try:
+        os.write(os.open("/dev/cpu_dma_latency", os.O_WRONLY), struct.pack("i", microseconds))
+    except OSError as error:
+        print(f"wire_relay: CPU wake-up latency left to the machine: {error}", file=sys.stderr,
+              flush=True)
+
+
+class Relay:
+    """The event loop: reads frames as they arrive, sends each when it is due, takes changes
+    from stdin and stops on a signal."""
+
+    def __init__(self, forward_in: str, forward_out: str):
+        inner, outer = open_interface(forward_in), open_interface(forward_out)
+        self.forward = Direction("forward", inner, outer)
+        self.reverse = Direction("reverse", outer, inner)
+        self.directions = {"forward": self.forward, "reverse": self.reverse}
+        # (due_ns, arrival order, direction, frame); the arrival order breaks ties, so frames
+        # due at the same time leave in the order they came.
+        self.queue: list[tuple[int, int, Direction, bytes]] = []
+        self.arrivals = itertools.count()
+        self.buffer = bytearray(FRAME_BUFFER_BYTES)
+        self.view = memoryview(self.buffer)
+        self.stdin_pending = b""
+        self.changes_seen = 0
+        self.stopping = False
+        self.wakeup_read, wakeup_write = os.pipe()
+        os.set_blocking(self.wakeup_read, False)
+        os.set_blocking(wakeup_write, False)
+        signal.set_wakeup_fd(wakeup_write)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._stop)
+        self.handlers = {inner.fileno(): lambda: self.receive(self.forward),
+                         outer.fileno(): lambda: self.receive(self.reverse),
+                         self.wakeup_read: self.clear_wakeup}
+        if sys.stdin is not None:  # started with stdin closed: no changes will come
+            self.handlers[sys.stdin.fileno()] = self.read_changes
+        self.watched = list(self.handlers)
+
+    def _stop(self, signum, frame) -> None:
+        self.stopping = True
+
+    def configure(self, document) -> None:
+        """Apply a configuration or change; nothing of it when any part is invalid."""
+        changes, seed = parse_config(document)
+        if seed is not None:
+            for direction in self.directions.values():
+                direction.seed(seed)
+        for name, direction_changes in changes.items():
+            self.directions[name].apply(direction_changes)
+
+    def receive(self, direction: Direction, batch: int | None = DRAIN_BATCH) -> None:
+        """Queue the frames waiting on ``direction``'s interface (at most ``batch``)."""
+        receive_into = direction.in_socket.recvmsg_into
+        buffers = (self.buffer,)
+        monotonic_ns = time.monotonic_ns
+        # Kernel timestamps are CLOCK_REALTIME, due times CLOCK_MONOTONIC; the two only part
+        # when the clock is stepped, so the offset is taken afresh for every batch.
+        realtime_offset = time.time_ns() - monotonic_ns()
+        for _ in itertools.repeat(None) if batch is None else range(batch):
+            try:
+                size, ancillary, flags, _ = receive_into(buffers, ANCILLARY_SPACE)
+            except BlockingIOError:
+                return
+            except OSError as error:
+                # ENETDOWN once when the interface goes down; the socket rebinds when it is up.
+                print(f"wire_relay: {direction.name}: {error}", file=sys.stderr, flush=True)
+                return
+            now = monotonic_ns()
+            if flags & MSG_TRUNC:
+                direction.frames_in += 1
+                direction.dropped_oversize += 1
+                continue
+            arrival, tag = now, None
+            for level, kind, data in ancillary:
+                if kind == SO_TIMESTAMPNS and level == socket.SOL_SOCKET:
+                    seconds, nanoseconds = TIMESPEC.unpack_from(data)
+                    stamped = seconds * 1_000_000_000 + nanoseconds - realtime_offset
+                    if now - TIMESTAMP_TRUST_NS < stamped <= now:
+                        arrival = stamped
+                elif kind == PACKET_AUXDATA and level == SOL_PACKET:
+                    status, _, _, _, _, tci, tpid = AUXDATA.unpack_from(data)
+                    if status & TP_STATUS_VLAN_VALID:
+                        if not status & TP_STATUS_VLAN_TPID_VALID:
+                            tpid = ETH_P_8021Q
+                        tag = struct.pack("!HH", tpid, tci)
+            due = direction.due(arrival)
+            if due is None:
+                continue
+            if tag is None:
+                frame = self.view[:size].tobytes()
+            else:
+                frame = b"".join((self.view[:12], tag, self.view[12:size]))
+            heapq.heappush(self.queue, (due, next(self.arrivals), direction, frame))
+
+    def read_changes(self) -> None:
+        chunk = os.read(sys.stdin.fileno(), 65536)
+        if not chunk:
+            # End of stdin ends the changes, not the relay.
+            self.watched.remove(sys.stdin.fileno())
+            return
+        *lines, self.stdin_pending = (self.stdin_pending + chunk).split(b"\n")
+        for line in lines:
+            if line.strip():
+                self.change(line)
+
+    def change(self, line: bytes) -> None:
+        # Frames already waiting in the sockets arrived before the change was read: they are
+        # queued under the settings they arrived under.
+        for direction in self.directions.values():
+            self.receive(direction, batch=None)
+        self.changes_seen += 1
+        try:
+            self.configure(json.loads(line))
+        except ValueError as error:  # json.JSONDecodeError is a ValueError
+            self.report({"rejected": self.changes_seen, "error": str(error)})
+        else:
+            self.report({"applied": self.changes_seen})
+
+    def clear_wakeup(self) -> None:
+        try:
+            while os.read(self.wakeup_read, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    @staticmethod
+    def report(document: dict) -> None:
+        try:
+            sys.stdout.write(json.dumps(document) + "\n")
+            sys.stdout.flush()
+        except OSError:
+            pass  # nobody listening is no reason to stop forwarding
+
+    def run(self) -> None:
+        queue, handlers = self.queue, self.handlers
+        monotonic_ns, heappop, wait = time.monotonic_ns, heapq.heappop, select.select
+        while not self.stopping:
+            now = monotonic_ns()
+            while queue and queue[0][0] <= now:
+                due, _, direction, frame = heappop(queue)
+                direction.send(frame, now - due)
+                now = monotonic_ns()
+            timeout = None
+            if queue:
+                timeout = max(0, queue[0][0] - now - SPIN_NS) / 1e9
+            # select() takes microseconds; epoll and poll would round up to whole milliseconds.
+            readable, _, _ = wait(self.watched, (), (), timeout)
+            for fd in readable:
+                handlers[fd]()
+
+    def statistics(self) -> dict:
+        return {name: direction.statistics() for name, direction in self.directions.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m agents.wire_relay", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--forward-in", required=True, help="interface forward frames arrive on")
+    parser.add_argument("--forward-out", required=True, help="interface forward frames leave by")
+    parser.add_argument("--config", default="{}", help="JSON configuration (see above)")
+    parser.add_argument("--cpu-latency-us", type=int, default=0,
+                        help="longest a CPU may take to wake up while the relay runs (PM QoS); "
+                             "0, the default, has idle CPUs poll instead of halting, -1 leaves "
+                             "it to the machine")
+    arguments = parser.parse_args(argv)
+    try:
+        document = json.loads(arguments.config)
+        parse_config(document)
+    except ValueError as error:
+        parser.error(f"--config: {error}")
+    if arguments.cpu_latency_us >= 0:
+        request_cpu_latency(arguments.cpu_latency_us)
+    try:
+        relay = Relay(arguments.forward_in, arguments.forward_out)
+    except OSError as error:
+        parser.exit(1, f"wire_relay: cannot open {arguments.forward_in} and "
+                       f"{arguments.forward_out}: {error}\n")
+    relay.configure(document)
+    # The hot path makes no reference cycles; the cycle collector would only add pauses.
+    gc.disable()
+    relay.run()
+    relay.report(relay.statistics())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""A measured line path for impairment fidelity: v1 - s1 - s2 - e1 on a real Mininet network.
+
+Link 0 (v1:eth1 - s1:eth1) is host-switch, link 1 (s1:eth2 - s2:eth2) switch-switch; traffic
+from v1 to e1 crosses both in their forward direction. :class:`FidelityPath` builds it with a
+chosen impairment backend, changes impairments at run time through
+:class:`~topologies.impairments.control.LinkControl`, and measures with the UDP probe
+(kernel receive timestamps, so one-way delay is exact) and iperf3 (TCP goodput).
+Used by the fidelity tests and ``benchmarks/impairment.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from experiments import registry
+from topologies import cleanup, scenario as scenario_module
+from topologies.capabilities import ovs_kernel_module
+from topologies.impairments.control import LinkControl, choose_backend, wired_links
+from topologies.model import BurstLoss, Impairment
+from topologies.naming import RunNames, processes_carry
+from topologies.network import ScenarioNetwork, host_mac
+
+HOST_SWITCH, SWITCH_SWITCH = 0, 1
+
+# Both links start with 1 ms of delay, so the fallback builds them with wires and every later
+# change (including back to nothing) happens at run time, as a schedule or controller would.
+LINE = """
+name: fidelity
+topology:
+  subnet: 10.9.0.0/24
+  nodes:
+    v1: {role: viewer, ip: 10.9.0.1/24}
+    e1: {role: edge, ip: 10.9.0.2/24}
+    s1: {role: switch}
+    s2: {role: switch}
+  links:
+    - {endpoints: ["v1:eth1", "s1:eth1"], delay: 1ms}
+    - {endpoints: ["s1:eth2", "s2:eth2"], delay: 1ms}
+    - {endpoints: ["e1:eth1", "s2:eth1"]}
+"""
+CLEAR = Impairment(bw=0, delay=0, jitter=0, loss=0, burst=BurstLoss(p=0, r=0))
+
+
+class FidelityPath:
+    """The running line network and the measurements the tests make on it."""
+
+    def __init__(self, backend_name: str, log_dir: Path):
+        self.scenario = scenario_module.loads(LINE, "fidelity.yaml", {})
+        self.backend = choose_backend(backend_name, backend_name == "netem")
+        self.names = RunNames.fresh()
+        self.network = ScenarioNetwork(self.scenario, self.names,
+                                       "kernel" if ovs_kernel_module() else "user",
+                                       wired_links(self.scenario, self.backend))
+        self.log_dir = log_dir
+        self.links = None
+
+    def start(self) -> None:
+        registry.register(self.names.prefix, self.log_dir)
+        with processes_carry(self.names.prefix):
+            self.network.start()
+        self.links = LinkControl(self.scenario, self.network, self.backend, self.log_dir)
+        self.links.start()
+        v1, e1 = self.host("v1"), self.host("e1")
+        # Static neighbours: a lost ARP request must not look like lost probe packets.
+        for host, peer in ((v1, e1), (e1, v1)):
+            node = self.scenario.nodes[peer.name]
+            host.cmd(f"ip neigh replace {node.ip.ip} lladdr {host_mac(node.ip)} dev eth1 "
+                     "nud permanent")
+
+    def stop(self) -> None:
+        if self.links is not None:
+            self.links.stop()
+        self.network.stop()
+        leftovers = cleanup.remove_run_objects(self.names.prefix)
+        registry.unregister(self.names.prefix)
+        assert not leftovers, f"teardown left {leftovers.describe()}"
+
+    def host(self, name: str):
+        return self.network.net[name]
+
+    def only(self, link: int, impairment: Impairment) -> None:
+        """Make ``impairment`` the forward direction of ``link`` and clear everything else."""
+        for index in (HOST_SWITCH, SWITCH_SWITCH):
+            self.links.set(index, CLEAR)
+        self.links.set(link, impairment, ("forward",))
+
+    def udp(self, rate_pps: float, count: int, size: int = 64, all_sent: bool = True) -> dict:
+        """Send ``count`` probe packets v1 -> e1; the receiver's summary. ``all_sent``: the
+        sender's socket took every packet (false when v1's own interface is down)."""
+        receiver = self.host("e1").popen(
+            [sys.executable, "-m", "agents.probe", "receive", "--port", "5005", "--expect",
+             str(count), "--duration", str(count / rate_pps + 5)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert "listening" in receiver.stderr.readline()
+        sender = self.host("v1").popen(
+            [sys.executable, "-m", "agents.probe", "send", "--to", "10.9.0.2:5005", "--rate",
+             str(rate_pps), "--count", str(count), "--size", str(size)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        sent, sender_errors = sender.communicate(timeout=count / rate_pps + 30)
+        if all_sent:
+            assert sender.returncode == 0, sender_errors
+            assert json.loads(sent)["sent"] == count
+        output, errors = receiver.communicate(timeout=count / rate_pps + 30)
+        assert receiver.returncode == 0, errors
+        return json.loads(output)
+
+    def tcp_goodput(self, seconds: int = 6) -> float:
+        """iperf3 TCP goodput v1 -> e1 in bit/s, the first second (slow start) left out."""
+        server = self.host("e1").popen(["iperf3", "-s", "-1", "-B", "10.9.0.2"],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            for _ in range(50):
+                if "5201" in self.host("e1").cmd("ss -ltn"):
+                    break
+            result = self.host("v1").cmd(f"iperf3 -c 10.9.0.2 -t {seconds} -O 1 -J")
+        finally:
+            server.wait(timeout=30)
+        return json.loads(result)["end"]["sum_received"]["bits_per_second"]

@@ -1,0 +1,118 @@
+"""Fidelity of link impairments, measured on a real Mininet path (experiments.fidelity):
+host-switch and switch-switch links, UDP probe with kernel timestamps, iperf3 for TCP.
+
+Each backend is tested where the kernel has it: the fallback everywhere, netem only where the
+kernel has sch_netem (the netem tests skip here, saying so, and run in the VM).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from experiments.fidelity import CLEAR, HOST_SWITCH, SWITCH_SWITCH, FidelityPath
+from topologies.capabilities import probe_qdiscs
+from topologies.model import BurstLoss, Impairment
+
+LINKS = [pytest.param(HOST_SWITCH, id="host-switch"), pytest.param(SWITCH_SWITCH, id="switch-switch")]
+
+
+@pytest.fixture(scope="module", params=["fallback", "netem"])
+def path(request, tmp_path_factory):
+    if request.param == "netem" and not probe_qdiscs()["netem"]:
+        pytest.skip("this kernel has no sch_netem; the netem backend is tested where it exists "
+                    "(the Vagrant VM)")
+    line = FidelityPath(request.param, tmp_path_factory.mktemp(f"wires-{request.param}"))
+    try:
+        line.start()
+        yield line
+    finally:
+        line.stop()
+
+
+@pytest.mark.parametrize("link", LINKS)
+@pytest.mark.parametrize("delay_ms", [50, 150])
+def test_delay_mean_and_tail(path, link, delay_ms):
+    path.only(link, Impairment(delay=delay_ms / 1e3))
+    measured = path.udp(rate_pps=1000, count=3000)
+    assert measured["lost"] == 0
+    delay = measured["delay_ms"]
+    assert abs(delay["mean"] - delay_ms) <= max(0.5, 0.01 * delay_ms), delay
+    assert delay["p99"] <= delay_ms + 3, delay
+
+
+@pytest.mark.parametrize("link", LINKS)
+def test_delay_set_back_to_zero(path, link):
+    path.only(link, Impairment(delay=0.05))
+    path.links.set(link, Impairment(delay=0), ("forward",))
+    measured = path.udp(rate_pps=1000, count=500)
+    assert measured["lost"] == 0 and measured["delay_ms"]["mean"] < 2, measured["delay_ms"]
+
+
+@pytest.mark.parametrize("link", LINKS)
+def test_jitter_has_the_distributions_spread(path, link):
+    path.only(link, Impairment(delay=0.05, jitter=0.01, distribution="normal", reorder=True))
+    measured = path.udp(rate_pps=1000, count=5000)
+    delay = measured["delay_ms"]
+    # The sample std of 5000 normal values is within 1% of sigma (one standard error), so
+    # 10% is a wide margin for the path's own sub-millisecond variation.
+    assert abs(delay["std"] - 10.0) <= 1.0, delay
+    assert abs(delay["mean"] - 50.0) <= 1.0, delay
+    assert measured["reordered"] > 0  # reordering allowed, as with netem
+
+
+@pytest.mark.parametrize("link", LINKS)
+def test_jitter_without_reordering_keeps_order(path, link):
+    path.only(link, Impairment(delay=0.05, jitter=0.01, reorder=False))
+    measured = path.udp(rate_pps=1000, count=2000)
+    assert measured["reordered"] == 0 and measured["lost"] == 0
+
+
+@pytest.mark.parametrize("link", LINKS)
+@pytest.mark.parametrize("loss", [0.01, 0.05, 0.20])
+def test_random_loss_is_binomial(path, link, loss):
+    path.only(link, Impairment(loss=loss))
+    # A 99% interval misses the truth 1% of the time by design; one more independent
+    # measurement on a miss keeps the false-alarm rate at 0.01% while a wrong loss rate
+    # still fails both.
+    for attempt in range(2):
+        measured = path.udp(rate_pps=4000, count=10_000)
+        low, high = measured["loss_interval_99"]
+        if low <= loss <= high:
+            break
+    assert low <= loss <= high, (measured["loss_fraction"], measured["loss_interval_99"])
+
+
+@pytest.mark.parametrize("link", LINKS)
+def test_burst_loss_mean_and_burst_length(path, link):
+    p, r = 0.02, 0.25
+    path.only(link, Impairment(burst=BurstLoss(p=p, r=r)))
+    measured = path.udp(rate_pps=4000, count=20_000)
+    expected = p / (p + r)
+    # Losses come in bursts of mean 1/r = 4, so the variance of the loss count is about
+    # (1 + 2(1-p-r)/(p+r)) times the binomial one; allow 4 of those standard deviations.
+    inflation = 1 + 2 * (1 - p - r) / (p + r)
+    sigma = math.sqrt(expected * (1 - expected) * inflation / 20_000)
+    assert abs(measured["loss_fraction"] - expected) <= 4 * sigma, measured["loss_fraction"]
+
+
+@pytest.mark.parametrize("link", LINKS)
+@pytest.mark.parametrize("mbps", [10, 50])
+def test_rate_limits_tcp_goodput(path, link, mbps):
+    path.only(link, Impairment(bw=mbps * 1e6))
+    goodput = path.tcp_goodput()
+    assert abs(goodput - mbps * 1e6) <= 0.05 * mbps * 1e6, goodput / 1e6
+
+
+@pytest.mark.parametrize("link", LINKS)
+def test_link_down_drops_everything_and_comes_back(path, link):
+    path.only(link, CLEAR)
+    path.links.set_link_state(link, up=False)
+    try:
+        measured = path.udp(rate_pps=1000, count=300, all_sent=False)
+        assert measured["received"] == 0
+    finally:
+        path.links.set_link_state(link, up=True)
+    measured = path.udp(rate_pps=1000, count=300)
+    assert measured["lost"] == 0

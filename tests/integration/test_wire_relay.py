@@ -1,0 +1,723 @@
+"""The wire relay (:mod:`agents.wire_relay`) measured for real.
+
+Three throwaway namespaces named ``ebw<3 hex>a|w|b`` (not a run prefix, so no run's cleanup
+touches them) make one wired link; the relay runs in the middle one::
+
+    a: <p>a0 <-veth-> <p>w0 [w: relay] <p>w1 <-veth-> <p>b0 :b
+
+UDP datagrams go from a to b carrying their sequence number and send time (CLOCK_REALTIME,
+which all namespaces share); b takes the kernel's receive timestamp (SO_TIMESTAMPNS), so a
+datagram's one-way delay is receive timestamp minus send time and includes neither process's
+scheduling. Run as a script, this module is that traffic helper (``send``, ``receive`` and their
+raw-frame variants); the tests start it inside the namespaces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import secrets
+import select
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HELPER = Path(__file__).resolve()
+PORT = 47000
+MAC_A, MAC_B = "02:eb:77:00:00:01", "02:eb:77:00:00:02"
+IP_A, IP_B = "10.77.0.1", "10.77.0.2"
+SO_TIMESTAMPNS = 35
+SO_RCVBUFFORCE = 33
+# Fails a test that waits for traffic which never comes; no test asserts how fast it runs.
+PATIENCE_S = 30.0
+# Far longer than any delay the tests set: a datagram not here by then is lost.
+QUIET_S = 1.0
+
+
+# --- the traffic helper, run inside the namespaces -----------------------------------------
+
+def send(target: str, rate: float, count: int, first: int, size: int) -> None:
+    """``count`` datagrams at ``rate`` per second, each due at its own absolute deadline (a
+    late wake-up sends the overdue ones at once instead of shifting every later one)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    payload = bytearray(max(size, 16))
+    period_ns = 1e9 / rate
+    start = time.monotonic_ns()
+    for index in range(count):
+        remaining = start + round(index * period_ns) - time.monotonic_ns()
+        if remaining > 0:
+            time.sleep(remaining / 1e9)
+        struct.pack_into("!QQ", payload, 0, first + index, time.time_ns())
+        sock.sendto(payload, (target, PORT))
+    elapsed = (time.monotonic_ns() - start) / 1e9
+    print(json.dumps({"sent": count, "rate": count / elapsed if elapsed else None}))
+
+
+def receive(expect: int) -> None:
+    """Print "ready", then ``seq send_ns receive_ns`` per datagram as it comes, until ``expect``
+    have come or stdin ends."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 16 << 20)
+    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    sock.bind(("0.0.0.0", PORT))
+    sock.setblocking(False)
+    print("ready", flush=True)
+    received = 0
+    while received < expect:
+        readable, _, _ = select.select([sock, sys.stdin], [], [])
+        if sys.stdin in readable and not os.read(sys.stdin.fileno(), 4096):
+            break
+        lines = []
+        while received < expect:
+            try:
+                data, ancillary, _, _ = sock.recvmsg(65536, socket.CMSG_SPACE(16))
+            except BlockingIOError:
+                break
+            seconds, nanoseconds = next(struct.unpack("qq", payload[:16])
+                                        for level, kind, payload in ancillary
+                                        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS)
+            sequence, sent_ns = struct.unpack_from("!QQ", data)
+            lines.append(f"{sequence} {sent_ns} {seconds * 1_000_000_000 + nanoseconds}\n")
+            received += 1
+        sys.stdout.write("".join(lines))
+        sys.stdout.flush()
+
+
+def raw_socket(interface: str) -> socket.socket:
+    from agents.wire_relay import ETH_P_ALL, PACKET_AUXDATA, SOL_PACKET
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+    sock.setsockopt(SOL_PACKET, PACKET_AUXDATA, 1)
+    sock.bind((interface, ETH_P_ALL))
+    return sock
+
+
+def send_raw(interface: str) -> None:
+    """Send each hex frame read from stdin as it is."""
+    sock = raw_socket(interface)
+    for line in sys.stdin:
+        sock.send(bytes.fromhex(line.strip()))
+    print(json.dumps({"sent": True}))
+
+
+def receive_raw(interface: str, source_mac: str, expect: int) -> None:
+    """Print "ready", then each frame from ``source_mac`` in hex, with the VLAN tag the kernel
+    took out of it put back (the way libpcap does)."""
+    from agents.wire_relay import AUXDATA, TP_STATUS_VLAN_TPID_VALID, TP_STATUS_VLAN_VALID
+    sock = raw_socket(interface)
+    source = bytes.fromhex(source_mac.replace(":", ""))
+    print("ready", flush=True)
+    received = 0
+    while received < expect:
+        frame, ancillary, _, _ = sock.recvmsg(1 << 17, socket.CMSG_SPACE(AUXDATA.size))
+        if frame[6:12] != source:
+            continue
+        status, _, _, _, _, tci, tpid = AUXDATA.unpack_from(ancillary[0][2])
+        if status & TP_STATUS_VLAN_VALID:
+            tpid = tpid if status & TP_STATUS_VLAN_TPID_VALID else 0x8100
+            frame = frame[:12] + struct.pack("!HH", tpid, tci) + frame[12:]
+        print(frame.hex(), flush=True)
+        received += 1
+
+
+def helper_main() -> None:
+    parser = argparse.ArgumentParser(description="wire relay test traffic")
+    commands = parser.add_subparsers(dest="command", required=True)
+    sender = commands.add_parser("send")
+    sender.add_argument("--to", required=True)
+    sender.add_argument("--rate", type=float, required=True)
+    sender.add_argument("--count", type=int, required=True)
+    sender.add_argument("--first", type=int, default=0)
+    sender.add_argument("--size", type=int, default=64)
+    receiver = commands.add_parser("receive")
+    receiver.add_argument("--expect", type=int, required=True)
+    raw_sender = commands.add_parser("send-raw")
+    raw_sender.add_argument("--interface", required=True)
+    raw_receiver = commands.add_parser("receive-raw")
+    raw_receiver.add_argument("--interface", required=True)
+    raw_receiver.add_argument("--source-mac", required=True)
+    raw_receiver.add_argument("--expect", type=int, required=True)
+    arguments = parser.parse_args()
+    if arguments.command == "send":
+        send(arguments.to, arguments.rate, arguments.count, arguments.first, arguments.size)
+    elif arguments.command == "receive":
+        receive(arguments.expect)
+    elif arguments.command == "send-raw":
+        send_raw(arguments.interface)
+    else:
+        receive_raw(arguments.interface, arguments.source_mac, arguments.expect)
+
+
+# --- the tests ------------------------------------------------------------------------------
+
+
+def run(*argv: str) -> None:
+    result = subprocess.run(argv, capture_output=True, text=True)
+    assert result.returncode == 0, f"{' '.join(argv)}: {result.stderr}"
+
+
+@dataclass
+class Arrival:
+    sequence: int
+    sent_ns: int
+    received_ns: int
+
+    @property
+    def delay_ms(self) -> float:
+        return (self.received_ns - self.sent_ns) / 1e6
+
+
+class Receiver:
+    """The receiving helper in one host namespace; a thread collects its lines as they come."""
+
+    def __init__(self, wire: "Wire", expect: int, namespace: str):
+        self.process = wire.popen(namespace, "receive", "--expect", str(expect))
+        assert self.process.stdout.readline().strip() == "ready", self.process.stderr.read()
+        self.arrivals: list[Arrival] = []
+        self.reader = threading.Thread(target=self._collect, daemon=True)
+        self.reader.start()
+
+    def _collect(self) -> None:
+        for line in self.process.stdout:
+            self.arrivals.append(Arrival(*map(int, line.split())))
+
+    def wait_for(self, count: int) -> None:
+        deadline = time.monotonic() + PATIENCE_S
+        while len(self.arrivals) < count and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(self.arrivals) >= count, f"{len(self.arrivals)} of {count} arrived"
+
+    def finish(self, expect: int) -> list[Arrival]:
+        """All arrivals once ``expect`` have come (the helper then exits by itself)."""
+        self.wait_for(expect)
+        self.process.wait(timeout=PATIENCE_S)
+        self.reader.join()
+        return self.arrivals
+
+    def wait_quiet(self, expect: int) -> None:
+        """Wait until ``expect`` have come or none has for QUIET_S (traffic that loses some)."""
+        deadline, seen = time.monotonic() + QUIET_S, len(self.arrivals)
+        while len(self.arrivals) < expect and time.monotonic() < deadline:
+            time.sleep(0.01)
+            if len(self.arrivals) > seen:
+                deadline, seen = time.monotonic() + QUIET_S, len(self.arrivals)
+
+    def settle(self, expect: int) -> list[Arrival]:
+        """All arrivals once ``expect`` have come or none has for QUIET_S; ends the helper."""
+        self.wait_quiet(expect)
+        return self.stop()
+
+    def stop(self) -> list[Arrival]:
+        """All arrivals so far; ends the helper."""
+        self.process.stdin.close()
+        self.process.wait(timeout=PATIENCE_S)
+        self.reader.join()
+        return self.arrivals
+
+
+class RelayProcess:
+    """The relay in the wire namespace, changed through stdin and stopped with SIGTERM."""
+
+    def __init__(self, wire: "Wire", config: dict):
+        self.process = wire.popen(wire.w, "-m", "agents.wire_relay",
+                                  "--forward-in", wire.interface("w0"),
+                                  "--forward-out", wire.interface("w1"),
+                                  "--config", json.dumps(config), module=True)
+        self.changes = 0
+        # An empty change is acknowledged once the relay forwards: it is ready.
+        self.change({})
+
+    def change(self, document: dict) -> None:
+        self.process.stdin.write(json.dumps(document) + "\n")
+        self.process.stdin.flush()
+        self.changes += 1
+        assert json.loads(self.answer()) == {"applied": self.changes}
+
+    def answer(self) -> str:
+        line = self.process.stdout.readline()
+        assert line, f"the relay has exited: {self.process.stderr.read()}"
+        return line
+
+    def close_stdin(self) -> None:
+        self.process.stdin.close()
+
+    def stop(self) -> dict:
+        """SIGTERM; the statistics line the relay prints on the way out."""
+        self.process.stdin.close()
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(timeout=PATIENCE_S)
+        output, errors = self.process.stdout.read(), self.process.stderr.read()
+        assert self.process.returncode == 0, errors
+        lines = output.splitlines()
+        assert len(lines) == 1, output
+        return json.loads(lines[0])
+
+
+@dataclass
+class Wire:
+    """a <-> w0 [wire] w1 <-> b in namespaces of our own, and the processes started in them."""
+
+    prefix: str = field(default_factory=lambda: "ebw" + secrets.token_hex(2)[:3])
+    namespaces: list[str] = field(default_factory=list)
+    processes: list[subprocess.Popen] = field(default_factory=list)
+
+    @property
+    def a(self) -> str:
+        return self.prefix + "a"
+
+    @property
+    def w(self) -> str:
+        return self.prefix + "w"
+
+    @property
+    def b(self) -> str:
+        return self.prefix + "b"
+
+    def interface(self, end: str) -> str:
+        return self.prefix + end
+
+    def build(self) -> None:
+        for namespace in (self.a, self.w, self.b):
+            run("ip", "netns", "add", namespace)
+            self.namespaces.append(namespace)
+            # No IPv6: router solicitations and the like would cross the wire and spoil counts.
+            run("ip", "netns", "exec", namespace, "sysctl", "-qw",
+                "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
+        for host, wire_end, mac in ((self.a, "w0", MAC_A), (self.b, "w1", MAC_B)):
+            run("ip", "-n", host, "link", "add", self.interface(host[-1] + "0"),
+                "address", mac, "type", "veth", "peer", "name", self.interface(wire_end),
+                "netns", self.w)
+        for namespace, end in ((self.a, "a0"), (self.w, "w0"), (self.w, "w1"), (self.b, "b0")):
+            # The relay's packet sockets would forward frames with their checksums unfinished.
+            run("ip", "netns", "exec", namespace, "ethtool", "-K", self.interface(end),
+                "tx", "off", "rx", "off")
+            run("ip", "-n", namespace, "link", "set", self.interface(end), "up")
+        for host, address, peer, peer_mac in ((self.a, IP_A, IP_B, MAC_B),
+                                              (self.b, IP_B, IP_A, MAC_A)):
+            end = self.interface(host[-1] + "0")
+            run("ip", "-n", host, "addr", "add", f"{address}/24", "dev", end)
+            # Static neighbours: ARP would cross the relay and delay the first datagrams.
+            run("ip", "-n", host, "neigh", "replace", peer, "lladdr", peer_mac, "dev", end,
+                "nud", "permanent")
+
+    def set_mtu(self, mtu: int) -> None:
+        for namespace, end in ((self.a, "a0"), (self.w, "w0"), (self.w, "w1"), (self.b, "b0")):
+            run("ip", "-n", namespace, "link", "set", self.interface(end), "mtu", str(mtu))
+
+    def popen(self, namespace: str, *arguments: str, module: bool = False) -> subprocess.Popen:
+        script = [] if module else [str(HELPER)]
+        process = subprocess.Popen(
+            ["ip", "netns", "exec", namespace, sys.executable, *script, *arguments],
+            cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True)
+        self.processes.append(process)
+        return process
+
+    def relay(self, forward: dict, reverse: dict | None = None, seed: int = 1) -> RelayProcess:
+        return RelayProcess(self, {"forward": forward, "reverse": reverse or {}, "seed": seed})
+
+    def receiver(self, expect: int, at: str | None = None) -> Receiver:
+        """A receiver in ``at`` (b unless told)."""
+        return Receiver(self, expect, at or self.b)
+
+    def start_sender(self, rate: float, count: int, first: int = 0,
+                     source: str | None = None) -> subprocess.Popen:
+        """A sender from ``source`` (a unless told) to the other host."""
+        source = source or self.a
+        target = IP_B if source == self.a else IP_A
+        return self.popen(source, "send", "--to", target, "--rate", str(rate),
+                          "--count", str(count), "--first", str(first))
+
+    def send(self, rate: float, count: int, first: int = 0) -> dict:
+        """Send from a to b; returns when the last datagram has left."""
+        return sender_result(self.start_sender(rate, count, first))
+
+    def tear_down(self) -> None:
+        """Stop what we started, then delete exactly the namespaces we created (their veths go
+        with them; a namespace still holding a process would outlive its name)."""
+        for process in self.processes:
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+        for namespace in self.namespaces:
+            subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        left = [n for n in self.namespaces if n in listed.split()]
+        assert not left, f"namespaces left behind: {left}"
+
+
+def sender_result(process: subprocess.Popen) -> dict:
+    output, errors = process.communicate(timeout=PATIENCE_S * 2)
+    assert process.returncode == 0, errors
+    return json.loads(output)
+
+
+@pytest.fixture
+def wire():
+    built = Wire()
+    try:
+        built.build()
+        yield built
+    finally:
+        built.tear_down()
+
+
+def delays_ms(arrivals: Iterable[Arrival]) -> list[float]:
+    return [arrival.delay_ms for arrival in arrivals]
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(fraction * len(ordered)) - 1)]
+
+
+def reordered(arrivals: list[Arrival]) -> int:
+    """Datagrams that arrived after one sent later than them."""
+    count, highest = 0, -1
+    for arrival in arrivals:
+        if arrival.sequence < highest:
+            count += 1
+        highest = max(highest, arrival.sequence)
+    return count
+
+
+def loss_bursts(sent: int, arrivals: list[Arrival]) -> list[int]:
+    """Lengths of the runs of consecutive sequence numbers that never arrived."""
+    arrived = {arrival.sequence for arrival in arrivals}
+    bursts, run_length = [], 0
+    for sequence in range(sent):
+        if sequence in arrived:
+            if run_length:
+                bursts.append(run_length)
+            run_length = 0
+        else:
+            run_length += 1
+    if run_length:
+        bursts.append(run_length)
+    return bursts
+
+
+# The relay's own error bound at a fixed delay: what the tests below allow for frames leaving
+# after their due time plus the path through three namespaces.
+MEAN_ERROR_MS = 0.5
+P99_ERROR_MS = 3.0
+
+
+def test_fixed_delay_is_accurate_and_never_early(wire):
+    count, delay_ms = 3000, 50.0
+    relay = wire.relay({"delay": delay_ms / 1e3})
+    receiver = wire.receiver(count)
+    wire.send(rate=1000, count=count)
+    delays = delays_ms(receiver.finish(count))
+    relay.stop()
+
+    mean, p99 = statistics.fmean(delays), percentile(delays, 0.99)
+    print(f"\nfixed {delay_ms} ms: mean error {mean - delay_ms:+.3f} ms, "
+          f"p99 {p99 - delay_ms:+.3f} ms, max {max(delays) - delay_ms:+.3f} ms, "
+          f"std {statistics.pstdev(delays):.3f} ms")
+    assert len(delays) == count
+    # Send and receive stamps are CLOCK_REALTIME, the relay's due times CLOCK_MONOTONIC: both
+    # run at the same (slewed) rate and only a clock step could make a frame look early.
+    assert min(delays) >= delay_ms
+    assert abs(mean - delay_ms) <= max(MEAN_ERROR_MS, 0.01 * delay_ms)
+    assert p99 <= delay_ms + P99_ERROR_MS
+
+
+def test_normal_jitter_has_the_configured_spread_and_reorders(wire):
+    count, delay_ms, jitter_ms = 5000, 50.0, 10.0
+    relay = wire.relay({"delay": delay_ms / 1e3, "jitter": jitter_ms / 1e3,
+                        "distribution": "normal", "reorder": True})
+    receiver = wire.receiver(count)
+    wire.send(rate=1000, count=count)
+    arrivals = receiver.finish(count)
+    relay.stop()
+
+    delays = delays_ms(arrivals)
+    mean, deviation = statistics.fmean(delays), statistics.stdev(delays)
+    print(f"\njitter {jitter_ms} ms normal: mean error {mean - delay_ms:+.3f} ms, "
+          f"std {deviation:.3f} ms, reordered {reordered(arrivals)} of {count}")
+    assert len(arrivals) == count
+    # The standard error of a normal sample's standard deviation is sigma / sqrt(2 (n - 1)),
+    # 1 % here: 10 % is ten standard errors. What the path adds (about 0.1 ms, nearly constant)
+    # barely moves it. Delays are clamped at 0, 5 sigma away: no effect either.
+    assert abs(deviation - jitter_ms) <= 0.1 * jitter_ms
+    # The mean's standard error is sigma / sqrt(n) = 0.14 ms; 1 ms leaves 3.5 standard errors
+    # after the most the path may add (MEAN_ERROR_MS, as bounded by the fixed-delay test).
+    assert abs(mean - delay_ms) <= 1.0
+    # Neighbours are sent 1 ms apart and their delays differ by 14 ms (10 ms * sqrt 2) on
+    # average: they swap nearly half the time. None would mean reorder=true is ignored.
+    assert reordered(arrivals) > 0
+
+
+def test_without_reorder_jitter_keeps_the_order(wire):
+    count = 3000
+    relay = wire.relay({"delay": 0.05, "jitter": 0.01, "distribution": "normal",
+                        "reorder": False})
+    receiver = wire.receiver(count)
+    wire.send(rate=1000, count=count)
+    arrivals = receiver.finish(count)
+    relay.stop()
+
+    assert len(arrivals) == count
+    assert reordered(arrivals) == 0
+
+
+@pytest.mark.parametrize("distribution", ["uniform", "pareto", "paretonormal"])
+def test_every_distribution_has_the_configured_standard_deviation(wire, distribution):
+    count, delay_ms, jitter_ms = 3000, 50.0, 5.0
+    relay = wire.relay({"delay": delay_ms / 1e3, "jitter": jitter_ms / 1e3,
+                        "distribution": distribution, "reorder": True})
+    receiver = wire.receiver(count)
+    wire.send(rate=2000, count=count)
+    delays = delays_ms(receiver.finish(count))
+    relay.stop()
+
+    mean, deviation = statistics.fmean(delays), statistics.stdev(delays)
+    print(f"\njitter {jitter_ms} ms {distribution}: mean error {mean - delay_ms:+.3f} ms, "
+          f"std {deviation:.3f} ms, min {min(delays) - delay_ms:+.2f} ms, "
+          f"max {max(delays) - delay_ms:+.2f} ms")
+    # The standard error of a sample standard deviation is sigma * sqrt((kurtosis - 1) / 4n):
+    # kurtosis 1.8 for uniform, 7.9 and 11.4 for the (clipped) paretonormal and pareto tables;
+    # at n = 3000 that is at most 2.9 %, so 15 % is five standard errors.
+    assert abs(deviation - jitter_ms) <= 0.15 * jitter_ms
+    # sigma / sqrt(n) = 0.09 ms; 1 ms covers it many times over plus the path's MEAN_ERROR_MS.
+    assert abs(mean - delay_ms) <= 1.0
+
+
+def test_burst_loss_follows_the_gilbert_elliott_model(wire):
+    count, p, r = 10000, 0.05, 0.5
+    relay = wire.relay({"burst": {"p": p, "r": r}})
+    receiver = wire.receiver(count)
+    wire.send(rate=2500, count=count)
+    arrivals = receiver.settle(count)
+    statistics_ = relay.stop()["forward"]
+
+    lost = count - len(arrivals)
+    bursts = loss_bursts(count, arrivals)
+    rate, mean_burst = lost / count, statistics.fmean(bursts)
+    print(f"\nburst p={p} r={r}: loss {rate:.4f} (expected {p / (p + r):.4f}), "
+          f"{len(bursts)} bursts of mean length {mean_burst:.3f} (expected {1 / r:.3f})")
+    assert statistics_["frames_in"] == count
+    assert statistics_["dropped_loss"] == lost
+    assert statistics_["frames_out"] == len(arrivals)
+    # With bad_loss 1 and good_loss 0 a frame is lost exactly when the chain is bad, which it
+    # is a fraction pi = p / (p + r) of the time. Successive states are correlated with
+    # lambda = 1 - p - r, which multiplies the variance of the count by (1 + lambda) /
+    # (1 - lambda): sd(loss rate) = sqrt(pi (1 - pi) / n * (1 + lambda) / (1 - lambda)) =
+    # 0.0047 here, and 2.576 of them bound it with 99 % confidence (+-0.012).
+    pi, correlation = p / (p + r), 1 - p - r
+    spread = math.sqrt(pi * (1 - pi) / count * (1 + correlation) / (1 - correlation))
+    assert abs(rate - pi) <= 2.576 * spread
+    # A loss burst is a stay in the bad state: independent geometric lengths with mean 1 / r
+    # and variance (1 - r) / r^2, so their mean over m bursts has sd sqrt((1 - r) / m) / r.
+    assert abs(mean_burst - 1 / r) <= 2.576 * math.sqrt((1 - r) / len(bursts)) / r
+
+
+def test_down_drops_everything_until_it_is_lifted(wire):
+    phase = 500
+    relay = wire.relay({})
+    receiver = wire.receiver(2 * phase)
+    wire.send(rate=1000, count=phase)
+    receiver.wait_for(phase)
+    relay.change({"forward": {"down": True}, "reverse": {"down": True}})
+    wire.send(rate=1000, count=phase, first=phase)
+    # The relay reads the frames that reached it before a change first, so every datagram of
+    # the second phase meets down=true.
+    relay.change({"forward": {"down": False}, "reverse": {"down": False}})
+    wire.send(rate=1000, count=phase, first=2 * phase)
+    arrivals = receiver.finish(2 * phase)
+    statistics_ = relay.stop()["forward"]
+
+    assert sorted(a.sequence for a in arrivals) == [*range(phase), *range(2 * phase, 3 * phase)]
+    assert statistics_["dropped_down"] == phase
+    assert statistics_["frames_out"] == 2 * phase
+
+
+def test_delay_changes_to_zero_at_run_time(wire):
+    phase = 500
+    relay = wire.relay({"delay": 0.05})
+    receiver = wire.receiver(2 * phase)
+    wire.send(rate=1000, count=phase)
+    receiver.wait_for(phase)
+    relay.change({"forward": {"delay": 0}})
+    wire.send(rate=1000, count=phase, first=phase)
+    arrivals = receiver.finish(2 * phase)
+    relay.stop()
+
+    before = delays_ms(a for a in arrivals if a.sequence < phase)
+    after = delays_ms(a for a in arrivals if a.sequence >= phase)
+    print(f"\ndelay 50 -> 0 ms: mean before {statistics.fmean(before):.3f} ms, "
+          f"after {statistics.fmean(after):.3f} ms, max after {max(after):.3f} ms")
+    assert abs(statistics.fmean(before) - 50.0) <= MEAN_ERROR_MS
+    assert statistics.fmean(after) <= MEAN_ERROR_MS
+    assert percentile(after, 0.99) <= P99_ERROR_MS
+
+
+def test_everything_set_back_to_zero_passes_frames_untouched(wire):
+    phase = 500
+    relay = wire.relay({"delay": 0.02, "jitter": 0.002, "distribution": "pareto",
+                        "reorder": True, "loss": 0.2, "burst": {"p": 0.1, "r": 0.5}})
+    receiver = wire.receiver(2 * phase)
+    wire.send(rate=1000, count=phase)
+    receiver.wait_quiet(2 * phase)
+    lost_before = phase - len(receiver.arrivals)
+    relay.change({"forward": {"delay": 0, "jitter": 0, "reorder": False, "loss": 0,
+                              "burst": None}})
+    wire.send(rate=1000, count=phase, first=phase)
+    arrivals = receiver.settle(2 * phase)
+    relay.stop()
+
+    after = [a for a in arrivals if a.sequence >= phase]
+    # Loss 0.2 and bursts: P(nothing lost among 500) is nil.
+    assert lost_before > 0
+    assert len(after) == phase
+    assert reordered(after) == 0
+    assert statistics.fmean(delays_ms(after)) <= MEAN_ERROR_MS
+
+
+def test_interface_going_down_and_up_does_not_stop_the_relay(wire):
+    count = 200
+    relay = wire.relay({"delay": 0.002})
+    receiver = wire.receiver(2 * count)
+    wire.send(rate=1000, count=count)
+    receiver.wait_for(count)
+    for state in ("down", "up"):
+        run("ip", "-n", wire.w, "link", "set", wire.interface("w0"), state)
+    wire.send(rate=1000, count=count, first=count)
+    arrivals = receiver.finish(2 * count)
+    statistics_ = relay.stop()["forward"]
+
+    assert sorted(a.sequence for a in arrivals) == list(range(2 * count))
+    assert statistics_["frames_out"] == 2 * count
+
+
+def test_sigterm_prints_statistics_that_add_up(wire):
+    count, rate, delay = 2000, 2000, 0.01
+    relay = wire.relay({"delay": delay})
+    # End of stdin ends the changes, not the relay.
+    relay.close_stdin()
+    receiver = wire.receiver(count)
+    wire.send(rate=rate, count=count)
+    receiver.finish(count)
+    statistics_ = relay.stop()
+
+    forward, reverse = statistics_["forward"], statistics_["reverse"]
+    print(f"\nstatistics: {json.dumps(statistics_)}")
+    assert forward["frames_in"] == forward["frames_out"] == count
+    assert forward["dropped_loss"] == forward["dropped_down"] == forward["send_errors"] == 0
+    assert forward["queued_at_exit"] == 0
+    # Datagrams 0.5 ms apart, each held 10 ms: about 20 are in the relay at once.
+    assert rate * delay / 2 <= forward["max_queued"] <= count
+    late = forward["late_us"]
+    assert 0 <= late["p50"] <= late["p99"] <= late["max"]
+    # IPv6 is off and neighbours are static: nothing at all comes back from b.
+    assert reverse["frames_in"] == 0
+
+
+def test_frames_cross_byte_for_byte_whatever_they_hold(wire):
+    """Short, broadcast, garbage, VLAN-tagged (the kernel takes the outer tag out of the frame
+    before packet sockets see it), QinQ, priority-tagged and 64 KiB frames."""
+    wire.set_mtu(65535)
+    a, b = (bytes.fromhex(mac.replace(":", "")) for mac in (MAC_A, MAC_B))
+    local = b"\x88\xb5"  # the IEEE local experimental EtherType
+    frames = [
+        b + a + local + b"\x01",
+        b"\xff" * 6 + a + local + secrets.token_bytes(100),
+        bytes.fromhex("01005e000001") + a + b"\x08\x00" + secrets.token_bytes(200),
+        b + a + b"\x81\x00\x20\x07" + local + secrets.token_bytes(300),
+        b + a + b"\x88\xa8\x00\x0c\x81\x00\x00\x07" + local + secrets.token_bytes(300),
+        b + a + b"\x81\x00\x00\x00" + local + secrets.token_bytes(50),
+        b + a + local + secrets.token_bytes(65535),
+    ]
+    relay = wire.relay({"delay": 0.001})
+    receiver = wire.popen(wire.b, "receive-raw", "--interface", wire.interface("b0"),
+                          "--source-mac", MAC_A, "--expect", str(len(frames)))
+    assert receiver.stdout.readline().strip() == "ready"
+    sender = wire.popen(wire.a, "send-raw", "--interface", wire.interface("a0"))
+    _, errors = sender.communicate("".join(frame.hex() + "\n" for frame in frames),
+                                   timeout=PATIENCE_S)
+    assert sender.returncode == 0, errors
+    output, errors = receiver.communicate(timeout=PATIENCE_S)
+    assert receiver.returncode == 0, errors
+    statistics_ = relay.stop()["forward"]
+
+    assert [bytes.fromhex(line) for line in output.split()] == frames
+    assert statistics_["frames_out"] == len(frames)
+
+
+def test_rejected_changes_leave_the_relay_running(wire):
+    relay = wire.relay({"delay": 0.002})
+    for line, complaint in (("not json", "Expecting value"),
+                            ('{"forward": {"delay": -1}}', "must not be negative"),
+                            ('{"sideways": {}}', "unknown keys"),
+                            ('{"forward": {"distribution": "cauchy"}}', "must be one of")):
+        relay.process.stdin.write(line + "\n")
+        relay.process.stdin.flush()
+        relay.changes += 1
+        answer = json.loads(relay.answer())
+        assert answer["rejected"] == relay.changes and complaint in answer["error"], answer
+    receiver = wire.receiver(100)
+    wire.send(rate=1000, count=100)
+    delays = delays_ms(receiver.finish(100))
+    relay.stop()
+    assert min(delays) >= 2.0
+
+
+def measure_rates(wire: Wire, rates: tuple[int, ...], both_ways: bool) -> None:
+    """For each rate (per direction): datagrams through a fresh relay holding them 50 ms,
+    one way or both at once; prints what came out and the highest rate whose mean error stayed
+    below 1 ms (measured, not asserted: it depends on the machine)."""
+    delay_ms, seconds = 50.0, 2.0
+    ways = [(wire.a, wire.b, "forward"), (wire.b, wire.a, "reverse")][:2 if both_ways else 1]
+    print(f"\n{'both ways' if both_ways else 'one way'}, {delay_ms:.0f} ms delay, "
+          f"{seconds:.0f} s per rate\n"
+          f"  rate  direction  sent/s  arrived  mean err ms  p99 err ms  "
+          f"relay late µs p50/p99/max  max queued")
+    accurate = []
+    for rate in rates:
+        count = int(rate * seconds)
+        relay = wire.relay({"delay": delay_ms / 1e3}, {"delay": delay_ms / 1e3})
+        receivers = [wire.receiver(count, at=target) for _, target, _ in ways]
+        senders = [wire.start_sender(rate, count, source=source) for source, _, _ in ways]
+        sent = [sender_result(sender) for sender in senders]
+        arrivals = [receiver.settle(count) for receiver in receivers]
+        relay_statistics = relay.stop()
+        errors = []
+        for (_, _, direction), achieved, arrived in zip(ways, sent, arrivals):
+            delays = delays_ms(arrived)
+            mean_error = statistics.fmean(delays) - delay_ms
+            errors.append(len(arrived) == count and abs(mean_error) < 1.0)
+            late = relay_statistics[direction]
+            lateness = "/".join(str(late["late_us"][key]) for key in ("p50", "p99", "max"))
+            print(f"{rate:6d}  {direction:9s} {achieved['rate']:7.0f}  "
+                  f"{len(arrived) / count:7.2%}  {mean_error:+11.3f}  "
+                  f"{percentile(delays, 0.99) - delay_ms:+10.3f}  {lateness:>25s}  "
+                  f"{late['max_queued']:10d}")
+        if all(errors):
+            accurate.append(rate)
+    print(f"highest rate per direction with a mean error below 1 ms: "
+          f"{max(accurate, default=None)} packets/s")
+
+
+def test_rates_at_which_the_mean_delay_stays_accurate_one_way(wire):
+    measure_rates(wire, (1000, 2000, 5000, 10000, 20000, 30000), both_ways=False)
+
+
+def test_rates_at_which_the_mean_delay_stays_accurate_both_ways(wire):
+    measure_rates(wire, (1000, 2000, 5000, 10000, 15000), both_ways=True)
+
+
+if __name__ == "__main__":
+    helper_main()

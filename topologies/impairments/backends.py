@@ -1,0 +1,91 @@
+"""Impairment backends: how one direction of a link gets its rate, loss, delay and jitter.
+
+Both backends act on the egress of the interface that sends in that direction, after Open
+vSwitch has taken its ports (OVS deletes a port's root qdisc when the port joins a bridge), and
+never on ingress (a userspace-OVS port's packet socket sees frames before tc ingress does).
+
+* :class:`NetemBackend`, where the kernel has sch_netem: HTB for the rate, netem under it for
+  delay, jitter, loss and burst loss, on the sending interface.
+* :class:`FallbackBackend`, for kernels without netem: HTB for the rate and a classic-BPF
+  filter returning TC_ACT_STOLEN for random loss (exact, silent, kernel speed); delay, jitter
+  and Gilbert–Elliott loss by a user-space relay in a wire namespace spliced into the link.
+  When a link has a wire, its rate and loss sit on the wire's egress toward the receiver, so
+  the sending host's own stack is untouched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..model import Impairment
+from . import tc
+from .relay import Relay, relay_direction
+
+
+class ImpairmentError(RuntimeError):
+    """tc refused an impairment; the message carries tc's words."""
+
+
+@dataclass
+class Placement:
+    """Where one direction of a link is impaired: an interface in some node's namespace and,
+    for a wired link, the relay and the relay's name for the direction."""
+
+    link_index: int
+    direction: str  # "forward" (first endpoint to second) or "reverse"
+    node: object  # the Mininet node whose namespace holds ``interface``
+    interface: str
+    where: str  # for people: "s1:eth2", or "wire 3 toward v1"
+    relay: Relay | None = None
+
+
+def _run(placement: Placement, commands: list[str]) -> list[str]:
+    output = placement.node.cmd(" ; ".join(commands)).strip()
+    if output:
+        raise ImpairmentError(f"{placement.where}: {output}")
+    return commands
+
+
+def needs_relay(impairment: Impairment) -> bool:
+    return bool(impairment.delay or impairment.jitter or impairment.burst)
+
+
+class NetemBackend:
+    name = "netem"
+
+    def needs_wire(self, impairment: Impairment) -> bool:
+        return False
+
+    def apply(self, placement: Placement, impairment: Impairment) -> dict:
+        interface = placement.interface
+        commands = tc.shaping(interface, impairment.bw, impairment.queue,
+                              leaf=tc.netem_spec(impairment))
+        _run(placement, tc.clear(interface) + commands)
+        return {"where": placement.where, "tc": commands}
+
+
+class FallbackBackend:
+    name = "fallback"
+
+    def needs_wire(self, impairment: Impairment) -> bool:
+        return needs_relay(impairment)
+
+    def apply(self, placement: Placement, impairment: Impairment) -> dict:
+        if needs_relay(impairment) and placement.relay is None:
+            raise ImpairmentError(
+                f"{placement.where}: delay, jitter and burst loss need a wire, and this link "
+                "was built without one; declare the impairment on the link or in its schedule "
+                "so the link is built with a wire")
+        interface = placement.interface
+        commands = tc.shaping(interface, impairment.bw, impairment.queue)
+        if impairment.loss:
+            commands += tc.random_loss(interface, impairment.loss)
+        _run(placement, tc.clear(interface) + commands)
+        record = {"where": placement.where, "tc": commands}
+        if placement.relay is not None:
+            placement.relay.update(placement.direction, impairment)
+            record["relay"] = relay_direction(impairment)
+        return record
+
+
+BACKENDS = {"netem": NetemBackend, "fallback": FallbackBackend}

@@ -1,0 +1,122 @@
+"""Run-time control of a run's links: impairments per direction, links and nodes up and down.
+
+One API for everything that changes links while a run goes on: the scenario's ``schedule``,
+tests, experiments and (later) the controller's failure tests.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..model import Impairment
+from ..scenario import Scenario
+from .backends import FallbackBackend, NetemBackend, Placement
+from .relay import WIRE_TOWARD_A, WIRE_TOWARD_B, Relay
+
+DIRECTIONS = ("forward", "reverse")
+
+
+def choose_backend(requested: str, kernel_has_netem: bool):
+    """``auto``: netem where the kernel has it, else the fallback."""
+    if requested == "netem" and not kernel_has_netem:
+        raise RuntimeError("the scenario asks for the netem impairment backend, but this "
+                           "kernel has no sch_netem; use emulation.impairments: auto or fallback")
+    if requested == "netem" or (requested == "auto" and kernel_has_netem):
+        return NetemBackend()
+    return FallbackBackend()
+
+
+def wired_links(scenario: Scenario, backend) -> frozenset[int]:
+    """Links that need a wire at any time of the run: what they start with, or any scheduled
+    change, needs the relay."""
+    needs = {link.index for link in scenario.links
+             if backend.needs_wire(link.forward) or backend.needs_wire(link.reverse)}
+    needs |= {event.link for event in scenario.schedule
+              if event.changes is not None and backend.needs_wire(
+                  Impairment().merged(event.changes))}
+    return frozenset(needs)
+
+
+class LinkControl:
+    """The links of one running network, and what is applied to each direction now."""
+
+    def __init__(self, scenario: Scenario, network, backend, log_dir: Path):
+        self.scenario = scenario
+        self.network = network
+        self.backend = backend
+        self.log_dir = log_dir
+        self.current = {(link.index, d): Impairment() for link in scenario.links
+                        for d in DIRECTIONS}
+        self.records: dict[tuple[int, str], dict] = {}
+        self.relays: dict[int, Relay] = {}
+        self.down: set[int] = set()
+
+    def start(self) -> None:
+        """Start every wire's relay and apply what the scenario declares."""
+        for link in self.scenario.links:
+            ends = self.network.ends(link.index)
+            if ends.wire is not None:
+                self.relays[link.index] = Relay(
+                    ends.wire, self.log_dir / f"wire{link.index}.log", self.network.names.prefix,
+                    self.scenario.seed + link.index, link.forward, link.reverse)
+            for direction in DIRECTIONS:
+                impairment = getattr(link, direction)
+                if not impairment.is_empty():
+                    self._apply(link.index, direction, impairment)
+
+    def placement(self, link_index: int, direction: str) -> Placement:
+        link = self.scenario.links[link_index]
+        ends = self.network.ends(link_index)
+        sender, receiver = (link.a, link.b) if direction == "forward" else (link.b, link.a)
+        if ends.wire is not None:
+            interface = WIRE_TOWARD_B if direction == "forward" else WIRE_TOWARD_A
+            return Placement(link_index, direction, ends.wire, interface,
+                             f"wire {link_index} toward {receiver}", self.relays[link_index])
+        intf = ends.a if direction == "forward" else ends.b
+        return Placement(link_index, direction, intf.node, intf.name, str(sender))
+
+    def _apply(self, link_index: int, direction: str, impairment: Impairment) -> None:
+        record = self.backend.apply(self.placement(link_index, direction), impairment)
+        self.current[link_index, direction] = impairment
+        self.records[link_index, direction] = record
+
+    def set(self, link_index: int, changes: Impairment,
+            directions: tuple[str, ...] = DIRECTIONS) -> None:
+        """Change the fields ``changes`` sets (0 clears one) in each of ``directions``."""
+        for direction in directions:
+            self._apply(link_index, direction, self.current[link_index, direction].merged(changes))
+
+    def set_link_state(self, link_index: int, up: bool) -> None:
+        self.network.set_link_state(link_index, up)
+        (self.down.discard if up else self.down.add)(link_index)
+
+    def set_node_state(self, node: str, up: bool) -> None:
+        """A node going down takes every link it has with it."""
+        for link in self.scenario.links:
+            if node in (link.a.node, link.b.node):
+                self.set_link_state(link.index, up)
+
+    def link_index(self, endpoint: str) -> int:
+        """The link with ``endpoint`` ("node:interface")."""
+        for link in self.scenario.links:
+            if endpoint in (str(link.a), str(link.b)):
+                return link.index
+        raise KeyError(f"no link has endpoint {endpoint!r}")
+
+    def applied(self) -> list[dict]:
+        """Per link and direction: the settings in force and how they were applied."""
+        report = []
+        for link in self.scenario.links:
+            entry = {"endpoints": [str(link.a), str(link.b)], "wire": link.index in self.relays,
+                     "up": link.index not in self.down}
+            for direction in DIRECTIONS:
+                settings = self.current[link.index, direction]
+                entry[direction] = {
+                    "settings": settings.model_dump(mode="json", exclude_none=True),
+                    "applied": self.records.get((link.index, direction))}
+            report.append(entry)
+        return report
+
+    def stop(self) -> dict[int, dict | None]:
+        """Stop the relays; their statistics by link."""
+        return {index: relay.stop() for index, relay in self.relays.items()}

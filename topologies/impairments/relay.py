@@ -1,0 +1,80 @@
+"""The user-space relay that gives a wired link its delay, jitter and burst loss.
+
+A wire is a small namespace spliced into a link: ``a <-> wa [wire] wb <-> b``. The relay
+(:mod:`agents.wire_relay`) runs inside it, forwards every frame between ``wa`` and ``wb`` and
+takes changes as JSON lines on its stdin, so a direction can be changed (or cleared) at run time
+without dropping what is in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from ..model import Impairment
+from ..naming import ENVIRONMENT_KEY
+
+# Packets per second per direction up to which the relay's mean delay error stays below 1 ms
+# on the reference machine (2 cores); benchmarks/impairment.py measures it again.
+RELAY_ACCURATE_PPS = 10_000
+WIRE_TOWARD_A = "wa"
+WIRE_TOWARD_B = "wb"
+
+
+def relay_direction(impairment: Impairment) -> dict:
+    """The relay's settings for one direction (rate and random loss are tc's, not the relay's)."""
+    burst = impairment.burst
+    return {"delay": impairment.delay or 0.0, "jitter": impairment.jitter or 0.0,
+            "distribution": impairment.distribution or "normal",
+            "reorder": impairment.reorder is not False,
+            "burst": burst.model_dump() if burst else None}
+
+
+class Relay:
+    """One wire's relay process, started inside the wire's namespace."""
+
+    def __init__(self, wire_host, log: Path, prefix: str, seed: int,
+                 forward: Impairment, reverse: Impairment):
+        self.log = log
+        config = {"seed": seed, "forward": relay_direction(forward),
+                  "reverse": relay_direction(reverse)}
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "a") as stream:
+            self.process = wire_host.popen(
+                [sys.executable, "-m", "agents.wire_relay", "--forward-in", WIRE_TOWARD_A,
+                 "--forward-out", WIRE_TOWARD_B, "--config", json.dumps(config)],
+                stdin=subprocess.PIPE, stdout=stream, stderr=subprocess.STDOUT,
+                env=dict(os.environ, **{ENVIRONMENT_KEY: prefix}))
+
+    def update(self, direction: str, impairment: Impairment) -> None:
+        if self.process.poll() is not None:
+            raise RuntimeError(f"the relay of {self.log.stem} has exited "
+                               f"({self.process.returncode}); see {self.log}")
+        line = json.dumps({direction: relay_direction(impairment)}) + "\n"
+        self.process.stdin.write(line.encode())
+        self.process.stdin.flush()
+
+    def stop(self, timeout_s: float = 5.0) -> dict | None:
+        """Stop the relay; returns the statistics it prints on the way out."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.process.stdin:
+            self.process.stdin.close()
+        # The log also holds the relay's acknowledgements of changes ({"applied": n}); its
+        # statistics are the line with both directions.
+        for line in reversed(self.log.read_text().splitlines()):
+            try:
+                statistics = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(statistics, dict) and set(statistics) >= {"forward", "reverse"}:
+                return statistics
+        return None
