@@ -29,7 +29,8 @@ stdin only ends the changes. SIGTERM or SIGINT stop the relay: it prints one JSO
 ``{"forward": {...}, "reverse": {...}}`` with frames in and out, drops by cause, send errors,
 how late frames left (``late_us`` p50/p99/max) and the most frames queued, and exits 0.
 Whoever reads stdout through a pipe must keep reading it, or acknowledgements fill the pipe
-and stall the relay.
+and stall the relay. ``--status FILE`` has the same statistics written to FILE once a second
+while the relay runs, for whoever watches its load.
 
 While it runs, the relay asks the kernel to keep idle CPUs polling rather than halted (see
 :func:`request_cpu_latency`; ``--cpu-latency-us -1`` leaves the machine alone).
@@ -88,6 +89,7 @@ TIMESTAMP_TRUST_NS = 1_000_000_000
 # select() wakes up late by tens of microseconds (timer slack, scheduling), so it is asked to
 # return this long before the next due time and the rest is spent polling without sleeping.
 SPIN_NS = 200_000
+STATUS_PERIOD_NS = 1_000_000_000
 # Frames read per readiness before going back to sending: a flood on one side must not hold
 # back frames that are due on the other.
 DRAIN_BATCH = 256
@@ -380,8 +382,10 @@ class Relay:
     """The event loop: reads frames as they arrive, sends each when it is due, takes changes
     from stdin and stops on a signal."""
 
-    def __init__(self, forward_in: str, forward_out: str):
+    def __init__(self, forward_in: str, forward_out: str, status_path: str | None = None):
         inner, outer = open_interface(forward_in), open_interface(forward_out)
+        self.status_path = status_path
+        self.next_status_ns = time.monotonic_ns()
         self.forward = Direction("forward", inner, outer)
         self.reverse = Direction("reverse", outer, inner)
         self.directions = {"forward": self.forward, "reverse": self.reverse}
@@ -502,6 +506,18 @@ class Relay:
         except OSError:
             pass  # nobody listening is no reason to stop forwarding
 
+    def write_status(self, now: int) -> None:
+        """The statistics so far, replaced atomically once a second, for whoever watches the
+        relay's load during a run (the runner warns when a wire nears its limits)."""
+        self.next_status_ns = now + STATUS_PERIOD_NS
+        temporary = f"{self.status_path}.tmp"
+        try:
+            with open(temporary, "w") as stream:
+                json.dump(self.statistics(), stream)
+            os.replace(temporary, self.status_path)
+        except OSError as error:
+            print(f"wire_relay: status: {error}", file=sys.stderr, flush=True)
+
     def run(self) -> None:
         queue, handlers = self.queue, self.handlers
         monotonic_ns, heappop, wait = time.monotonic_ns, heapq.heappop, select.select
@@ -514,6 +530,11 @@ class Relay:
             timeout = None
             if queue:
                 timeout = max(0, queue[0][0] - now - SPIN_NS) / 1e9
+            if self.status_path is not None:
+                if now >= self.next_status_ns:
+                    self.write_status(now)
+                until_status = (self.next_status_ns - now) / 1e9
+                timeout = until_status if timeout is None else min(timeout, until_status)
             # select() takes microseconds; epoll and poll would round up to whole milliseconds.
             readable, _, _ = wait(self.watched, (), (), timeout)
             for fd in readable:
@@ -533,6 +554,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="longest a CPU may take to wake up while the relay runs (PM QoS); "
                              "0, the default, has idle CPUs poll instead of halting, -1 leaves "
                              "it to the machine")
+    parser.add_argument("--status", help="file to replace with the statistics every second")
     arguments = parser.parse_args(argv)
     try:
         document = json.loads(arguments.config)
@@ -542,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
     if arguments.cpu_latency_us >= 0:
         request_cpu_latency(arguments.cpu_latency_us)
     try:
-        relay = Relay(arguments.forward_in, arguments.forward_out)
+        relay = Relay(arguments.forward_in, arguments.forward_out, arguments.status)
     except OSError as error:
         parser.exit(1, f"wire_relay: cannot open {arguments.forward_in} and "
                        f"{arguments.forward_out}: {error}\n")

@@ -25,7 +25,7 @@ from topologies.capabilities import probe_qdiscs  # noqa: E402
 from topologies.model import Impairment  # noqa: E402
 
 LINK_NAMES = {HOST_SWITCH: "host-switch", SWITCH_SWITCH: "switch-switch"}
-RATE_SWEEP_PPS = (1000, 2000, 5000, 10_000, 15_000, 20_000, 30_000)
+RATE_SWEEP_PPS = (1000, 2000, 3000, 4000, 5000, 7500, 10_000, 15_000, 20_000)
 
 
 def fidelity_rows(path: FidelityPath, link: int, quick: bool) -> list[tuple[str, str, str, str]]:

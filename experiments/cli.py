@@ -83,6 +83,8 @@ def command_run(arguments: argparse.Namespace) -> int:
                          duration=arguments.duration, datapath=arguments.datapath)
     with console.status(f"{loaded.name}: starting") as status:
         options.on_phase = lambda phase: status.update(f"{loaded.name}: {phase}")
+        options.on_warning = lambda warning: console.print(f"[yellow]warning:[/yellow] {warning}",
+                                                           markup=True, highlight=False)
         try:
             result = run_scenario(loaded, options)
         except (EnvironmentError, RuntimeError) as error:

@@ -32,6 +32,7 @@ from topologies.scenario import Scenario
 from . import registry
 from .rundir import RunDirectory, iso, utc_now
 
+LOAD_CHECK_PERIOD_S = 1.0
 EXIT_CODES = {"completed": 0, "failed": 1, "interrupted": 130, "terminated": 143}
 
 
@@ -49,6 +50,7 @@ class RunOptions:
     duration: float | None = None  # overrides the scenario's
     datapath: str | None = None  # overrides detection: "kernel" or "user"
     on_phase: Callable[[str], None] = lambda phase: None
+    on_warning: Callable[[str], None] = lambda warning: None  # as it happens, during the run
 
 
 @dataclass
@@ -98,12 +100,14 @@ def _mininet_log_to(path: Path) -> Iterator[logging.Logger]:
     lg.setLevel(logging.INFO)
     logger = logging.getLogger("edgebed.run")
     logger.propagate = False  # the terminal gets the summary, not log records
-    logger.addHandler(handler)
+    # Importing Mininet makes every new logger a MininetLogger, which comes with a console
+    # handler of its own: replace the handlers rather than add to them.
+    logger.handlers = [handler]
     logger.setLevel(logging.INFO)
     try:
         yield logger
     finally:
-        logger.removeHandler(handler)
+        logger.handlers = []
         lg.handlers, lg.level = saved_handlers, saved_level
         handler.close()
 
@@ -268,10 +272,19 @@ class Run:
         for at, description, action in actions:
             if at > duration:
                 break
-            time.sleep(max(0.0, origin + at - time.monotonic()))
+            self._wait_until(origin + at, log)
             log.info("t=%.3fs %s", time.monotonic() - origin, description)
             action()
-        time.sleep(max(0.0, origin + duration - time.monotonic()))
+        self._wait_until(origin + duration, log)
+
+    def _wait_until(self, deadline: float, log: logging.Logger) -> None:
+        """Sleep until ``deadline`` (monotonic), looking at the wires' load every second."""
+        while (remaining := deadline - time.monotonic()) > 0:
+            time.sleep(min(remaining, LOAD_CHECK_PERIOD_S))
+            for warning in self.links.load_warnings():
+                log.warning(warning)
+                self.warnings.append(warning)
+                self.options.on_warning(warning)
 
     def _describe(self, event) -> str:
         if event.node is not None:

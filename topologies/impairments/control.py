@@ -11,7 +11,7 @@ from pathlib import Path
 from ..model import Impairment
 from ..scenario import Scenario
 from .backends import FallbackBackend, NetemBackend, Placement
-from .relay import WIRE_TOWARD_A, WIRE_TOWARD_B, Relay
+from .relay import RELAY_ACCURATE_PPS, WIRE_TOWARD_A, WIRE_TOWARD_B, Relay
 
 DIRECTIONS = ("forward", "reverse")
 
@@ -50,6 +50,7 @@ class LinkControl:
         self.records: dict[tuple[int, str], dict] = {}
         self.relays: dict[int, Relay] = {}
         self.down: set[int] = set()
+        self.warned: set[tuple[int, str, str]] = set()
 
     def start(self) -> None:
         """Start every wire's relay and apply what the scenario declares."""
@@ -116,6 +117,28 @@ class LinkControl:
                     "applied": self.records.get((link.index, direction))}
             report.append(entry)
         return report
+
+    def load_warnings(self) -> list[str]:
+        """Wires whose traffic nears the relay's accurate packet rate, or whose frames leave
+        late; each (wire, direction, reason) is reported once per run."""
+        warnings = []
+        for index, relay in self.relays.items():
+            link = self.scenario.links[index]
+            for direction, load in relay.load().items():
+                name = f"wire of {link.a} - {link.b} ({direction})"
+                if load["pps"] > 0.8 * RELAY_ACCURATE_PPS and (index, direction, "rate") \
+                        not in self.warned:
+                    self.warned.add((index, direction, "rate"))
+                    warnings.append(f"{name} carries {load['pps']:.0f} packets/s, near the "
+                                    f"relay's accurate limit of {RELAY_ACCURATE_PPS}: delays "
+                                    "may grow")
+                late = load["late_p99_us"]
+                if late is not None and late > 1000 and (index, direction, "late") \
+                        not in self.warned:
+                    self.warned.add((index, direction, "late"))
+                    warnings.append(f"{name}: frames leave late (p99 {late / 1000:.1f} ms "
+                                    "after their due time); the machine cannot keep up")
+        return warnings
 
     def stop(self) -> dict[int, dict | None]:
         """Stop the relays; their statistics by link."""
