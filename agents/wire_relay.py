@@ -89,6 +89,7 @@ TIMESTAMP_TRUST_NS = 1_000_000_000
 # select() wakes up late by tens of microseconds (timer slack, scheduling), so it is asked to
 # return this long before the next due time and the rest is spent polling without sleeping.
 SPIN_NS = 200_000
+REALTIME_PRIORITY = 10
 STATUS_PERIOD_NS = 1_000_000_000
 # Frames read per readiness before going back to sending: a flood on one side must not hold
 # back frames that are due on the other.
@@ -378,6 +379,19 @@ def request_cpu_latency(microseconds: int) -> None:
               flush=True)
 
 
+def run_realtime(priority: int) -> None:
+    """Run under SCHED_FIFO at ``priority``.
+
+    On a machine whose cores are busy (the emulated hosts' own programs, Open vSwitch) a relay
+    under normal scheduling waits for its turn and frames leave milliseconds late. The relay
+    sleeps whenever nothing is due, and the kernel's real-time throttling (95% of each second
+    by default) keeps even a saturated relay from starving the rest."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+    except OSError as error:
+        print(f"wire_relay: normal scheduling: {error}", file=sys.stderr, flush=True)
+
+
 class Relay:
     """The event loop: reads frames as they arrive, sends each when it is due, takes changes
     from stdin and stops on a signal."""
@@ -555,6 +569,9 @@ def main(argv: list[str] | None = None) -> int:
                              "0, the default, has idle CPUs poll instead of halting, -1 leaves "
                              "it to the machine")
     parser.add_argument("--status", help="file to replace with the statistics every second")
+    parser.add_argument("--realtime-priority", type=int, default=REALTIME_PRIORITY,
+                        help="SCHED_FIFO priority (1-99) so that busy programs on the same "
+                             "cores do not hold frames back; 0 keeps normal scheduling")
     arguments = parser.parse_args(argv)
     try:
         document = json.loads(arguments.config)
@@ -563,6 +580,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--config: {error}")
     if arguments.cpu_latency_us >= 0:
         request_cpu_latency(arguments.cpu_latency_us)
+    if arguments.realtime_priority > 0:
+        run_realtime(arguments.realtime_priority)
     try:
         relay = Relay(arguments.forward_in, arguments.forward_out, arguments.status)
     except OSError as error:

@@ -65,11 +65,9 @@ class RunResult:
 
 
 @contextlib.contextmanager
-def _signals_raise() -> Iterator[None]:
-    def handler(number, _frame):
-        raise RunTerminated(number)
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+def _signals_handled(handler, signals) -> Iterator[None]:
+    """Handle ``signals`` with ``handler`` inside the block, as before after it."""
+    previous = {number: signal.signal(number, handler) for number in signals}
     try:
         yield
     finally:
@@ -77,15 +75,18 @@ def _signals_raise() -> Iterator[None]:
             signal.signal(number, action)
 
 
-@contextlib.contextmanager
-def _signals_ignored() -> Iterator[None]:
-    previous = {s: signal.signal(s, signal.SIG_IGN)
-                for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for number, action in previous.items():
-            signal.signal(number, action)
+def _raise_terminated(number, _frame):
+    raise RunTerminated(number)
+
+
+def _signals_raise():
+    """SIGTERM and SIGHUP unwind the run like Ctrl-C."""
+    return _signals_handled(_raise_terminated, (signal.SIGTERM, signal.SIGHUP))
+
+
+def _signals_ignored():
+    """Teardown runs to its end, whatever arrives."""
+    return _signals_handled(signal.SIG_IGN, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
 
 
 @contextlib.contextmanager
