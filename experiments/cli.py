@@ -120,6 +120,15 @@ def _print_summary(loaded: scenario_module.Scenario, result) -> None:
                           ping["target"], f"{ping['received']}/{ping['sent']}{mark}",
                           f"{ping['rtt_avg_ms']:.3f}" if ping["rtt_avg_ms"] is not None else "-")
         console.print(table)
+    tables = summary.get("tables") or {}
+    if tables:
+        console.print("  tables: " + ", ".join(f"{name} ({rows} rows)"
+                                               for name, rows in tables.items()))
+    fidelity = summary.get("fidelity") or {}
+    if fidelity.get("cpu_busy_max") is not None:
+        verdict = "[green]ok[/green]" if fidelity["ok"] else "[red]flagged[/red]"
+        console.print(f"  fidelity: {verdict}; CPU busy at most "
+                      f"{fidelity['cpu_busy_max']:.0%}")
     for warning in summary.get("warnings", []):
         console.print(f"  [yellow]warning:[/yellow] {warning}")
     console.print(f"  left behind after teardown: {summary.get('leftovers_removed', 'nothing')}")

@@ -10,11 +10,13 @@ finish the job.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import platform
 import shlex
 import signal
+import sys
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -29,10 +31,13 @@ from topologies.impairments.control import LinkControl, choose_backend, wired_li
 from topologies.naming import RunNames, processes_carry
 from topologies.scenario import Scenario
 
-from . import registry
+from agents import catalog
+
+from . import measurements, registry
 from .rundir import RunDirectory, iso, utc_now
 
 LOAD_CHECK_PERIOD_S = 1.0
+AGENT_STOP_GRACE_S = 5.0  # agents write their tables and summaries when told to stop
 EXIT_CODES = {"completed": 0, "failed": 1, "interrupted": 130, "terminated": 143}
 
 
@@ -134,6 +139,8 @@ class Run:
         self.processes = NodeProcesses(self.names.prefix)
         self.network = None
         self.links: LinkControl | None = None
+        self.cpu = measurements.CpuMonitor()
+        self._agent_count = 0
         self.warnings: list[str] = []
         self.summary: dict = {"scenario": scenario.name, "prefix": self.names.prefix}
 
@@ -249,12 +256,30 @@ class Run:
     def _start_workload(self, entry) -> None:
         for name in entry.nodes:
             node = self.scenario.nodes[name]
+            self.processes.start(self.network.net[name], name, self._agent_argv(entry, name),
+                                 self.run_dir.node_log(name), node.env)
+
+    def _agent_argv(self, entry, name: str) -> list[str]:
+        node = self.scenario.nodes[name]
+        if entry.agent == catalog.COMMAND:
             fill = {"node": name, "ip": str(node.ip.ip) if node.ip else ""}
             argv = shlex.split(entry.command) if isinstance(entry.command, str) \
                 else list(entry.command)
-            argv = [part.format(**fill) for part in argv]
-            self.processes.start(self.network.net[name], name, argv,
-                                 self.run_dir.node_log(name), node.env)
+            return [part.format(**fill) for part in argv]
+        params = dict(entry.params)
+        for field_name in entry.node_params:  # agents get addresses, scenarios say names
+            value = params[field_name]
+            params[field_name] = ([self._address(v) for v in value] if isinstance(value, list)
+                                  else self._address(value))
+        self._agent_count += 1
+        return [sys.executable, "-m", catalog.module_name(entry.agent), "--node", name,
+                "--out", str(self.run_dir.path), "--params", json.dumps(params),
+                "--seed", str(self.scenario.seed * 1000 + self._agent_count)]
+
+    def _address(self, node_name: str | None) -> str | None:
+        if node_name is None:
+            return None
+        return str(self.scenario.nodes[node_name].ip.ip)
 
     def _timeline(self, log: logging.Logger) -> None:
         """Workload starts and scheduled events at their times, until the duration is over."""
@@ -270,6 +295,7 @@ class Run:
             self.warnings.append(f"the run ends at {duration:g}s, before: {'; '.join(skipped)}")
         self.options.on_phase(f"running for {duration:g}s")
         origin = time.monotonic()
+        self.cpu.sample()
         for at, description, action in actions:
             if at > duration:
                 break
@@ -279,9 +305,11 @@ class Run:
         self._wait_until(origin + duration, log)
 
     def _wait_until(self, deadline: float, log: logging.Logger) -> None:
-        """Sleep until ``deadline`` (monotonic), looking at the wires' load every second."""
+        """Sleep until ``deadline`` (monotonic), looking at the CPU and the wires' load every
+        second."""
         while (remaining := deadline - time.monotonic()) > 0:
             time.sleep(min(remaining, LOAD_CHECK_PERIOD_S))
+            self.cpu.sample()
             for warning in self.links.load_warnings():
                 log.warning(warning)
                 self.warnings.append(warning)
@@ -316,7 +344,10 @@ class Run:
 
     def _teardown(self, log: logging.Logger) -> None:
         self.options.on_phase("tearing down")
-        self.summary["processes"] = self.processes.stop_all()
+        self.summary["processes"] = self.processes.stop_all(grace_s=AGENT_STOP_GRACE_S)
+        self.summary["tables"] = measurements.merge_tables(self.run_dir.path)
+        self.summary["fidelity"] = measurements.fidelity(self.run_dir.path, self.cpu)
+        self.warnings += self.summary["fidelity"]["flags"]
         if self.links is not None:
             self.summary["links"] = self.links.applied()
             self.summary["wires"] = self.links.stop()

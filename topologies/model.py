@@ -228,11 +228,16 @@ class Emulation(StrictModel):
 class WorkloadEntry(StrictModel):
     """An agent started on some nodes when the run starts."""
 
-    agent: Literal["command"] = Field(description="'command': run a program on each node")
+    agent: str = Field(description="'command' (run a program) or a traffic agent: streamer, "
+                                   "camera, viewer, chat_collector, edge_forwarder, ai_terminal, "
+                                   "ai_receiver, request_client, request_server, iperf")
     nodes: list[str] = Field(min_length=1, description="host names, ranges, or role:NAME, "
                                                        "kind:NAME, group:NAME selectors")
-    command: Union[str, list[str]] = Field(description="program and arguments; {node} and {ip} "
-                                                       "are replaced per node")
+    command: Optional[Union[str, list[str]]] = Field(
+        None, description="agent command only: program and arguments; {node} and {ip} are "
+                          "replaced per node")
+    params: dict[str, Any] = Field(default_factory=dict,
+                                   description="the agent's parameters (see README)")
     start: Duration = Field(0.0, description="delay after the network is up")
 
 
@@ -323,9 +328,29 @@ def _allow_variables(schema: Any) -> Any:
     return schema
 
 
+def _agent_params(schema: dict) -> None:
+    """Each agent's ``params`` schema, chosen by the entry's ``agent`` (if/then), so editors
+    complete and check parameters too."""
+    from agents import catalog
+
+    entry = schema["$defs"]["WorkloadEntry"]
+    entry["properties"]["agent"]["enum"] = catalog.available()
+    clauses = [
+        {"if": {"properties": {"agent": {"const": name}}},
+         "then": {"properties": {"params": _allow_variables(
+             catalog.params_model(name).model_json_schema(ref_template="#/$defs/{model}"))}}}
+        for name in catalog.available() if name != catalog.COMMAND]
+    if clauses:
+        entry["allOf"] = clauses
+    for clause in clauses:
+        params = clause["then"]["properties"]["params"]
+        schema["$defs"].update(params.pop("$defs", {}))
+
+
 def json_schema() -> dict:
     """The published JSON Schema of scenario files."""
     schema = _allow_variables(ScenarioDocument.model_json_schema())
+    _agent_params(schema)
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["$id"] = "https://edgebed.invalid/scenario.schema.json"
     schema["title"] = "edgebed scenario"

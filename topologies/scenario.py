@@ -22,6 +22,8 @@ from pydantic import BaseModel, ValidationError
 from . import model
 from .loader import Position, SourceMap, ScenarioSyntaxError, load_scenario_file, load_scenario_text
 from .model import Impairment, Role, ScenarioDocument
+from agents import catalog
+
 from .naming import MAX_PORT, MAX_SWITCHES
 from .problems import Problem, ScenarioInvalid, did_you_mean
 
@@ -89,10 +91,15 @@ class Link:
 
 @dataclass
 class Workload:
+    """Agents to start: ``command`` for the command agent; for the others ``params`` as
+    validated, with ``node_params`` naming the fields that hold node names."""
+
     agent: str
     nodes: list[str]
-    command: list[str] | str
+    command: list[str] | str | None
     start: float
+    params: dict = field(default_factory=dict)
+    node_params: tuple[str, ...] = ()
 
 
 @dataclass
@@ -692,9 +699,49 @@ class _Resolver:
         return list(dict.fromkeys(chosen))
 
     def _resolve_workload(self) -> list[Workload]:
-        return [Workload(entry.agent, self._select(entry.nodes, ("workload", i, "nodes")),
-                         entry.command, entry.start)
-                for i, entry in enumerate(self.document.workload)]
+        workload = []
+        for i, entry in enumerate(self.document.workload):
+            path = ("workload", i)
+            nodes = self._select(entry.nodes, path + ("nodes",))
+            if entry.agent == catalog.COMMAND:
+                if entry.command is None or entry.params:
+                    self.problem(path, "the command agent takes command: and no params:",
+                                 'write command: "iperf3 -s"')
+                    continue
+                workload.append(Workload(entry.agent, nodes, entry.command, entry.start))
+                continue
+            if entry.agent not in catalog.available():
+                self.problem(path + ("agent",), f"unknown agent {entry.agent!r}",
+                             did_you_mean(entry.agent, catalog.available()))
+                continue
+            if entry.command is not None:
+                self.problem(path + ("command",), f"agent {entry.agent} takes params:, not "
+                                                  "command:")
+                continue
+            model = catalog.params_model(entry.agent)
+            try:
+                params = model.model_validate(entry.params)
+            except ValidationError as error:
+                for item in error.errors(include_url=False):
+                    where = path + ("params",) + _data_path(item["loc"], entry.params)
+                    problem = _schema_problem(item, where, self.source_map)
+                    if item["type"] == "extra_forbidden":
+                        problem = Problem(problem.position, problem.path, problem.message,
+                                          did_you_mean(where[-1], model.model_fields))
+                    self.problems.append(problem)
+                continue
+            references = catalog.node_reference_fields(model)
+            for name in references:
+                value = getattr(params, name)
+                for j, target in enumerate(value if isinstance(value, list) else [value]):
+                    if target is not None and target not in self.nodes:
+                        where = path + ("params", name) + ((j,) if isinstance(value, list) else ())
+                        self.problem(where, f"unknown node {target!r}",
+                                     did_you_mean(target, [n.name for n in self.nodes.values()
+                                                           if not n.is_switch]))
+            workload.append(Workload(entry.agent, nodes, None, entry.start,
+                                     params.model_dump(mode="json"), tuple(references)))
+        return workload
 
     def _resolve_captures(self) -> list[Capture]:
         captures = []

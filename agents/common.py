@@ -1,0 +1,305 @@
+"""What every traffic agent shares: its command line, its tables, pacing, receiving with kernel
+timestamps, and per-flow measurement.
+
+An agent is a module run inside a host as::
+
+    python -m agents.<agent> --node NAME --out RUN_DIR --params JSON [--seed N]
+
+Each agent module defines ``Params`` (an :class:`AgentParams` model: what the scenario's
+``params:`` may say, with units parsed by :mod:`topologies.units`) and ``main(argv=None)``.
+The runner passes the validated parameters as JSON, node references already turned into IPs.
+
+It writes tidy tables (one CSV per table and agent: ``RUN_DIR/records/<table>/<node>-<agent>.csv``,
+merged by the runner into ``RUN_DIR/tables/<table>.csv``), stops cleanly on SIGTERM or SIGINT
+(the runner's way of ending it), and prints one JSON summary line on stdout when it ends.
+
+Tables every agent may write (columns in order; README "Measurement tables"):
+
+* ``flows``: node, agent, flow, peer, packets, unique, lost, loss_fraction, duplicates,
+  reordered, bytes, duration_s, goodput_bps, delay_mean_ms, delay_p50_ms, delay_p99_ms,
+  delay_max_ms, delay_std_ms, jitter_ms
+* ``flow_seconds``: node, agent, flow, second, packets, bytes, lost, delay_mean_ms, jitter_ms
+* ``sender_lateness``: node, agent, flow, packets, late_p50_us, late_p99_us, late_max_us,
+  late_over_1ms_fraction
+* ``malformed``: node, agent, port, count, first_seen_ns, example_hex (datagrams that were not
+  what the agent listens for; counted, logged, skipped)
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import signal
+import socket
+import statistics
+import struct
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# A parameter naming another node of the scenario (``to: edge1``). The scenario's checks make
+# sure the node exists; the runner hands the agent that node's IP address instead of its name.
+NodeRef = Annotated[str, Field(json_schema_extra={"node_ref": True},
+                               description="a node of the scenario (the agent gets its IP)")]
+
+
+class AgentParams(BaseModel):
+    """Base of every agent's parameters: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+RECEIVE_BUFFER = 16 * 1024 * 1024  # the default lost 38% of a 945-packet AI burst
+TIMESPEC = struct.Struct("@ll")
+SPIN_NS = 200_000
+TABLE_COLUMNS = {
+    "flows": ("node", "agent", "flow", "peer", "packets", "unique", "lost", "loss_fraction",
+              "duplicates", "reordered", "bytes", "duration_s", "goodput_bps", "delay_mean_ms",
+              "delay_p50_ms", "delay_p99_ms", "delay_max_ms", "delay_std_ms", "jitter_ms"),
+    "flow_seconds": ("node", "agent", "flow", "second", "packets", "bytes", "lost",
+                     "delay_mean_ms", "jitter_ms"),
+    "sender_lateness": ("node", "agent", "flow", "packets", "late_p50_us", "late_p99_us",
+                        "late_max_us", "late_over_1ms_fraction"),
+    "malformed": ("node", "agent", "port", "count", "first_seen_ns", "example_hex"),
+}
+
+
+def percentile(sorted_values, q: float) -> float:
+    """Linear-interpolated percentile of already sorted values (q in 0..100)."""
+    if not sorted_values:
+        return float("nan")
+    position = (len(sorted_values) - 1) * q / 100
+    low = math.floor(position)
+    high = min(low + 1, len(sorted_values) - 1)
+    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
+
+
+class TableWriter:
+    """Rows of one table from one agent, appended to its CSV as they come."""
+
+    def __init__(self, path: Path, columns: tuple[str, ...]):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.columns = columns
+        self._stream = open(path, "w", newline="")
+        self._writer = csv.writer(self._stream)
+        self._writer.writerow(columns)
+
+    def row(self, *values) -> None:
+        self._writer.writerow(["" if v is None else (f"{v:.6g}" if isinstance(v, float) else v)
+                               for v in values])
+
+    def close(self) -> None:
+        self._stream.close()
+
+
+class Agent:
+    """An agent's context: who and where it is, its parameters, its tables, its stop flag."""
+
+    def __init__(self, name: str, argv: list[str] | None = None):
+        parser = argparse.ArgumentParser(prog=f"python -m agents.{name}")
+        parser.add_argument("--node", required=True)
+        parser.add_argument("--out", required=True, type=Path, help="the run directory")
+        parser.add_argument("--params", default="{}", help="JSON parameters")
+        parser.add_argument("--seed", type=int, default=1)
+        arguments = parser.parse_args(argv)
+        self.name = name
+        self.node = arguments.node
+        self.out = arguments.out
+        self.seed = arguments.seed
+        try:
+            self.params = json.loads(arguments.params)
+        except ValueError as error:
+            parser.error(f"--params: {error}")
+        self.stopping = False
+        self._tables: dict[str, TableWriter] = {}
+        for number in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(number, self._stop)
+
+    def _stop(self, _number, _frame) -> None:
+        self.stopping = True
+
+    def table(self, name: str) -> TableWriter:
+        if name not in self._tables:
+            path = self.out / "records" / name / f"{self.node}-{self.name}.csv"
+            self._tables[name] = TableWriter(path, TABLE_COLUMNS[name])
+        return self._tables[name]
+
+    def row(self, table: str, *values) -> None:
+        """A row of ``table``; the node and agent columns are filled in."""
+        self.table(table).row(self.node, self.name, *values)
+
+    def finish(self, summary: dict) -> None:
+        for writer in self._tables.values():
+            writer.close()
+        print(json.dumps({"node": self.node, "agent": self.name} | summary), flush=True)
+
+
+@dataclass
+class Pacer:
+    """Absolute deadlines on the monotonic clock: sleep until just before, spin the rest. A late
+    packet does not move the schedule, so the mean rate does not drift."""
+
+    lateness_ns: list[int] = field(default_factory=list)
+
+    def wait_until(self, deadline_ns: int) -> int:
+        remaining = deadline_ns - time.monotonic_ns()
+        if remaining > SPIN_NS:
+            time.sleep((remaining - SPIN_NS) / 1e9)
+        now = time.monotonic_ns()
+        while now < deadline_ns:
+            now = time.monotonic_ns()
+        late = now - deadline_ns
+        self.lateness_ns.append(late)
+        return late
+
+    def report(self, agent: Agent, flow: str) -> dict:
+        """Write this flow's row of ``sender_lateness``; returns the figures."""
+        values = sorted(self.lateness_ns)
+        figures = {"packets": len(values),
+                   "late_p50_us": percentile(values, 50) / 1e3 if values else None,
+                   "late_p99_us": percentile(values, 99) / 1e3 if values else None,
+                   "late_max_us": values[-1] / 1e3 if values else None,
+                   "late_over_1ms_fraction": (sum(1 for v in values if v > 1_000_000)
+                                              / len(values)) if values else None}
+        agent.row("sender_lateness", flow, *figures.values())
+        return figures
+
+
+def receiving_socket(port: int, kind: int = socket.SOCK_DGRAM,
+                     bind_address: str = "0.0.0.0") -> socket.socket:
+    """A UDP socket with a 16 MiB receive buffer and kernel receive timestamps, whose reads
+    time out every 0.1 s so a stop request is seen."""
+    sock = socket.socket(socket.AF_INET, kind)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RECEIVE_BUFFER)
+    except PermissionError:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
+    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("@ll", 0, 100_000))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((bind_address, port))
+    return sock
+
+
+CONTROL_SPACE = socket.CMSG_SPACE(TIMESPEC.size)
+
+
+def receive(sock: socket.socket, buffer: bytearray) -> tuple[int, int, tuple] | None:
+    """One datagram into ``buffer``: (size, kernel receive time ns, sender address), or None
+    when the read timed out."""
+    try:
+        size, control, _, address = sock.recvmsg_into([buffer], CONTROL_SPACE)
+    except (BlockingIOError, socket.timeout):
+        return None
+    received_ns = time.time_ns()
+    for level, kind, data in control:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+            seconds, nanoseconds = TIMESPEC.unpack_from(data)
+            received_ns = seconds * 1_000_000_000 + nanoseconds
+    return size, received_ns, address
+
+
+class FlowStats:
+    """Measurement of one numbered, timestamped flow, kept incrementally: loss from sequence
+    gaps, duplicates, reordering, one-way delay, RFC 3550 jitter, goodput, per-second series."""
+
+    def __init__(self, flow: str, peer: str = ""):
+        self.flow, self.peer = flow, peer
+        self.seen: set[int] = set()
+        self.highest = -1
+        self.duplicates = self.reordered = self.bytes = self.packets = 0
+        self.delays_ns: list[int] = []
+        self.jitter_ns = 0.0
+        self._last_transit: int | None = None
+        self.first_ns: int | None = None
+        self.last_ns: int | None = None
+        self.seconds: dict[int, list] = {}  # second -> [packets, bytes, delay sum, jitter]
+
+    def add(self, sequence: int, send_ns: int, received_ns: int, size: int) -> None:
+        self.packets += 1
+        if sequence in self.seen:
+            self.duplicates += 1
+            return
+        self.seen.add(sequence)
+        if sequence < self.highest:
+            self.reordered += 1
+        self.highest = max(self.highest, sequence)
+        self.bytes += size
+        transit = received_ns - send_ns
+        self.delays_ns.append(transit)
+        if self._last_transit is not None:
+            self.jitter_ns += (abs(transit - self._last_transit) - self.jitter_ns) / 16
+        self._last_transit = transit
+        self.first_ns = received_ns if self.first_ns is None else self.first_ns
+        self.last_ns = received_ns
+        second = (received_ns - self.first_ns) // 1_000_000_000
+        bucket = self.seconds.setdefault(second, [0, 0, 0, 0.0, self.highest])
+        bucket[0] += 1
+        bucket[1] += size
+        bucket[2] += transit
+        bucket[3] = self.jitter_ns
+        bucket[4] = self.highest
+
+    def lost(self, sent: int | None = None) -> int:
+        expected = sent if sent is not None else self.highest + 1
+        return expected - len(self.seen)
+
+    def summary(self, sent: int | None = None) -> dict:
+        delays = sorted(d / 1e6 for d in self.delays_ns)
+        expected = sent if sent is not None else self.highest + 1
+        duration = ((self.last_ns - self.first_ns) / 1e9) if self.first_ns is not None else 0.0
+        return {
+            "flow": self.flow, "peer": self.peer, "packets": self.packets,
+            "unique": len(self.seen), "lost": self.lost(sent),
+            "loss_fraction": self.lost(sent) / expected if expected > 0 else None,
+            "duplicates": self.duplicates, "reordered": self.reordered, "bytes": self.bytes,
+            "duration_s": duration,
+            "goodput_bps": self.bytes * 8 / duration if duration > 0 else None,
+            "delay_mean_ms": statistics.fmean(delays) if delays else None,
+            "delay_p50_ms": percentile(delays, 50) if delays else None,
+            "delay_p99_ms": percentile(delays, 99) if delays else None,
+            "delay_max_ms": delays[-1] if delays else None,
+            "delay_std_ms": statistics.pstdev(delays) if delays else None,
+            "jitter_ms": self.jitter_ns / 1e6,
+        }
+
+    def write(self, agent: Agent, sent: int | None = None) -> dict:
+        """This flow's row of ``flows`` and its rows of ``flow_seconds``; returns the summary."""
+        summary = self.summary(sent)
+        agent.row("flows", *list(summary.values()))
+        previous_highest = -1
+        for second, (packets, size, delay_sum, jitter, highest) in sorted(self.seconds.items()):
+            expected = highest - previous_highest
+            agent.row("flow_seconds", self.flow, second, packets, size,
+                      max(0, expected - packets), delay_sum / packets / 1e6, jitter / 1e6)
+            previous_highest = highest
+        return summary
+
+
+class MalformedLog:
+    """Datagrams an agent did not expect: counted per port, the first one kept as an example."""
+
+    def __init__(self):
+        self.by_port: dict[int, list] = {}
+
+    def add(self, port: int, data: bytes) -> None:
+        entry = self.by_port.setdefault(port, [0, time.time_ns(), data[:32].hex()])
+        entry[0] += 1
+
+    @property
+    def count(self) -> int:
+        return sum(entry[0] for entry in self.by_port.values())
+
+    def write(self, agent: Agent) -> None:
+        for port, (count, first, example) in sorted(self.by_port.items()):
+            agent.row("malformed", port, count, first, example)
+            print(f"{agent.name} on {agent.node}: {count} malformed datagrams on port {port}",
+                  file=sys.stderr, flush=True)

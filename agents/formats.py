@@ -1,0 +1,133 @@
+"""The wire formats of edgebed's protocols: one declarative table, used two ways.
+
+The agents' hot paths pack and unpack these headers with :mod:`struct` (Scapy is far too slow
+per packet); :mod:`agents.protocols` builds Scapy layers from the same table for building
+templates, dissecting captures and fuzzing. A test checks the two agree byte for byte.
+
+Every message starts with the same four bytes: magic ``b"EB"``, version (1) and a message
+type; numbers are big-endian (network order). Timestamps are nanoseconds since the epoch on
+CLOCK_REALTIME, which all hosts of a run share, so one-way delay is receive time minus the
+timestamp.
+
+=====================  ====  ===========================================================
+message                type  fields after the common four bytes (then the payload)
+=====================  ====  ===========================================================
+media                     1  stream u32, sequence u32, send_ns u64, frame u32,
+                             frame_type u8 (1 I, 2 P), rung u8, fragment u16,
+                             fragments u16, bitrate_kbps u32
+danmaku                   2  user u32, room u32, sequence u32, send_ns u64, text_length
+                             u16, then UTF-8 text
+gift                      3  user u32, room u32, sequence u32, send_ns u64, gift u16,
+                             value_cents u32
+ai_data                   4  stream u32, unit u32, fragment u16, fragments u16, length u16,
+                             send_ns u64, then ``length`` payload bytes
+ai_load                   5  server IPv4, net_load u16, mem_load u16, cpu_load u16 (each in
+                             1/10000 of full), send_ns u64
+ai_access                 6  source IPv4, port_count u16, then port_count control ports u16
+ai_nack                   7  stream u32, unit u32, count u16 (Rtr_Pkt_N), then count
+                             fragment indexes u16
+request                   8  request u32, client u32, content u32, send_ns u64,
+                             response_bytes u32
+response                  9  request u32, server u32, content u32, request_send_ns u64,
+                             service_ns u64, then padding to the size asked for
+=====================  ====  ===========================================================
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+MAGIC = b"EB"
+VERSION = 1
+COMMON = struct.Struct("!2sBB")
+
+
+@dataclass(frozen=True)
+class MessageFormat:
+    """One message: its type code, the fixed fields after the common bytes (name, struct
+    code) and, for messages with a variable tail, what the tail is."""
+
+    name: str
+    type: int
+    fields: tuple[tuple[str, str], ...]
+    tail: str = ""  # "", "payload", "text", "u16 list"
+
+    @property
+    def struct(self) -> struct.Struct:
+        return struct.Struct("!2sBB" + "".join(code for _, code in self.fields))
+
+    @property
+    def header_size(self) -> int:
+        return self.struct.size
+
+    def field_offset(self, name: str) -> int:
+        """Byte offset of a fixed field, for patching it in place in a preallocated buffer."""
+        codes = "!2sBB"
+        for field_name, code in self.fields:
+            if field_name == name:
+                return struct.calcsize(codes)
+            codes += code
+        raise KeyError(name)
+
+    def pack(self, **values) -> bytes:
+        return self.struct.pack(MAGIC, VERSION, self.type,
+                                *(values[name] for name, _ in self.fields))
+
+    def unpack(self, data) -> dict:
+        magic, version, kind, *values = self.struct.unpack_from(data)
+        if magic != MAGIC or version != VERSION or kind != self.type:
+            raise ValueError(f"not a {self.name} message")
+        return dict(zip((name for name, _ in self.fields), values))
+
+
+MEDIA = MessageFormat("media", 1, (
+    ("stream", "I"), ("sequence", "I"), ("send_ns", "Q"), ("frame", "I"), ("frame_type", "B"),
+    ("rung", "B"), ("fragment", "H"), ("fragments", "H"), ("bitrate_kbps", "I")), "payload")
+DANMAKU = MessageFormat("danmaku", 2, (
+    ("user", "I"), ("room", "I"), ("sequence", "I"), ("send_ns", "Q"), ("text_length", "H")),
+    "text")
+GIFT = MessageFormat("gift", 3, (
+    ("user", "I"), ("room", "I"), ("sequence", "I"), ("send_ns", "Q"), ("gift", "H"),
+    ("value_cents", "I")))
+AI_DATA = MessageFormat("ai_data", 4, (
+    ("stream", "I"), ("unit", "I"), ("fragment", "H"), ("fragments", "H"), ("length", "H"),
+    ("send_ns", "Q")), "payload")
+AI_LOAD = MessageFormat("ai_load", 5, (
+    ("server", "4s"), ("net_load", "H"), ("mem_load", "H"), ("cpu_load", "H"),
+    ("send_ns", "Q")))
+AI_ACCESS = MessageFormat("ai_access", 6, (("source", "4s"), ("port_count", "H")), "u16 list")
+AI_NACK = MessageFormat("ai_nack", 7, (("stream", "I"), ("unit", "I"), ("count", "H")),
+                        "u16 list")
+REQUEST = MessageFormat("request", 8, (
+    ("request", "I"), ("client", "I"), ("content", "I"), ("send_ns", "Q"),
+    ("response_bytes", "I")))
+RESPONSE = MessageFormat("response", 9, (
+    ("request", "I"), ("server", "I"), ("content", "I"), ("request_send_ns", "Q"),
+    ("service_ns", "Q")), "payload")
+
+FORMATS = {f.type: f for f in (MEDIA, DANMAKU, GIFT, AI_DATA, AI_LOAD, AI_ACCESS, AI_NACK,
+                               REQUEST, RESPONSE)}
+FRAME_TYPES = {1: "I", 2: "P"}
+LOAD_SCALE = 10_000  # loads travel as u16 in 1/10000 of full
+
+
+def message_type(data) -> MessageFormat | None:
+    """The format of ``data`` from its common bytes, or None for anything else."""
+    if len(data) < COMMON.size:
+        return None
+    magic, version, kind = COMMON.unpack_from(data)
+    if magic != MAGIC or version != VERSION:
+        return None
+    return FORMATS.get(kind)
+
+
+def pack_u16_list(values) -> bytes:
+    return struct.pack(f"!{len(values)}H", *values)
+
+
+def unpack_u16_list(data, offset: int, count: int) -> list[int]:
+    """``count`` u16 values from ``offset``; ValueError when the datagram is too short."""
+    if len(data) < offset + 2 * count:
+        raise ValueError(f"list of {count} entries runs past the end of the message")
+    return list(struct.unpack_from(f"!{count}H", data, offset))

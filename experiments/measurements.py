@@ -1,0 +1,111 @@
+"""What a run measured, gathered after it: the agents' tables merged, and whether the machine
+kept up (the fidelity monitor).
+
+Agents write ``records/<table>/<node>-<agent>.csv``; :func:`merge_tables` concatenates each
+table into ``tables/<table>.csv``. :class:`CpuMonitor` samples the machine's CPU once a second
+during the run. :func:`fidelity` flags a run whose senders fell behind their schedules or whose
+CPU saturated, so nobody publishes a result the machine could not honour.
+"""
+
+from __future__ import annotations
+
+import csv
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# A sender fell behind when more than 1% of its packets left over 1 ms late, or its p99
+# lateness passed 1 ms: at that point rates and delays no longer follow the schedule.
+LATE_FRACTION_LIMIT = 0.01
+LATE_P99_LIMIT_US = 1000.0
+# The machine saturated when a whole second was at least this busy, twice in a row.
+CPU_BUSY_LIMIT = 0.95
+
+
+def merge_tables(run_dir: Path) -> dict[str, int]:
+    """``tables/<table>.csv`` from every agent's part; rows per table."""
+    counts = {}
+    records = run_dir / "records"
+    if not records.is_dir():
+        return counts
+    for table in sorted(p for p in records.iterdir() if p.is_dir()):
+        parts = sorted(table.glob("*.csv"))
+        output = run_dir / "tables" / f"{table.name}.csv"
+        output.parent.mkdir(exist_ok=True)
+        rows = 0
+        with open(output, "w", newline="") as stream:
+            writer = csv.writer(stream)
+            header = None
+            for part in parts:
+                with open(part, newline="") as source:
+                    reader = csv.reader(source)
+                    part_header = next(reader, None)
+                    if part_header is None:
+                        continue
+                    if header is None:
+                        header = part_header
+                        writer.writerow(header)
+                    for row in reader:
+                        writer.writerow(row)
+                        rows += 1
+        counts[table.name] = rows
+    return counts
+
+
+def read_table(run_dir: Path, table: str) -> list[dict]:
+    path = run_dir / "tables" / f"{table}.csv"
+    if not path.exists():
+        return []
+    with open(path, newline="") as stream:
+        return list(csv.DictReader(stream))
+
+
+def _cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs since boot."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+@dataclass
+class CpuMonitor:
+    """The machine's CPU use, one sample per call to :meth:`sample` (the runner calls it once a
+    second); the fractions are of all CPUs together."""
+
+    samples: list[tuple[float, float]] = field(default_factory=list)  # (seconds, busy fraction)
+    _last: tuple[int, int] | None = None
+    _origin: float = field(default_factory=time.monotonic)
+
+    def sample(self) -> None:
+        now = _cpu_times()
+        if self._last is not None:
+            busy, total = now[0] - self._last[0], now[1] - self._last[1]
+            if total > 0:
+                self.samples.append((round(time.monotonic() - self._origin, 1), busy / total))
+        self._last = now
+
+    def saturated_at(self) -> float | None:
+        """The time of the first of two consecutive saturated samples, if any."""
+        for (first, busy), (_, next_busy) in zip(self.samples, self.samples[1:]):
+            if busy >= CPU_BUSY_LIMIT and next_busy >= CPU_BUSY_LIMIT:
+                return first
+        return None
+
+
+def fidelity(run_dir: Path, cpu: CpuMonitor) -> dict:
+    """``{"ok": bool, "flags": [...], "cpu_busy_max": ...}`` for the run's summary."""
+    flags = []
+    for row in read_table(run_dir, "sender_lateness"):
+        late_fraction = float(row["late_over_1ms_fraction"] or 0)
+        late_p99 = float(row["late_p99_us"] or 0)
+        if late_fraction > LATE_FRACTION_LIMIT or late_p99 > LATE_P99_LIMIT_US:
+            flags.append(f"{row['agent']} on {row['node']} (flow {row['flow']}) fell behind its "
+                         f"schedule: {late_fraction:.1%} of packets over 1 ms late, "
+                         f"p99 {late_p99 / 1000:.2f} ms")
+    saturated = cpu.saturated_at()
+    if saturated is not None:
+        flags.append(f"the CPU was saturated (>= {CPU_BUSY_LIMIT:.0%} busy for two seconds) "
+                     f"from t={saturated:g}s")
+    return {"ok": not flags, "flags": flags,
+            "cpu_busy_max": max((busy for _, busy in cpu.samples), default=None),
+            "cpu_samples": cpu.samples}
