@@ -43,6 +43,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from agents.common import (RECEIVE_BUFFER, SO_RCVBUFFORCE, SO_TIMESTAMPNS, TIMESPEC, Pacer,
+                           percentile)
+
 MAGIC = b"EBPR"
 HEADER = struct.Struct("!4sIQQ")
 HEADER_SIZE = HEADER.size
@@ -51,16 +54,7 @@ SEQUENCE_AND_TIME = struct.Struct("!QQ")
 SEQUENCE_OFFSET = 8
 MAX_SIZE = 65507  # the largest UDP payload over IPv4
 
-# Linux socket options Python does not name; the values are those of asm-generic/socket.h,
-# which every architecture we run on (x86-64, arm64) uses.
-SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
-SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 SCM_TIMESTAMPNS = SO_TIMESTAMPNS
-TIMESPEC = struct.Struct("@ll")  # struct timespec: tv_sec, tv_nsec as native longs
-RECEIVE_BUFFER = 16 * 1024 * 1024
-# Sleeping is only accurate to tens of microseconds (timer slack, wake-up latency), so the
-# sender sleeps until this long before a deadline and spins for the rest.
-SPIN_NS = 200_000
 
 
 @dataclass(frozen=True)
@@ -88,15 +82,6 @@ def decode(payload) -> ProbeHeader | None:
     if magic != MAGIC:
         return None
     return ProbeHeader(flow, sequence, send_ns)
-
-
-def percentile(sorted_values: list, q: float) -> float:
-    """The ``q``-th percentile (0-100) of already sorted values, interpolating linearly between
-    the two nearest ranks (numpy's default method)."""
-    rank = q / 100 * (len(sorted_values) - 1)
-    below = math.floor(rank)
-    above = min(below + 1, len(sorted_values) - 1)
-    return sorted_values[below] + (rank - below) * (sorted_values[above] - sorted_values[below])
 
 
 def interarrival_jitter_ns(transits_ns) -> float:
@@ -202,22 +187,16 @@ class Sender:
     def run(self) -> dict:
         """Send every packet; returns a summary of what was sent and how punctually."""
         payload = bytearray(encode(self.flow, 0, 0, self.size))
-        lateness_ns = []
+        pacer = Pacer() if self.rate_pps > 0 else None
         sent = errors = 0
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
             sock.connect((self.address, self.port))
             start = time.monotonic_ns()
             first = last = start
             for sequence in range(self.count):
-                if self.rate_pps > 0:
+                if pacer is not None:
                     deadline = start + round(sequence * 1e9 / self.rate_pps)
-                    remaining = deadline - time.monotonic_ns()
-                    if remaining > SPIN_NS:
-                        time.sleep((remaining - SPIN_NS) / 1e9)
-                    now = time.monotonic_ns()
-                    while now < deadline:
-                        now = time.monotonic_ns()
-                    lateness_ns.append(now - deadline)
+                    now = deadline + pacer.wait_until(deadline)
                 else:
                     now = time.monotonic_ns()
                 SEQUENCE_AND_TIME.pack_into(payload, SEQUENCE_OFFSET, sequence, time.time_ns())
@@ -233,7 +212,7 @@ class Sender:
                 last = now
                 sent += 1
         duration_s = (last - first) / 1e9
-        lateness_ns.sort()
+        lateness_ns = sorted(pacer.lateness_ns) if pacer is not None else []
         return {
             "flow": self.flow,
             "size": self.size,

@@ -33,7 +33,7 @@ and stall the relay. ``--status FILE`` has the same statistics written to FILE o
 while the relay runs, for whoever watches its load.
 
 While it runs, the relay asks the kernel to keep idle CPUs polling rather than halted (see
-:func:`request_cpu_latency`; ``--cpu-latency-us -1`` leaves the machine alone).
+:func:`agents.common.request_cpu_latency`; ``--cpu-latency-us -1`` leaves the machine alone).
 """
 
 from __future__ import annotations
@@ -55,6 +55,8 @@ import struct
 import sys
 import time
 from dataclasses import dataclass, field
+
+from agents.common import request_cpu_latency, run_realtime
 
 DIRECTIONS = ("forward", "reverse")
 DISTRIBUTIONS = ("normal", "uniform", "pareto", "paretonormal")
@@ -361,35 +363,6 @@ def open_interface(name: str) -> socket.socket:
     sock.setsockopt(SOL_PACKET, PACKET_ADD_MEMBERSHIP, membership)
     sock.setblocking(False)
     return sock
-
-
-def request_cpu_latency(microseconds: int) -> None:
-    """Ask the kernel to keep every CPU able to wake within ``microseconds`` for as long as the
-    relay runs: the request is a descriptor left open, which closes with the process however it
-    ends.
-
-    Waking a halted virtual CPU can take milliseconds (1.5 ms at the 99th percentile on the
-    2-vCPU reference VM, 3.7 ms at the 99.9th), which no spinning before the due time covers:
-    with idle CPUs polling, frames there leave within 0.7 ms of their due time at the 99th
-    percentile instead of 3 to 5 ms. The price is that idle CPUs stay busy while relays run."""
-    try:
-        os.write(os.open("/dev/cpu_dma_latency", os.O_WRONLY), struct.pack("i", microseconds))
-    except OSError as error:
-        print(f"wire_relay: CPU wake-up latency left to the machine: {error}", file=sys.stderr,
-              flush=True)
-
-
-def run_realtime(priority: int) -> None:
-    """Run under SCHED_FIFO at ``priority``.
-
-    On a machine whose cores are busy (the emulated hosts' own programs, Open vSwitch) a relay
-    under normal scheduling waits for its turn and frames leave milliseconds late. The relay
-    sleeps whenever nothing is due, and the kernel's real-time throttling (95% of each second
-    by default) keeps even a saturated relay from starving the rest."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
-    except OSError as error:
-        print(f"wire_relay: normal scheduling: {error}", file=sys.stderr, flush=True)
 
 
 class Relay:
