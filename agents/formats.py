@@ -31,10 +31,14 @@ request                   8  request u32, client u32, content u32, send_ns u64,
 response                  9  request u32, server u32, content u32, request_send_ns u64,
                              service_ns u64, then padding to the size asked for
 =====================  ====  ===========================================================
+
+A tail whose size a fixed field gives (text_length, length, port_count, count) ends there;
+bytes after it are padding and ignored. Loads above 10000 mean more than full.
 """
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass
 
@@ -52,8 +56,10 @@ class MessageFormat:
     type: int
     fields: tuple[tuple[str, str], ...]
     tail: str = ""  # "", "payload", "text", "u16 list"
+    tail_name: str = ""  # what the tail is called (Scapy field, dissector)
+    tail_size: str = ""  # the fixed field giving the tail's length or count; "": to the end
 
-    @property
+    @functools.cached_property
     def struct(self) -> struct.Struct:
         return struct.Struct("!2sBB" + "".join(code for _, code in self.fields))
 
@@ -83,28 +89,30 @@ class MessageFormat:
 
 MEDIA = MessageFormat("media", 1, (
     ("stream", "I"), ("sequence", "I"), ("send_ns", "Q"), ("frame", "I"), ("frame_type", "B"),
-    ("rung", "B"), ("fragment", "H"), ("fragments", "H"), ("bitrate_kbps", "I")), "payload")
+    ("rung", "B"), ("fragment", "H"), ("fragments", "H"), ("bitrate_kbps", "I")), "payload",
+    "payload")
 DANMAKU = MessageFormat("danmaku", 2, (
     ("user", "I"), ("room", "I"), ("sequence", "I"), ("send_ns", "Q"), ("text_length", "H")),
-    "text")
+    "text", "text", "text_length")
 GIFT = MessageFormat("gift", 3, (
     ("user", "I"), ("room", "I"), ("sequence", "I"), ("send_ns", "Q"), ("gift", "H"),
     ("value_cents", "I")))
 AI_DATA = MessageFormat("ai_data", 4, (
     ("stream", "I"), ("unit", "I"), ("fragment", "H"), ("fragments", "H"), ("length", "H"),
-    ("send_ns", "Q")), "payload")
+    ("send_ns", "Q")), "payload", "data", "length")
 AI_LOAD = MessageFormat("ai_load", 5, (
     ("server", "4s"), ("net_load", "H"), ("mem_load", "H"), ("cpu_load", "H"),
     ("send_ns", "Q")))
-AI_ACCESS = MessageFormat("ai_access", 6, (("source", "4s"), ("port_count", "H")), "u16 list")
+AI_ACCESS = MessageFormat("ai_access", 6, (("source", "4s"), ("port_count", "H")), "u16 list",
+                          "ports", "port_count")
 AI_NACK = MessageFormat("ai_nack", 7, (("stream", "I"), ("unit", "I"), ("count", "H")),
-                        "u16 list")
+                        "u16 list", "indexes", "count")
 REQUEST = MessageFormat("request", 8, (
     ("request", "I"), ("client", "I"), ("content", "I"), ("send_ns", "Q"),
     ("response_bytes", "I")))
 RESPONSE = MessageFormat("response", 9, (
     ("request", "I"), ("server", "I"), ("content", "I"), ("request_send_ns", "Q"),
-    ("service_ns", "Q")), "payload")
+    ("service_ns", "Q")), "payload", "payload")
 
 FORMATS = {f.type: f for f in (MEDIA, DANMAKU, GIFT, AI_DATA, AI_LOAD, AI_ACCESS, AI_NACK,
                                REQUEST, RESPONSE)}

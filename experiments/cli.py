@@ -189,6 +189,12 @@ def command_schema(arguments: argparse.Namespace) -> int:
     return 0
 
 
+def command_pcap_summarize(arguments: argparse.Namespace) -> int:
+    from agents.pcap import print_summaries
+
+    return print_summaries(arguments.files, arguments.json, console, errors)
+
+
 def _duration(text: str) -> float:
     try:
         value = parse_duration(text)
@@ -230,6 +236,15 @@ def parser() -> argparse.ArgumentParser:
     schema = commands.add_parser("schema", help="print the scenario JSON Schema")
     schema.add_argument("--output", "-o", help="write to this file instead of stdout")
     schema.set_defaults(handler=command_schema)
+
+    pcap = commands.add_parser("pcap", help="look into packet captures of edgebed traffic")
+    pcap_commands = pcap.add_subparsers(dest="pcap_command", required=True, metavar="COMMAND")
+    summarize = pcap_commands.add_parser(
+        "summarize", help="per-flow packets, bytes, sequence gaps and fragment coverage of the "
+                          "edgebed messages in pcap/pcapng files; exit 2 if a file is unreadable")
+    summarize.add_argument("files", nargs="+", metavar="FILE")
+    summarize.add_argument("--json", action="store_true", help="JSON by file instead of tables")
+    summarize.set_defaults(handler=command_pcap_summarize)
     return top
 
 

@@ -9,9 +9,9 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$repo/.venv"
 # python3-setuptools: Mininet 2.3.0 imports distutils, which Python 3.12 (Ubuntu 24.04) only
-# has through setuptools' shim.
+# has through setuptools' shim. tshark: the tests check the shipped Wireshark dissector with it.
 packages=(mininet openvswitch-switch iperf3 tcpdump ethtool iproute2 iputils-ping procps
-          util-linux python3-venv python3-pip python3-setuptools)
+          util-linux python3-venv python3-pip python3-setuptools tshark)
 
 say() { printf 'setup: %s\n' "$*"; }
 

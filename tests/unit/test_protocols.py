@@ -1,0 +1,155 @@
+"""The Scapy layers generated from the wire-format table (agents.protocols): they agree byte for
+byte with the struct hot path, compute their sizes, and dissect anything without raising."""
+
+from __future__ import annotations
+
+import random
+import socket
+
+import pytest
+
+from agents import formats, protocols
+
+# A tail for every message with one, as the Scapy field and as the bytes after the header.
+TAILS = {"danmaku": ({"text": "弹幕 hello".encode()}, "弹幕 hello".encode()),
+         "ai_data": ({"data": bytes(range(40))}, bytes(range(40))),
+         "ai_access": ({"ports": [9000, 9001, 65535]}, formats.pack_u16_list([9000, 9001, 65535])),
+         "ai_nack": ({"indexes": [0, 7, 300]}, formats.pack_u16_list([0, 7, 300]))}
+RAW_TAILS = {"media": bytes(range(200)), "response": bytes(1000)}
+SIZE_FIELDS = {"text_length", "length", "port_count", "count"}
+MESSAGES = list(formats.FORMATS.values())
+
+
+def sample(name: str, code: str, index: int):
+    """A distinct value for a fixed field that uses all of its width: (Scapy value, struct
+    value)."""
+    if code == "4s":
+        address = f"10.{index}.200.{index + 1}"
+        return address, socket.inet_aton(address)
+    value = {"B": 0xF0, "H": 0xFEDC, "I": 0xFEDC_BA98, "Q": 0xFEDC_BA98_7654_3210}[code] - index
+    if name == "frame_type":
+        value = 2
+    return value, value
+
+
+def build(message: formats.MessageFormat):
+    """A message built with Scapy from sample values (sizes left to Scapy), the field values
+    the struct path packs, and the bytes after the header."""
+    scapy_values, struct_values = {}, {}
+    for index, (name, code) in enumerate(message.fields):
+        scapy_values[name], struct_values[name] = sample(name, code, index)
+    tail_fields, tail = TAILS.get(message.name, ({}, RAW_TAILS.get(message.name, b"")))
+    for name in SIZE_FIELDS & scapy_values.keys():
+        del scapy_values[name]
+        struct_values[name] = len(tail) // protocols.TAIL_ENTRY_BYTES[message.tail]
+    packet = protocols.LAYERS[message.type](**scapy_values, **tail_fields)
+    if message.name in RAW_TAILS:
+        packet = packet / tail
+    return packet, struct_values, tail
+
+
+@pytest.mark.parametrize("message", MESSAGES, ids=lambda message: message.name)
+def test_scapy_bytes_are_the_struct_hot_path_bytes(message):
+    packet, struct_values, tail = build(message)
+    assert bytes(packet) == message.pack(**struct_values) + tail
+
+
+@pytest.mark.parametrize("message", MESSAGES, ids=lambda message: message.name)
+def test_struct_unpacks_what_scapy_builds(message):
+    packet, struct_values, _ = build(message)
+    assert message.unpack(bytes(packet)) == struct_values
+
+
+@pytest.mark.parametrize("message", MESSAGES, ids=lambda message: message.name)
+def test_dissect_gives_back_every_field(message):
+    packet, struct_values, tail = build(message)
+    dissected = protocols.dissect(bytes(packet))
+    assert type(dissected) is type(packet) is protocols.LAYERS[message.type]
+    for name, value in struct_values.items():
+        # Scapy holds an IPv4 field as its dotted text.
+        expected = socket.inet_ntoa(value) if isinstance(value, bytes) else value
+        assert dissected.getfieldval(name) == expected, name
+    for name, value in TAILS.get(message.name, ({}, b""))[0].items():
+        assert dissected.getfieldval(name) == value
+    if message.name in RAW_TAILS:
+        assert dissected.load == tail
+    assert bytes(dissected) == bytes(packet)
+
+
+@pytest.mark.parametrize("name, size, tail, entries", [
+    ("danmaku", "text_length", {"text": "ü".encode() * 5}, 10),
+    ("ai_data", "length", {"data": bytes(1400)}, 1400),
+    ("ai_access", "port_count", {"ports": list(range(100, 105))}, 5),
+    ("ai_nack", "count", {"indexes": list(range(1000))}, 1000),  # past Scapy's list limit
+])
+def test_sizes_are_computed_from_the_tail(name, size, tail, entries):
+    layer = next(layer for layer in protocols.LAYERS.values() if layer.wire_format.name == name)
+    built = bytes(layer(**tail))
+    assert layer.wire_format.unpack(built)[size] == entries
+    assert protocols.dissect(built).getfieldval(size) == entries
+    # An explicit size is kept, even when it disagrees with the tail.
+    assert layer.wire_format.unpack(bytes(layer(**{size: 3}, **tail)))[size] == 3
+
+
+def test_classes_are_exported_by_name():
+    names = ["Media", "Danmaku", "Gift", "AiData", "AiLoad", "AiAccess", "AiNack", "Request",
+             "Response"]
+    assert [layer.__name__ for layer in protocols.LAYERS.values()] == names
+    for name in names:
+        assert getattr(protocols, name).__name__ == name
+    assert protocols.Media.wire_format is formats.MEDIA
+
+
+def test_fields_named_like_packet_methods_read_as_fields():
+    packet = protocols.Media(fragment=3, fragments=4)
+    assert packet.fragment == 3
+    packet.fragment = 5
+    assert protocols.dissect(bytes(packet)).fragment == 5
+    assert protocols.AiData(fragment=2).fragment == 2
+
+
+def test_frame_types_show_as_letters():
+    assert protocols.Media(frame_type=1).sprintf("%frame_type%") == "I"
+    assert protocols.Media(frame_type=2).sprintf("%frame_type%") == "P"
+
+
+DANMAKU = bytes(protocols.Danmaku(user=1, text=b"hello"))
+
+
+@pytest.mark.parametrize("data", [
+    b"", b"EB", b"EB\x01", b"XB\x01\x01" + bytes(40), b"EB\x02\x01" + bytes(40),
+    b"EB\x01\x00" + bytes(40), b"EB\x01\x0a" + bytes(40),  # unknown types
+    bytes(protocols.Gift())[:-1],  # shorter than its fixed fields
+    DANMAKU[:-1],  # text shorter than text_length says
+    bytes(protocols.AiNack(indexes=[1, 2]))[:-1],
+    bytes(protocols.AiData(data=b"abc"))[:-1],
+    b"EBPR" + bytes(20),  # a probe packet is not an edgebed message
+], ids=repr)
+def test_dissect_returns_none_for_anything_else(data):
+    assert protocols.dissect(data) is None
+
+
+def test_bytes_after_a_sized_tail_are_raw():
+    dissected = protocols.dissect(DANMAKU + b"!!")
+    assert dissected.text == b"hello" and dissected.load == b"!!"
+
+
+def test_dissect_never_raises_on_fuzzed_datagrams():
+    datagrams = protocols.fuzzed_datagrams(2000, seed=1)
+    assert len(datagrams) == 2000
+    dissected = [protocols.dissect(data) for data in datagrams]
+    kinds = {packet.wire_format.name for packet in dissected if packet is not None}
+    assert kinds == {message.name for message in MESSAGES}
+    assert any(packet is None for packet in dissected)
+    assert sum(formats.message_type(data) is not None for data in datagrams) > 1000
+
+
+def test_fuzzed_datagrams_depend_only_on_the_seed():
+    random.seed(99)
+    expected_next = random.random()
+    random.seed(99)
+    first = protocols.fuzzed_datagrams(200, seed=7)
+    assert random.random() == expected_next  # the caller's random state is left alone
+    assert protocols.fuzzed_datagrams(200, seed=7) == first
+    assert protocols.fuzzed_datagrams(200, seed=8) != first
+    assert protocols.fuzzed_datagrams(50, seed=7) == first[:50]
