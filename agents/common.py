@@ -70,6 +70,27 @@ TABLE_COLUMNS = {
     "sender_lateness": ("node", "agent", "flow", "packets", "late_p50_us", "late_p99_us",
                         "late_max_us", "late_over_1ms_fraction"),
     "malformed": ("node", "agent", "port", "count", "first_seen_ns", "example_hex"),
+    # agents.viewer and agents.edge_forwarder: one row per frame of each stream received.
+    "frames": ("node", "agent", "flow", "frame", "frame_type", "rung", "fragments", "received",
+               "complete", "delay_ms"),
+    # agents.edge_forwarder: per stream, what became of the packets it received.
+    "forwarding": ("node", "agent", "flow", "received", "forwarded", "dropped", "unsent",
+                   "drop_fraction", "backlog_max"),
+    # agents.ai_terminal: one row per AI data unit sent.
+    "ai_units_sent": ("node", "agent", "stream", "unit", "fragments", "sent", "retransmitted",
+                      "nacks_received"),
+    # agents.ai_receiver: one row per AI data unit whose outcome is known.
+    "ai_units": ("node", "agent", "stream", "unit", "fragments", "received", "missing_at_end",
+                 "nacks_sent", "retransmissions_received", "complete", "completion_ms"),
+    # agents.request_server and agents.request_client: one row per request.
+    "requests_served": ("node", "agent", "request", "client", "queued_ms", "service_ms"),
+    "responses": ("node", "agent", "request", "content", "response_ms", "bytes"),
+    # agents.iperf: one row per side (sent, received) of each test, one per reporting interval.
+    "iperf": ("node", "agent", "role", "protocol", "test", "side", "seconds", "bytes",
+              "bits_per_second", "retransmits", "jitter_ms", "lost_percent"),
+    "iperf_intervals": ("node", "agent", "role", "protocol", "test", "start_s", "end_s",
+                        "bytes", "bits_per_second", "retransmits", "jitter_ms", "lost_percent",
+                        "omitted"),
 }
 
 

@@ -180,6 +180,30 @@ def command_doctor(arguments: argparse.Namespace) -> int:
     return EXIT_NOT_READY if found.problems() else 0
 
 
+def command_agents(arguments: argparse.Namespace) -> int:
+    """The agents a workload can start, and each one's parameters (from its Params model)."""
+    from agents import catalog
+
+    names = arguments.names or [n for n in catalog.available() if n != catalog.COMMAND]
+    unknown = [n for n in names if n not in catalog.available()]
+    if unknown:
+        errors.print(f"unknown agent {unknown[0]!r}; agents: {', '.join(catalog.available())}")
+        return EXIT_INVALID
+    for name in names:
+        model = catalog.params_model(name)
+        doc = (__import__(catalog.module_name(name), fromlist=["_"]).__doc__ or "").strip()
+        summary_line = " ".join(doc.split(".")[0].split()) if doc else ""
+        table = Table(title=f"{name}: {summary_line}", title_justify="left")
+        for column in ("parameter", "default", "meaning"):
+            table.add_column(column)
+        for field_name, info in model.model_fields.items():
+            default = "required" if info.is_required() else repr(info.get_default(
+                call_default_factory=True))
+            table.add_row(field_name, default, info.description or "")
+        console.print(table)
+    return 0
+
+
 def command_schema(arguments: argparse.Namespace) -> int:
     text = json.dumps(json_schema(), indent=2) + "\n"
     if arguments.output:
@@ -232,6 +256,10 @@ def parser() -> argparse.ArgumentParser:
                                                 "edgebed will use")
     doctor.add_argument("--json", action="store_true")
     doctor.set_defaults(handler=command_doctor)
+
+    agents = commands.add_parser("agents", help="the traffic agents and their parameters")
+    agents.add_argument("names", nargs="*", metavar="AGENT")
+    agents.set_defaults(handler=command_agents)
 
     schema = commands.add_parser("schema", help="print the scenario JSON Schema")
     schema.add_argument("--output", "-o", help="write to this file instead of stdout")

@@ -1,0 +1,316 @@
+"""A viewer: receives media streams on a port and measures them per stream and per frame; sends
+danmaku (chat) and gifts to a chat collector (:mod:`agents.chat_collector`) as Poisson processes.
+
+    python -m agents.viewer --node NAME --out RUN_DIR --params JSON [--seed N]
+
+Each stream (by its stream id) is measured with :class:`~agents.common.FlowStats` from the
+sequence numbers and send times its packets carry: loss from sequence gaps, duplicates,
+reordering, one-way delay (kernel receive timestamp minus send time), RFC 3550 jitter,
+goodput, per-second series (tables ``flows`` and ``flow_seconds``). Each frame gets a row of
+``frames``: its type, rung, fragments, how many distinct fragments arrived, whether it is
+complete, and for a complete frame its delay, from its first fragment's send time to its last
+fragment's arrival. Frames of which nothing arrived have no row; the summary counts them as
+missing. Datagrams that are not well-formed media packets are counted in ``malformed`` and
+skipped.
+
+The socket is announced on stderr as ``listening on PORT`` once bound (``port: 0`` takes any
+free port). The viewer stops on SIGTERM or SIGINT, after ``duration``, or half a second after
+``expect`` distinct packets arrived. Danmaku and gifts carry the viewer's user id and room;
+their send times are Poisson processes of ``danmaku_rate`` and ``gift_rate`` per second, their
+lateness goes to ``sender_lateness``.
+
+:class:`MediaMeter`, :func:`listen` and :func:`datagrams` are shared with the edge forwarder
+and the chat collector.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import socket
+import statistics
+import sys
+import threading
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Literal, Optional
+
+from pydantic import Field, model_validator
+
+from agents.common import (Agent, AgentParams, FlowStats, MalformedLog, NodeRef,
+                           Pacer, percentile, receive, receiving_socket)
+from agents.formats import DANMAKU, FRAME_TYPES, GIFT, MAGIC, MEDIA, VERSION
+from agents.streamer import flow_name
+from topologies.model import Duration
+
+GRACE_S = 0.5  # listening on after the expected packets arrived, for stragglers and duplicates
+DATAGRAM_BUFFER = 65536  # larger than any UDP payload
+U32_MAX = 2**32 - 1
+# The chat sender waits on an event (so the end of the run interrupts it) until this long before
+# a message is due, then leaves the rest to the pacer's sleep and spin.
+CHAT_WAKE_EARLY_NS = 1_000_000
+DANMAKU_TEXT = "666"  # the commonest danmaku there is ("awesome"), repeated to the length asked
+
+
+def listen(port: int) -> socket.socket:
+    """A receiving socket on ``port`` (0: any free port), announced on stderr as ``listening on
+    PORT`` once bound, so that whoever starts a sender can wait for it."""
+    sock = receiving_socket(port)
+    print(f"listening on {sock.getsockname()[1]}", file=sys.stderr, flush=True)
+    return sock
+
+
+def datagrams(agent: Agent, sock: socket.socket, buffer: bytearray,
+              duration_s: float | None = None,
+              enough: Callable[[], bool] | None = None) -> Iterator[tuple[int, int, tuple]]:
+    """The datagrams arriving on ``sock``, each read into ``buffer`` and given as (size, kernel
+    receive time ns, sender address), until the agent is stopped, ``duration_s`` has passed or
+    GRACE_S after ``enough()`` first says so."""
+    end = math.inf if duration_s is None else time.monotonic() + duration_s
+    while not agent.stopping and time.monotonic() < end:
+        arrival = receive(sock, buffer)
+        if arrival is None:
+            continue
+        yield arrival
+        if enough is not None and enough():
+            end = min(end, time.monotonic() + GRACE_S)
+            enough = None
+
+
+@dataclass(slots=True)
+class FrameArrival:
+    """What arrived of one frame."""
+
+    frame_type: int
+    rung: int
+    fragments: int
+    received: int  # distinct fragments
+    first_send_ns: int
+    last_arrival_ns: int
+
+    @property
+    def complete(self) -> bool:
+        return self.received >= self.fragments
+
+
+@dataclass
+class StreamMeter:
+    """One media stream as received: its packets and its frames."""
+
+    flow: FlowStats
+    frames: dict[int, FrameArrival] = field(default_factory=dict)
+
+    def write(self, agent: Agent, sent: int | None) -> dict:
+        """The stream's rows of ``flows``, ``flow_seconds`` and ``frames``; returns its
+        summary."""
+        summary = self.flow.write(agent, sent)
+        delays_ms = []
+        for number, frame in sorted(self.frames.items()):
+            delay_ms = None
+            if frame.complete:
+                delay_ms = (frame.last_arrival_ns - frame.first_send_ns) / 1e6
+                delays_ms.append(delay_ms)
+            agent.row("frames", self.flow.flow, number, FRAME_TYPES[frame.frame_type],
+                      frame.rung, frame.fragments, frame.received, frame.complete, delay_ms)
+        delays_ms.sort()
+        numbers = self.frames.keys()
+        return summary | {
+            "frames_complete": len(delays_ms),
+            "frames_incomplete": len(self.frames) - len(delays_ms),
+            # Frame numbers between the first and last seen of which no fragment arrived.
+            "frames_missing": (max(numbers) - min(numbers) + 1 - len(self.frames)
+                               if self.frames else 0),
+            "frame_delay_mean_ms": statistics.fmean(delays_ms) if delays_ms else None,
+            "frame_delay_p50_ms": percentile(delays_ms, 50) if delays_ms else None,
+            "frame_delay_p99_ms": percentile(delays_ms, 99) if delays_ms else None,
+        }
+
+
+class MediaMeter:
+    """The media packets arriving on one port, measured per stream and per frame. Anything else
+    is logged as malformed: too short for a media header, another magic, version or message
+    type, an unknown frame type, or a fragment index not below the fragment count."""
+
+    def __init__(self, port: int):
+        self.port = port
+        self.streams: dict[int, StreamMeter] = {}
+        self.unique = 0  # distinct packets, all streams together
+        self.malformed = MalformedLog()
+
+    def add(self, buffer: bytearray, size: int, received_ns: int, address: tuple) -> int | None:
+        """Measure the datagram of ``size`` bytes in ``buffer``; returns its stream id, or None
+        when it is not a media packet."""
+        if size < MEDIA.header_size:
+            self.malformed.add(self.port, memoryview(buffer)[:size])
+            return None
+        (magic, version, kind, stream, sequence, send_ns, frame, frame_type, rung, fragment,
+         fragments, _) = MEDIA.struct.unpack_from(buffer)
+        if (magic != MAGIC or version != VERSION or kind != MEDIA.type
+                or frame_type not in FRAME_TYPES or fragment >= fragments):
+            self.malformed.add(self.port, memoryview(buffer)[:size])
+            return None
+        meter = self.streams.get(stream)
+        if meter is None:
+            meter = self.streams[stream] = StreamMeter(FlowStats(flow_name(stream), address[0]))
+        duplicate = sequence in meter.flow.seen
+        meter.flow.add(sequence, send_ns, received_ns, size)
+        if duplicate:
+            return stream
+        self.unique += 1
+        arrival = meter.frames.get(frame)
+        if arrival is None:
+            meter.frames[frame] = FrameArrival(frame_type, rung, fragments, 1, send_ns,
+                                               received_ns)
+        else:
+            arrival.received += 1
+            arrival.first_send_ns = min(arrival.first_send_ns, send_ns)
+            arrival.last_arrival_ns = max(arrival.last_arrival_ns, received_ns)
+        return stream
+
+    def write(self, agent: Agent, expect: int | None = None) -> dict:
+        """Every stream's rows and the malformed datagrams' row; returns the summary. With one
+        stream, its loss counts against ``expect`` (so a lost tail counts too)."""
+        sent = expect if len(self.streams) == 1 else None
+        streams = [meter.write(agent, sent) for _, meter in sorted(self.streams.items())]
+        self.malformed.write(agent)
+        return {"port": self.port, "packets": sum(s["packets"] for s in streams),
+                "unique": self.unique, "malformed": self.malformed.count, "streams": streams}
+
+
+def chat_flow(kind: str, user: int) -> str:
+    """The name of one user's danmaku or gifts in the sender's and the collector's tables."""
+    return f"{kind}-{user}"
+
+
+@dataclass
+class PoissonMessages:
+    """Messages of one kind sent at the times of a Poisson process of ``rate`` per second;
+    ``build(sequence, send_ns)`` makes the datagram."""
+
+    kind: str
+    rate: float
+    build: Callable[[int, int], bytes]
+    pacer: Pacer = field(default_factory=Pacer)
+    sequence: int = 0
+    send_errors: int = 0
+    due_ns: int = 0
+
+
+class Params(AgentParams):
+    """Where the viewer listens, when it stops, and how it chats."""
+
+    port: int = Field(5004, ge=0, le=65535, description="media port; 0: any free port")
+    expect: Optional[int] = Field(None, ge=1, description="distinct packets expected (all "
+                                                          "streams): stop shortly after they "
+                                                          "arrived; one stream's loss counts "
+                                                          "against it")
+    duration: Optional[Duration] = Field(None, description="default: until stopped")
+    danmaku_to: Optional[NodeRef] = Field(None, description="the chat collector")
+    danmaku_port: int = Field(5006, ge=1, le=65535)
+    danmaku_rate: float = Field(0.0, ge=0, description="danmaku per second (Poisson)")
+    danmaku_bytes: int = Field(30, ge=0, le=1400, description="UTF-8 text per danmaku")
+    gift_rate: float = Field(0.0, ge=0, description="gifts per second (Poisson)")
+    gift: int = Field(1, ge=0, le=65535, description="which gift, in the platform's catalogue")
+    gift_value: float = Field(1.0, gt=0, description="mean value of a gift")
+    gift_values: Literal["fixed", "exponential"] = Field(
+        "fixed", description="every gift worth gift_value, or exponentially distributed values "
+                             "of that mean")
+    room: int = Field(0, ge=0, le=U32_MAX)
+    user: Optional[int] = Field(None, ge=0, le=U32_MAX,
+                                description="user id; default: the CRC-32 of the node's name")
+
+    @model_validator(mode="after")
+    def _chat_has_a_collector(self) -> "Params":
+        if (self.danmaku_rate or self.gift_rate) and self.danmaku_to is None:
+            raise ValueError("danmaku_rate and gift_rate need danmaku_to, the chat collector")
+        return self
+
+
+class ChatSender(threading.Thread):
+    """The viewer's danmaku and gifts, sent from a thread of their own while the main thread
+    receives media."""
+
+    def __init__(self, agent: Agent, params: Params):
+        super().__init__(name="chat", daemon=True)
+        self.agent = agent
+        self.address = (params.danmaku_to, params.danmaku_port)
+        self.user = params.user if params.user is not None else zlib.crc32(agent.node.encode())
+        self.done = threading.Event()
+        self.rng = random.Random(agent.seed)
+        text = (DANMAKU_TEXT * params.danmaku_bytes)[:params.danmaku_bytes].encode()
+
+        def danmaku(sequence: int, send_ns: int) -> bytes:
+            return DANMAKU.pack(user=self.user, room=params.room, sequence=sequence,
+                                send_ns=send_ns, text_length=len(text)) + text
+
+        def gift(sequence: int, send_ns: int) -> bytes:
+            value = (params.gift_value if params.gift_values == "fixed"
+                     else self.rng.expovariate(1 / params.gift_value))
+            return GIFT.pack(user=self.user, room=params.room, sequence=sequence,
+                             send_ns=send_ns, gift=params.gift,
+                             value_cents=min(U32_MAX, round(value * 100)))
+
+        self.sources = [PoissonMessages(kind, rate, build) for kind, rate, build in (
+            (DANMAKU.name, params.danmaku_rate, danmaku), (GIFT.name, params.gift_rate, gift))
+            if rate > 0]
+
+    def run(self) -> None:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.connect(self.address)
+            start_ns = time.monotonic_ns()
+            for source in self.sources:
+                source.due_ns = start_ns + round(self.rng.expovariate(source.rate) * 1e9)
+            while self.sources and not self.agent.stopping:
+                source = min(self.sources, key=lambda s: s.due_ns)
+                early_s = (source.due_ns - time.monotonic_ns() - CHAT_WAKE_EARLY_NS) / 1e9
+                if self.done.wait(max(0.0, early_s)):
+                    break
+                source.pacer.wait_until(source.due_ns)
+                try:
+                    sock.send(source.build(source.sequence, time.time_ns()))
+                except OSError:
+                    source.send_errors += 1  # the collector sees the gap in the sequence
+                source.sequence += 1
+                source.due_ns += round(self.rng.expovariate(source.rate) * 1e9)
+
+    def stop(self) -> None:
+        self.done.set()
+        self.join()
+
+    def write(self, agent: Agent) -> dict:
+        """The senders' rows of ``sender_lateness``; returns what was sent, by kind."""
+        return {source.kind: {"user": self.user, "sent": source.sequence - source.send_errors,
+                              "send_errors": source.send_errors,
+                              "lateness": source.pacer.report(agent,
+                                                              chat_flow(source.kind, self.user))}
+                for source in self.sources}
+
+
+def main(argv: list[str] | None = None) -> int:
+    agent = Agent("viewer", argv)
+    params = Params.model_validate(agent.params)
+    sock = listen(params.port)
+    meter = MediaMeter(sock.getsockname()[1])
+    chat = ChatSender(agent, params) if params.danmaku_to is not None else None
+    if chat is not None:
+        chat.start()
+    buffer = bytearray(DATAGRAM_BUFFER)
+    enough = (lambda: meter.unique >= params.expect) if params.expect is not None else None
+    try:
+        for size, received_ns, address in datagrams(agent, sock, buffer, params.duration,
+                                                    enough):
+            meter.add(buffer, size, received_ns, address)
+    finally:
+        sock.close()
+        if chat is not None:
+            chat.stop()
+    summary = meter.write(agent, params.expect)
+    if chat is not None:
+        summary["chat"] = chat.write(agent)
+    agent.finish(summary)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
