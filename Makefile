@@ -23,6 +23,7 @@ schema: setup
 bench: setup
 	$(VENV)/bin/python benchmarks/bringup.py
 	$(VENV)/bin/python benchmarks/impairment.py
+	$(VENV)/bin/python benchmarks/agents.py
 
 # Removes what crashed runs left behind (by prefix); run directories under runs/ stay.
 clean: setup
