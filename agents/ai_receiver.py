@@ -1,0 +1,298 @@
+"""An AI access server's receiving port (seed 003): reassembles AI data units from AI data
+packets and asks the terminals for the missing fragments with NACKs.
+
+    python -m agents.ai_receiver --node NAME --out RUN_DIR --params JSON [--seed N]
+
+Every unit of every stream (by stream id) has a bitmap of the fragments that arrived. The unit's
+timing is the terminals' (:class:`agents.ai_terminal.UnitTiming`, so ``period`` and
+``send_window`` must match theirs): fragment i of n is sent ``i * send_window * period / n``
+after the unit opens, so each packet tells when its unit opened, and the unit is taken to open at
+the earliest time any of its packets implies. A grace after the send window (``nack_after``, by
+default twice the largest one-way delay of the unit's packets and at least 10 ms, so packets
+still in flight are not asked for), the receiver sends an AI NACK listing every missing fragment
+to the terminal's address on ``nack_port``, split over several NACKs when the list would not fit
+an Ethernet frame. While fragments are missing and the period is open it asks again, each time
+after the grace plus the time the terminal takes to pace out the retransmissions asked for.
+
+A packet sent after the receiver's first NACK for its unit is a retransmission (hosts share the
+realtime clock, and a terminal only retransmits what a NACK asked for). The first copies are
+measured as the flow ``ai-<stream>`` with :class:`~agents.common.FlowStats` (tables ``flows`` and
+``flow_seconds``): their loss is the path's, before repair.
+
+A unit is complete when all its fragments arrived; its completion time runs from its opening to
+the arrival of the last fragment it needed, and it completed in time when that is within its
+period. Each unit gets a row of ``ai_units`` once its outcome is known: at the end of its period
+plus the grace (for stragglers), or when the receiver stops if by then it is complete or its
+period is over; units still open and incomplete at the stop have no row (the summary counts
+them), nor do units of which nothing arrived. Packets for units already written are counted as
+late; datagrams that are not well-formed AI data packets, as malformed.
+
+It listens like the viewer (``listening on PORT`` on stderr, ``port: 0`` for any free port) and
+stops on SIGTERM or SIGINT, after ``duration``, or once ``units`` units have rows.
+"""
+
+from __future__ import annotations
+
+import math
+import select
+import socket
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import NamedTuple, Optional
+
+from pydantic import Field
+
+from agents.ai_terminal import (DATA_PORT, NACK_PORT, POLL_S, UnitTiming, flow_name,
+                                nack_messages)
+from agents.common import Agent, FlowStats, MalformedLog, percentile, receive
+from agents.formats import AI_DATA, MAGIC, VERSION
+from agents.viewer import DATAGRAM_BUFFER, listen
+from topologies.model import Duration
+
+MIN_GRACE_NS = 10_000_000  # scheduling noise of sender and receiver, on a path of no delay
+# Datagrams read in one go before looking at the timers again: the NACKs of one unit must not
+# wait for the whole burst of the next.
+DRAIN_BATCH = 256
+
+
+class Params(UnitTiming):
+    """Where the receiver listens, when it asks for retransmissions, when it stops."""
+
+    port: int = Field(DATA_PORT, ge=0, le=65535, description="data port; 0: any free port")
+    nack_port: int = Field(NACK_PORT, ge=1, le=65535, description="the terminals' NACK port")
+    nack_after: Optional[Duration] = Field(
+        None, description="wait after a unit's send window before the first NACK, and between "
+                          "NACKs on top of the retransmissions' pacing; default: twice the "
+                          "largest one-way delay of the unit's packets, at least 10 ms")
+    units: Optional[int] = Field(None, ge=1, description="stop once this many units have rows")
+    duration: Optional[Duration] = Field(None, description="default: until stopped")
+
+
+@dataclass(slots=True)
+class UnitReceiving:
+    """What arrived of one unit, and the NACKs sent for it (times on the realtime clock)."""
+
+    unit: int
+    have: bytearray  # one byte per fragment, 1 once it arrived
+    opens_ns: int
+    received: int = 0
+    delay_max_ns: int = 0
+    nacks_sent: int = 0
+    first_nack_ns: int | None = None
+    next_nack_ns: int | None = None
+    retransmissions: int = 0
+    completed_ns: int | None = None
+
+    @property
+    def fragments(self) -> int:
+        return len(self.have)
+
+    def missing(self) -> list[int]:
+        return [index for index, arrived in enumerate(self.have) if not arrived]
+
+
+class UnitOutcome(NamedTuple):
+    """What a unit's row says, kept for the summary."""
+
+    fragments: int
+    missing: int
+    complete: bool
+    completion_ms: float | None
+
+
+@dataclass
+class StreamReceiving:
+    """One terminal's stream: its open units and the measurement of its first copies."""
+
+    stream: int
+    fragments: int
+    peer: str
+    first_unit: int
+    flow: FlowStats
+    units: dict[int, UnitReceiving] = field(default_factory=dict)
+    rows: int = 0
+    last_written: int = -1  # no later row comes for a unit up to this one
+
+    @property
+    def units_missing(self) -> int:
+        """Units up to the last written of which nothing arrived."""
+        return self.last_written - self.first_unit + 1 - self.rows if self.rows else 0
+
+
+class AiReceiver:
+    """The units arriving on one socket, their NACKs and their rows."""
+
+    def __init__(self, agent: Agent, params: Params, sock: socket.socket):
+        self.agent, self.params, self.sock = agent, params, sock
+        self.port = sock.getsockname()[1]
+        self.buffer = bytearray(DATAGRAM_BUFFER)
+        self.streams: dict[int, StreamReceiving] = {}
+        self.malformed = MalformedLog()
+        self.duplicates = self.late = self.nack_send_errors = 0
+        self.written: list[UnitOutcome] = []
+
+    def grace_ns(self, arrival: UnitReceiving) -> int:
+        if self.params.nack_after is not None:
+            return round(self.params.nack_after * 1e9)
+        return max(MIN_GRACE_NS, 2 * arrival.delay_max_ns)
+
+    def drain(self) -> None:
+        """Read what is waiting on the socket, up to DRAIN_BATCH datagrams."""
+        for _ in range(DRAIN_BATCH):
+            arrival = receive(self.sock, self.buffer)
+            if arrival is None:
+                return
+            self.add(*arrival)
+
+    def add(self, size: int, received_ns: int, address: tuple) -> None:
+        """Account for the datagram of ``size`` bytes in the buffer."""
+        if size < AI_DATA.header_size:
+            self.malformed.add(self.port, memoryview(self.buffer)[:size])
+            return
+        (magic, version, kind, stream, unit, fragment, fragments, length,
+         send_ns) = AI_DATA.struct.unpack_from(self.buffer)
+        receiving = self.streams.get(stream)
+        if (magic != MAGIC or version != VERSION or kind != AI_DATA.type
+                or fragment >= fragments or length != size - AI_DATA.header_size
+                or send_ns > received_ns  # hosts share the clock: a packet from the future
+                or (receiving is not None and fragments != receiving.fragments)):
+            self.malformed.add(self.port, memoryview(self.buffer)[:size])
+            return
+        if receiving is None:
+            receiving = self.streams[stream] = StreamReceiving(
+                stream, fragments, address[0], unit, FlowStats(flow_name(stream), address[0]))
+        receiving.peer = address[0]
+        arrival = receiving.units.get(unit)
+        if arrival is None:
+            if unit <= receiving.last_written or unit < receiving.first_unit:
+                self.late += 1
+                return
+            arrival = receiving.units[unit] = UnitReceiving(unit, bytearray(fragments), send_ns)
+        arrival.delay_max_ns = max(arrival.delay_max_ns, received_ns - send_ns)
+        if arrival.first_nack_ns is not None and send_ns >= arrival.first_nack_ns:
+            arrival.retransmissions += 1
+        else:
+            arrival.opens_ns = min(arrival.opens_ns, send_ns - round(
+                fragment * self.params.gap_ns(fragments)))
+            receiving.flow.add((unit - receiving.first_unit) * fragments + fragment, send_ns,
+                               received_ns, size)
+        if arrival.have[fragment]:
+            self.duplicates += 1
+            return
+        arrival.have[fragment] = 1
+        arrival.received += 1
+        if arrival.received == fragments:
+            arrival.completed_ns = received_ns
+
+    def tick(self, now_ns: int) -> int:
+        """Send the NACKs that are due and write the units whose time is up; returns when
+        something is due next (realtime ns)."""
+        due_ns = now_ns + round(POLL_S * 1e9)
+        for receiving in self.streams.values():
+            for arrival in list(receiving.units.values()):
+                closes_ns = arrival.opens_ns + self.params.period_ns
+                if arrival.completed_ns is None and now_ns < closes_ns:
+                    nack_ns = self.nack_due_ns(arrival)
+                    if now_ns >= nack_ns:
+                        self.send_nacks(receiving, arrival, now_ns)
+                        nack_ns = arrival.next_nack_ns
+                    due_ns = min(due_ns, nack_ns)
+                written_ns = closes_ns + self.grace_ns(arrival)
+                if now_ns >= written_ns:
+                    self.write(receiving, arrival)
+                due_ns = min(due_ns, written_ns)
+        return due_ns
+
+    def nack_due_ns(self, arrival: UnitReceiving) -> int:
+        if arrival.next_nack_ns is not None:
+            return arrival.next_nack_ns
+        return arrival.opens_ns + self.params.window_ns + self.grace_ns(arrival)
+
+    def send_nacks(self, receiving: StreamReceiving, arrival: UnitReceiving,
+                   now_ns: int) -> None:
+        missing = arrival.missing()
+        for message in nack_messages(receiving.stream, arrival.unit, missing):
+            try:
+                self.sock.sendto(message, (receiving.peer, self.params.nack_port))
+            except OSError:
+                self.nack_send_errors += 1  # the next round asks again
+                continue
+            arrival.nacks_sent += 1
+        if arrival.first_nack_ns is None:
+            arrival.first_nack_ns = now_ns
+        # The terminal paces the retransmissions at the unit's packet gap; ask again once they
+        # all had the time to arrive.
+        arrival.next_nack_ns = now_ns + self.grace_ns(arrival) + round(
+            len(missing) * self.params.gap_ns(arrival.fragments))
+
+    def write(self, receiving: StreamReceiving, arrival: UnitReceiving) -> None:
+        """The unit's row of ``ai_units``; it is forgotten afterwards."""
+        completion_ms = None
+        complete = False
+        if arrival.completed_ns is not None:
+            completion_ms = (arrival.completed_ns - arrival.opens_ns) / 1e6
+            complete = arrival.completed_ns - arrival.opens_ns <= self.params.period_ns
+        missing = arrival.fragments - arrival.received
+        self.agent.row("ai_units", receiving.stream, arrival.unit, arrival.fragments,
+                       arrival.received, missing, arrival.nacks_sent, arrival.retransmissions,
+                       int(complete), completion_ms)
+        self.written.append(UnitOutcome(arrival.fragments, missing, complete, completion_ms))
+        receiving.rows += 1
+        receiving.last_written = max(receiving.last_written, arrival.unit)
+        del receiving.units[arrival.unit]
+
+    def finish(self, now_ns: int) -> dict:
+        """Rows for the units whose outcome is known, the flows; returns the summary."""
+        open_at_stop = 0
+        for receiving in self.streams.values():
+            for arrival in sorted(receiving.units.values(), key=lambda a: a.unit):
+                if (arrival.completed_ns is not None
+                        or now_ns >= arrival.opens_ns + self.params.period_ns):
+                    self.write(receiving, arrival)
+                else:
+                    open_at_stop += 1
+        flows = [receiving.flow.write(self.agent) for _, receiving in sorted(self.streams.items())]
+        self.malformed.write(self.agent)
+        fragments = sum(outcome.fragments for outcome in self.written)
+        missing = sum(outcome.missing for outcome in self.written)
+        times = sorted(outcome.completion_ms for outcome in self.written
+                       if outcome.completion_ms is not None)
+        return {
+            "port": self.port, "units": len(self.written),
+            "complete": sum(outcome.complete for outcome in self.written),
+            "residual_loss_fraction": missing / fragments if fragments else None,
+            "completion_mean_ms": statistics.fmean(times) if times else None,
+            "completion_p50_ms": percentile(times, 50) if times else None,
+            "completion_p99_ms": percentile(times, 99) if times else None,
+            "open_at_stop": open_at_stop,
+            "units_missing": sum(receiving.units_missing for receiving in self.streams.values()),
+            "duplicates": self.duplicates, "late": self.late,
+            "nack_send_errors": self.nack_send_errors, "malformed": self.malformed.count,
+            "flows": flows}
+
+
+def main(argv: list[str] | None = None) -> int:
+    agent = Agent("ai_receiver", argv)
+    params = Params.model_validate(agent.params)
+    sock = listen(params.port)
+    sock.setblocking(False)  # select() does the waiting, with the NACK timers in view
+    receiver = AiReceiver(agent, params, sock)
+    ends = math.inf if params.duration is None else time.monotonic() + params.duration
+    try:
+        while (not agent.stopping and time.monotonic() < ends
+               and (params.units is None or len(receiver.written) < params.units)):
+            now_ns = time.time_ns()
+            wait_s = (receiver.tick(now_ns) - now_ns) / 1e9
+            if select.select([sock], [], [], min(POLL_S, max(0.0, wait_s)))[0]:
+                receiver.drain()
+        summary = receiver.finish(time.time_ns())
+    finally:
+        sock.close()
+    agent.finish(summary)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,203 @@
+"""iperf3 as an agent: runs ``iperf3 -J`` as a server or a client and turns its JSON report into
+tables.
+
+    python -m agents.iperf --node NAME --out RUN_DIR --params JSON [--seed N]
+
+Ours rather than the iperf3 package from PyPI, which hangs once a report passes 64 KiB (the pipe
+fills while it waits for the process): here the whole output is read as it comes
+(:meth:`subprocess.Popen.communicate`), however long. A server (``iperf3 -s``) serves one test
+(``once``, iperf3's ``-1``) or tests until stopped, printing one JSON report per test; a client
+(``iperf3 -c``) runs one test of ``duration`` whole seconds, TCP or UDP (``bandwidth``: the
+target rate, iperf3's ``-b``), ``streams`` in parallel, ``reverse`` (the server sends),
+``omit`` the first whole seconds (slow start), reporting every ``interval``.
+
+Each test's report gives two rows of ``iperf`` (the sent and the received side of
+``end.sum_sent`` / ``end.sum_received``: seconds, bytes, bit/s, TCP retransmits on the sender's
+side, UDP jitter and loss on the receiver's) and a row of ``iperf_intervals`` per reporting
+interval (the sum over the streams). The summary gives the last test's figures and any error
+iperf3 reported.
+
+A server announces ``listening on PORT`` on stderr once iperf3 listens, so whoever starts the
+client can wait for it. SIGTERM or SIGINT stop iperf3 too (SIGTERM, then SIGKILL after
+``KILL_AFTER_S``); what it reported so far still becomes rows. The agent exits 0 when iperf3
+succeeded or was stopped, 1 when it failed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import Field, model_validator
+
+from agents.common import Agent, AgentParams, NodeRef
+from topologies.model import Duration, PositiveDuration, Rate
+
+POLL_S = 0.1  # how often the agent looks at its stop flag while iperf3 runs
+KILL_AFTER_S = 5.0
+TCP_LISTEN = "0A"  # the LISTEN state in /proc/net/tcp
+
+
+def whole_seconds(value: float, name: str) -> None:
+    # iperf3 reads -t and -O with atoi(): 0.5 would become 0, which for -t means "forever".
+    if value != int(value):
+        raise ValueError(f"{name} must be a whole number of seconds for iperf3, not {value:g}")
+
+
+class Params(AgentParams):
+    """Which side of an iperf3 test this is and what the test does."""
+
+    role: Literal["server", "client"]
+    to: Optional[NodeRef] = Field(None, description="the server (clients only)")
+    port: int = Field(5201, ge=1, le=65535)
+    protocol: Literal["tcp", "udp"] = Field("tcp", description="clients only; a server "
+                                                               "takes what the client asks")
+    bandwidth: Optional[Rate] = Field(None, gt=0, description="target rate (iperf3 -b); "
+                                                              "default iperf3's: 1 Mbit/s "
+                                                              "for UDP, unlimited for TCP")
+    duration: Duration = Field(10.0, ge=1, description="test length, whole seconds (clients)")
+    reverse: bool = Field(False, description="the server sends, the client receives")
+    omit: Duration = Field(0.0, description="whole seconds left out at the start (clients)")
+    interval: PositiveDuration = Field(1.0, ge=0.1, le=60, description="reporting interval")
+    streams: int = Field(1, ge=1, le=128, description="parallel streams (iperf3 -P)")
+    once: bool = Field(True, description="servers: serve one test and end (iperf3 -1); "
+                                         "false: serve until stopped")
+
+    @model_validator(mode="after")
+    def _sides_agree(self) -> "Params":
+        if (self.role == "client") != (self.to is not None):
+            raise ValueError("a client needs `to`, the server; a server takes no `to`")
+        whole_seconds(self.duration, "duration")
+        whole_seconds(self.omit, "omit")
+        return self
+
+    def command(self) -> list[str]:
+        """The iperf3 command line."""
+        argv = ["iperf3", "--json", "--port", str(self.port), "--interval", f"{self.interval:g}"]
+        if self.role == "server":
+            return argv + ["--server"] + (["--one-off"] if self.once else [])
+        argv += ["--client", self.to, "--time", str(int(self.duration)),
+                 "--parallel", str(self.streams)]
+        if self.protocol == "udp":
+            argv.append("--udp")
+        if self.bandwidth is not None:
+            argv += ["--bitrate", str(round(self.bandwidth))]
+        if self.reverse:
+            argv.append("--reverse")
+        if self.omit:
+            argv += ["--omit", str(int(self.omit))]
+        return argv
+
+
+def reports(text: str) -> list[dict]:
+    """The JSON reports in iperf3's output: one per test, one after the other. Anything after
+    the last complete report (output cut short) is left out."""
+    decoder = json.JSONDecoder()
+    found = []
+    position = 0
+    while (position := _skip_space(text, position)) < len(text):
+        try:
+            report, position = decoder.raw_decode(text, position)
+        except ValueError:
+            break
+        found.append(report)
+    return found
+
+
+def _skip_space(text: str, position: int) -> int:
+    while position < len(text) and text[position].isspace():
+        position += 1
+    return position
+
+
+def tcp_listening(port: int) -> bool:
+    """Whether something in this network namespace listens on TCP ``port``."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[1].endswith(f":{port:04X}") and fields[3] == TCP_LISTEN:
+                return True
+    return False
+
+
+def run_iperf3(agent: Agent, params: Params) -> tuple[str, int, bool]:
+    """Run iperf3 until it ends or the agent stops; (its whole stdout, its exit code, whether
+    the agent stopped it)."""
+    process = subprocess.Popen(params.command(), stdout=subprocess.PIPE,
+                               stdin=subprocess.DEVNULL, text=True)
+    announce = params.role == "server"
+    stopped_at = None
+    while True:
+        try:
+            output, _ = process.communicate(timeout=POLL_S)
+            # A Ctrl-C reaches iperf3 directly, as it shares the agent's process group.
+            return output, process.returncode, stopped_at is not None or agent.stopping
+        except subprocess.TimeoutExpired:
+            pass  # communicate() keeps what it read so far for the next call
+        if announce and tcp_listening(params.port):
+            print(f"listening on {params.port}", file=sys.stderr, flush=True)
+            announce = False
+        if agent.stopping and stopped_at is None:
+            process.terminate()
+            stopped_at = time.monotonic()
+        elif stopped_at is not None and time.monotonic() - stopped_at > KILL_AFTER_S:
+            process.kill()
+
+
+def write_report(agent: Agent, params: Params, test: int, report: dict) -> dict:
+    """The report's rows of ``iperf`` and ``iperf_intervals``; returns its end figures."""
+    protocol = (report.get("start", {}).get("test_start", {}).get("protocol")
+                or params.protocol).lower()
+    figures = {"protocol": protocol, "error": report.get("error")}
+    for side, key in (("sent", "sum_sent"), ("received", "sum_received")):
+        total = report.get("end", {}).get(key)
+        if total is None:
+            continue
+        # iperf3 fills jitter and loss on the sent side with zeros: only the receiver knows.
+        received = side == "received"
+        jitter_ms = total.get("jitter_ms") if received else None
+        lost_percent = total.get("lost_percent") if received else None
+        agent.row("iperf", params.role, protocol, test, side, total.get("seconds"),
+                  total.get("bytes"), total.get("bits_per_second"), total.get("retransmits"),
+                  jitter_ms, lost_percent)
+        figures[side] = {"bits_per_second": total.get("bits_per_second"),
+                         "bytes": total.get("bytes"), "retransmits": total.get("retransmits"),
+                         "jitter_ms": jitter_ms, "lost_percent": lost_percent}
+    for interval in report.get("intervals", []):
+        total = interval.get("sum", {})
+        agent.row("iperf_intervals", params.role, protocol, test, total.get("start"),
+                  total.get("end"), total.get("bytes"), total.get("bits_per_second"),
+                  total.get("retransmits"), total.get("jitter_ms"), total.get("lost_percent"),
+                  int(bool(total.get("omitted"))))
+    figures["intervals"] = len(report.get("intervals", []))
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    agent = Agent("iperf", argv)
+    params = Params.model_validate(agent.params)
+    output, exit_code, stopped = run_iperf3(agent, params)
+    found = reports(output)
+    # A report without a test start is an error alone (no server to connect to, a server
+    # stopped while it waited for a client).
+    tests = [write_report(agent, params, test, report) for test, report in enumerate(
+        report for report in found if "test_start" in report.get("start", {}))]
+    errors = [report["error"] for report in found if report.get("error")]
+    # Reports of what the agent interrupted say so in their error; that is no failure.
+    failed = not stopped and (exit_code != 0 or bool(errors))
+    agent.finish({"role": params.role, "tests": len(tests), "output_bytes": len(output.encode()),
+                  "exit_code": exit_code, "stopped": stopped, "failed": failed,
+                  "errors": errors, "last": tests[-1] if tests else None})
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

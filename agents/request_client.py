@@ -1,0 +1,163 @@
+"""A request client: sends requests to a server (:mod:`agents.request_server`) as a Poisson
+process and measures how long each takes to be answered.
+
+    python -m agents.request_client --node NAME --out RUN_DIR --params JSON [--seed N]
+
+Request k (``agents.formats.REQUEST``, ids from 0) is due at the k-th point of a Poisson process
+of ``rate`` per second (exponential gaps, seeded by ``--seed``), on absolute deadlines
+(:class:`~agents.common.Pacer`), for ``count`` requests or ``duration``, or until stopped. Its
+response time runs from its send time to the kernel receive timestamp of its response. A request
+whose response has not arrived ``timeout`` after it was sent has timed out; a response arriving
+later is counted as late and otherwise ignored.
+
+Every request gets a row of ``responses``: id, content, response time and response size, both
+empty when it timed out. The summary gives the response times' mean, median, 99th percentile and
+maximum, and the timeouts. Datagrams that are not well-formed responses are counted in
+``malformed``. After the last request the client waits for the answers still outstanding (at
+most ``timeout``), then ends; SIGTERM or SIGINT end it at once, and the requests still
+outstanding then have no row.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import random
+import statistics
+import sys
+import time
+from collections import deque
+from typing import Optional
+
+from pydantic import Field
+
+from agents.common import (Agent, AgentParams, MalformedLog, NodeRef, Pacer, percentile, receive,
+                           receiving_socket)
+from agents.formats import REQUEST, RESPONSE
+from agents.request_server import (MAX_RESPONSE_BYTES, REQUEST_PORT, WAKE_EARLY_NS,
+                                   readable_before)
+from agents.viewer import DATAGRAM_BUFFER
+from topologies.model import Duration, PositiveDuration, Size
+
+
+class Params(AgentParams):
+    """Where the requests go, how often, how many, and what they ask for."""
+
+    to: NodeRef
+    port: int = Field(REQUEST_PORT, ge=1, le=65535)
+    rate: float = Field(gt=0, description="requests per second (Poisson arrivals)")
+    count: Optional[int] = Field(None, ge=1, description="requests to send")
+    duration: Optional[Duration] = Field(None, description="how long to send requests; "
+                                                           "default: until count, or stopped")
+    content: int = Field(0, ge=0, lt=2**32, description="content id every request asks for")
+    response_bytes: Size = Field(RESPONSE.header_size, le=MAX_RESPONSE_BYTES,
+                                 description="size of the response each request asks for")
+    timeout: PositiveDuration = Field(1.0, description="a request unanswered this long after "
+                                                       "it was sent has timed out")
+    client: Optional[int] = Field(None, ge=0, lt=2**32, description="client id; default: the "
+                                                                     "client's IPv4 address")
+
+
+class RequestClient:
+    """The client's socket, its schedule and the requests waiting for their answers."""
+
+    def __init__(self, agent: Agent, params: Params):
+        self.agent, self.params = agent, params
+        self.sock = receiving_socket(0)
+        self.sock.connect((params.to, params.port))
+        self.sock.setblocking(False)  # select() does the waiting, with the next request in view
+        self.port = self.sock.getsockname()[1]
+        self.client = (params.client if params.client is not None
+                       else int(ipaddress.IPv4Address(self.sock.getsockname()[0])))
+        self.buffer = bytearray(DATAGRAM_BUFFER)
+        self.rng = random.Random(agent.seed)
+        self.pacer = Pacer()
+        self.malformed = MalformedLog()
+        self.outstanding: dict[int, int] = {}  # request id -> send time (realtime ns)
+        self.expiring: deque[tuple[int, int]] = deque()  # (send time, request id), in order
+        self.response_ms: list[float] = []
+        self.sent = self.timeouts = self.late = self.send_errors = 0
+
+    def send(self, request: int) -> None:
+        send_ns = time.time_ns()
+        message = REQUEST.pack(request=request, client=self.client,
+                               content=self.params.content, send_ns=send_ns,
+                               response_bytes=round(self.params.response_bytes))
+        try:
+            self.sock.send(message)
+        except OSError:
+            # An ICMP error from an earlier request (no server yet): this one times out.
+            self.send_errors += 1
+        self.sent += 1
+        self.outstanding[request] = send_ns
+        self.expiring.append((send_ns, request))
+
+    def collect(self) -> None:
+        """Take every response waiting on the socket, then give up on the requests whose
+        timeout passed before this call (so a response that came in time is never missed)."""
+        now_ns = time.time_ns()
+        while (arrival := receive(self.sock, self.buffer)) is not None:
+            size, received_ns, _ = arrival
+            message = memoryview(self.buffer)[:size]
+            try:
+                if size < RESPONSE.header_size:
+                    raise ValueError("shorter than a response header")
+                request = RESPONSE.unpack(message)["request"]
+            except ValueError:
+                self.malformed.add(self.port, message)
+                continue
+            send_ns = self.outstanding.pop(request, None)
+            if send_ns is None or received_ns - send_ns > self.params.timeout * 1e9:
+                self.late += 1
+                continue
+            response_ms = (received_ns - send_ns) / 1e6
+            self.response_ms.append(response_ms)
+            self.agent.row("responses", request, self.params.content, response_ms, size)
+        timeout_ns = round(self.params.timeout * 1e9)
+        while self.expiring and self.expiring[0][0] + timeout_ns <= now_ns:
+            _, request = self.expiring.popleft()
+            if self.outstanding.pop(request, None) is not None:
+                self.timeouts += 1
+                self.agent.row("responses", request, self.params.content, None, None)
+
+    def run(self) -> dict:
+        """Send the requests and collect their answers; returns the summary."""
+        params = self.params
+        count = math.inf if params.count is None else params.count
+        start_ns = time.monotonic_ns()
+        ends_ns = math.inf if params.duration is None else start_ns + params.duration * 1e9
+        due_ns = start_ns + self.rng.expovariate(params.rate) * 1e9
+        while not self.agent.stopping and self.sent < count and due_ns < ends_ns:
+            if time.monotonic_ns() >= due_ns - WAKE_EARLY_NS:
+                self.pacer.wait_until(round(due_ns))
+                self.send(self.sent)
+                due_ns += self.rng.expovariate(params.rate) * 1e9
+            elif readable_before(self.sock, due_ns):
+                self.collect()
+        while not self.agent.stopping and self.outstanding:
+            readable_before(self.sock, math.inf)
+            self.collect()
+        self.sock.close()
+        self.malformed.write(self.agent)
+        times = sorted(self.response_ms)
+        return {
+            "client": self.client, "sent": self.sent, "answered": len(times),
+            "timeouts": self.timeouts, "late": self.late, "send_errors": self.send_errors,
+            "outstanding_at_stop": len(self.outstanding),
+            "response_mean_ms": statistics.fmean(times) if times else None,
+            "response_p50_ms": percentile(times, 50) if times else None,
+            "response_p99_ms": percentile(times, 99) if times else None,
+            "response_max_ms": times[-1] if times else None,
+            "malformed": self.malformed.count,
+            "lateness": self.pacer.report(self.agent, f"requests-{self.client}")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    agent = Agent("request_client", argv)
+    params = Params.model_validate(agent.params)
+    agent.finish(RequestClient(agent, params).run())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
