@@ -19,7 +19,7 @@ The input is measured like a viewer's (:class:`agents.viewer.MediaMeter`: ``flow
 ``flow_seconds``, ``frames``, ``malformed``). Per stream, ``forwarding`` counts packets
 received, forwarded, dropped over budget and unsent (still held when the edge stopped), and the
 largest backlog; ``sender_lateness`` says how late packets left against their due times (the
-edge waits in select rather than spinning, so about 0.1 ms is normal). It listens like
+edge sleeps in select until shortly before a departure and spins the rest). It listens like
 the viewer (``listening on PORT`` on stderr) and stops on SIGTERM or SIGINT or after
 ``duration``.
 """
@@ -38,7 +38,7 @@ from typing import Optional
 
 from pydantic import Field
 
-from agents.common import Agent, AgentParams, NodeRef, Pacer, receive
+from agents.common import SPIN_NS, Agent, AgentParams, NodeRef, Pacer, receive
 from agents.formats import MEDIA
 from agents.streamer import flow_name
 from agents.viewer import DATAGRAM_BUFFER, MediaMeter, listen
@@ -122,9 +122,11 @@ def forward(agent: Agent, params: Params, sock: socket.socket, meter: MediaMeter
             if departures:
                 due_ns, stream, data = departures[0]
                 wait_ns = due_ns - time.monotonic_ns()
-                if wait_ns <= 0:
+                if wait_ns <= SPIN_NS:
+                    # The last stretch is spun, not slept: select() wakes a millisecond late
+                    # now and then, a spin does not.
                     departures.popleft()
-                    stream.pacer.wait_until(due_ns)  # past due: records the lateness only
+                    stream.pacer.wait_until(due_ns)
                     for hop in hops:
                         try:
                             out.sendto(data, hop)
@@ -132,7 +134,7 @@ def forward(agent: Agent, params: Params, sock: socket.socket, meter: MediaMeter
                             send_errors += 1  # a full queue: the next hop sees the gap
                     stream.forwarded += 1
                     continue
-                wait_s = wait_ns / 1e9
+                wait_s = (wait_ns - SPIN_NS) / 1e9
             if not select.select([sock], [], [], wait_s)[0]:
                 continue
             arrival = receive(sock, buffer)

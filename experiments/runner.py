@@ -345,12 +345,13 @@ class Run:
     def _teardown(self, log: logging.Logger) -> None:
         self.options.on_phase("tearing down")
         self.summary["processes"] = self.processes.stop_all(grace_s=AGENT_STOP_GRACE_S)
-        self.summary["tables"] = measurements.merge_tables(self.run_dir.path)
-        self.summary["fidelity"] = measurements.fidelity(self.run_dir.path, self.cpu)
-        self.warnings += self.summary["fidelity"]["flags"]
         if self.links is not None:
             self.summary["links"] = self.links.applied()
             self.summary["wires"] = self.links.stop()
+        self.summary["tables"] = measurements.merge_tables(self.run_dir.path)
+        self.summary["fidelity"] = measurements.fidelity(self.run_dir.path, self.cpu,
+                                                         self.summary.get("wires"))
+        self.warnings += self.summary["fidelity"]["flags"]
         if self.network is not None:
             if self.network.net is not None:
                 self._write_switch_logs()

@@ -37,7 +37,7 @@ workload:
     params: {to: viewer1, bitrate: 4Mbps, fps: 30, gop: 30, duration: 6s}
 capture:
   - nodes: [edge1, viewer1]
-    snaplen: 96
+    snaplen: 128
 """
 
 

@@ -65,7 +65,11 @@ def test_example_runs_passes_traffic_between_every_connected_role_pair(example, 
 
     assert manifest["backends"]["ovs_datapath"] in ("kernel", "user")
     assert manifest["seed"] == loaded.seed and manifest["ended"]
-    assert {p.stem for p in (run / "logs").glob("*.log")} == set(loaded.nodes)
+    logs = {p.stem for p in (run / "logs").glob("*.log")}
+    wires = {f"wire{link.index}" for link in loaded.links
+             if link.forward.delay or link.reverse.delay or link.forward.jitter
+             or link.reverse.jitter}
+    assert logs == set(loaded.nodes) | wires, logs ^ (set(loaded.nodes) | wires)
     assert (run / "scenario.yaml").exists()
     for capture in loaded.captures:
         for interface in capture.interfaces:

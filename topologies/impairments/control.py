@@ -14,6 +14,8 @@ from .backends import FallbackBackend, NetemBackend, Placement
 from .relay import RELAY_ACCURATE_PPS, WIRE_TOWARD_A, WIRE_TOWARD_B, Relay
 
 DIRECTIONS = ("forward", "reverse")
+# Frames leaving a wire more than this late (p99) are beyond the accuracy the links promise.
+LATE_WARNING_US = 2000
 
 
 def choose_backend(requested: str, kernel_has_netem: bool):
@@ -64,6 +66,8 @@ class LinkControl:
                 impairment = getattr(link, direction)
                 if not impairment.is_empty():
                     self._apply(link.index, direction, impairment)
+        for relay in self.relays.values():
+            relay.wait_ready()
 
     def placement(self, link_index: int, direction: str) -> Placement:
         link = self.scenario.links[link_index]
@@ -133,7 +137,7 @@ class LinkControl:
                                     f"relay's accurate limit of {RELAY_ACCURATE_PPS}: delays "
                                     "may grow")
                 late = load["late_p99_us"]
-                if late is not None and late > 1000 and (index, direction, "late") \
+                if late is not None and late > LATE_WARNING_US and (index, direction, "late") \
                         not in self.warned:
                     self.warned.add((index, direction, "late"))
                     warnings.append(f"{name}: frames leave late (p99 {late / 1000:.1f} ms "

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from ..model import Impairment
@@ -53,6 +54,15 @@ class Relay:
                  "--status", str(self.status)],
                 stdin=subprocess.PIPE, stdout=stream, stderr=subprocess.STDOUT,
                 env=dict(os.environ, **{ENVIRONMENT_KEY: prefix}))
+
+    def wait_ready(self, timeout_s: float = 15.0) -> None:
+        """Return once the relay forwards: it writes its first status right after opening its
+        sockets. Until then the wire drops every frame, ARP included."""
+        deadline = time.monotonic() + timeout_s
+        while not self.status.exists():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the relay of {self.log.stem} did not start; see {self.log}")
+            time.sleep(0.01)
 
     def update(self, direction: str, impairment: Impairment) -> None:
         if self.process.poll() is not None:
