@@ -96,24 +96,30 @@ class CpuMonitor:
         return None
 
 
+def _behind(packets: int, late_p99_us: float, late_max_us: float, late_fraction: float) -> bool:
+    """Whether a flow of ``packets`` left too late (see the limits above)."""
+    if packets < SPARSE_FLOW_PACKETS:
+        return late_max_us > SPARSE_LATE_MAX_US
+    return late_fraction > LATE_FRACTION_LIMIT or late_p99_us > LATE_P99_LIMIT_US
+
+
 def fidelity(run_dir: Path, cpu: CpuMonitor, wires: dict | None = None) -> dict:
     """``{"ok": bool, "flags": [...], "cpu_busy_max": ...}`` for the run's summary; ``wires``
     are the relays' final statistics by link (the fallback impairment backend)."""
     flags = []
     for link, statistics in (wires or {}).items():
         for direction, figures in (statistics or {}).items():
-            late_p99 = (figures.get("late_us") or {}).get("p99") or 0
-            if late_p99 > LATE_P99_LIMIT_US:
+            late = figures.get("late_us") or {}
+            if _behind(figures.get("frames_out") or 0, late.get("p99") or 0,
+                       late.get("max") or 0, 0.0):
                 flags.append(f"the wire of link {link} ({direction}) delivered frames late: "
-                             f"p99 {late_p99 / 1000:.2f} ms after their due time")
+                             f"p99 {(late.get('p99') or 0) / 1000:.2f} ms, max "
+                             f"{(late.get('max') or 0) / 1000:.2f} ms after their due time")
     for row in read_table(run_dir, "sender_lateness"):
         late_fraction = float(row["late_over_1ms_fraction"] or 0)
         late_p99 = float(row["late_p99_us"] or 0)
-        if int(row["packets"] or 0) < SPARSE_FLOW_PACKETS:
-            behind = float(row["late_max_us"] or 0) > SPARSE_LATE_MAX_US
-        else:
-            behind = late_fraction > LATE_FRACTION_LIMIT or late_p99 > LATE_P99_LIMIT_US
-        if behind:
+        if _behind(int(row["packets"] or 0), late_p99, float(row["late_max_us"] or 0),
+                   late_fraction):
             flags.append(f"{row['agent']} on {row['node']} (flow {row['flow']}) fell behind its "
                          f"schedule: {late_fraction:.1%} of packets over 1 ms late, "
                          f"p99 {late_p99 / 1000:.2f} ms")

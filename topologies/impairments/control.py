@@ -137,7 +137,8 @@ class LinkControl:
                                     f"relay's accurate limit of {RELAY_ACCURATE_PPS}: delays "
                                     "may grow")
                 late = load["late_p99_us"]
-                if late is not None and late > LATE_WARNING_US and (index, direction, "late") \
+                if late is not None and late > LATE_WARNING_US and load["frames"] >= 100 \
+                        and (index, direction, "late") \
                         not in self.warned:
                     self.warned.add((index, direction, "late"))
                     warnings.append(f"{name}: frames leave late (p99 {late / 1000:.1f} ms "

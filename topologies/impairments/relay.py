@@ -87,7 +87,8 @@ class Relay:
         return {direction: {
             "pps": (statistics[direction]["frames_in"] - previous[1][direction]["frames_in"])
             / elapsed,
-            "late_p99_us": (statistics[direction]["late_us"] or {}).get("p99")}
+            "late_p99_us": (statistics[direction]["late_us"] or {}).get("p99"),
+            "frames": statistics[direction]["frames_out"]}
             for direction in ("forward", "reverse")}
 
     def stop(self, timeout_s: float = 5.0) -> dict | None:
