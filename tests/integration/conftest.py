@@ -116,3 +116,17 @@ def open_vswitch_running():
     if os.geteuid() == 0:
         result = subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True)
         assert result.returncode == 0, "Open vSwitch is not running: run `make setup`"
+
+
+@pytest.fixture(scope="module")
+def fallback_path(tmp_path_factory):
+    """The measured line path of experiments.fidelity (v1 - s1 - s2 - e1) with the fallback
+    impairment backend, built once per test module."""
+    from experiments.fidelity import FidelityPath
+
+    line = FidelityPath("fallback", tmp_path_factory.mktemp("wires"))
+    try:
+        line.start()
+        yield line
+    finally:
+        line.stop()

@@ -27,13 +27,8 @@ FRAGMENTS = 945  # the agents' defaults: the spec's unit
 
 
 @pytest.fixture(scope="module")
-def path(tmp_path_factory):
-    line = FidelityPath("fallback", tmp_path_factory.mktemp("ai-wires"))
-    try:
-        line.start()
-        yield line
-    finally:
-        line.stop()
+def path(fallback_path):
+    return fallback_path
 
 
 def transfer(path: FidelityPath, out, terminal_params: dict) -> tuple[dict, dict]:

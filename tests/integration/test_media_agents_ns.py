@@ -36,13 +36,8 @@ OVERLOAD = {"bitrate": 20_000 * 68 * 8 * 1000, "fps": 1000, "gop": 1, "noise": 0
 
 
 @pytest.fixture(scope="module")
-def path(tmp_path_factory):
-    line = FidelityPath("fallback", tmp_path_factory.mktemp("media-wires"))
-    try:
-        line.start()
-        yield line
-    finally:
-        line.stop()
+def path(fallback_path):
+    return fallback_path
 
 
 def stream_across(path: FidelityPath, out, params: dict, seed: int = 1) -> tuple[dict, dict]:
