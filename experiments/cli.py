@@ -120,6 +120,7 @@ def _print_summary(loaded: scenario_module.Scenario, result) -> None:
                           ping["target"], f"{ping['received']}/{ping['sent']}{mark}",
                           f"{ping['rtt_avg_ms']:.3f}" if ping["rtt_avg_ms"] is not None else "-")
         console.print(table)
+    _print_flows(result.run_dir)
     tables = summary.get("tables") or {}
     if tables:
         console.print("  tables: " + ", ".join(f"{name} ({rows} rows)"
@@ -133,6 +134,29 @@ def _print_summary(loaded: scenario_module.Scenario, result) -> None:
         console.print(f"  [yellow]warning:[/yellow] {warning}")
     console.print(f"  left behind after teardown: {summary.get('leftovers_removed', 'nothing')}")
     console.print(f"  run directory: {result.run_dir}")
+
+
+def _print_flows(run_dir: Path, limit: int = 12) -> None:
+    """What the receiving agents measured, one line per flow (the first ``limit``)."""
+    from .measurements import read_table
+
+    flows = read_table(run_dir, "flows")
+    if not flows:
+        return
+    table = Table(title=f"flows measured ({len(flows)}; all in tables/flows.csv)",
+                  title_justify="left")
+    for column in ("at", "flow", "pkts", "loss", "delay ms", "p99 ms", "Mbit/s"):
+        table.add_column(column, no_wrap=True)
+
+    def number(row, key, scale=1.0, digits=1):
+        return f"{float(row[key]) * scale:.{digits}f}" if row.get(key) else "-"
+
+    for row in flows[:limit]:
+        table.add_row(row["node"], row["flow"], row["unique"],
+                      f"{float(row['loss_fraction']):.1%}" if row["loss_fraction"] else "-",
+                      number(row, "delay_mean_ms"), number(row, "delay_p99_ms"),
+                      number(row, "goodput_bps", 1e-6, 2))
+    console.print(table)
 
 
 def command_clean(arguments: argparse.Namespace) -> int:
