@@ -40,7 +40,8 @@ from typing import Optional
 
 from pydantic import Field, model_validator
 
-from agents.common import Agent, AgentParams, MalformedLog, NodeRef, Pacer, receive
+from agents.common import (POLL_S, WAKE_EARLY_NS, Agent, AgentParams, MalformedLog, NodeRef,
+                           Pacer, receive)
 from agents.formats import AI_DATA, AI_NACK, MAGIC, VERSION, pack_u16_list, unpack_u16_list
 from agents.viewer import DATAGRAM_BUFFER, listen
 from topologies.model import Fraction, PositiveDuration, Size
@@ -55,11 +56,6 @@ SPEC_FRAGMENTS, SPEC_FRAGMENT_PAYLOAD = 945, 711  # seed 003: "one 672 KB unit =
 # What changes from packet to packet: unit, fragment, fragments, length, send time.
 PER_PACKET = struct.Struct("!IHHHQ")
 PER_PACKET_OFFSET = AI_DATA.field_offset("unit")
-# Longest wait on a socket before looking at the stop flag again.
-POLL_S = 0.1
-# Waiting for NACKs ends this long before the next unit opens: the pacer's sleep and spin then
-# send its first packet on time, which a wake-up from select() would not.
-WAKE_EARLY_NS = 1_000_000
 
 
 def flow_name(stream: int) -> str:

@@ -62,6 +62,11 @@ SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 RECEIVE_BUFFER = 16 * 1024 * 1024  # the default lost 38% of a 945-packet AI burst
 TIMESPEC = struct.Struct("@ll")
 SPIN_NS = 200_000
+# Longest wait on a socket before an agent looks at its stop flag again.
+POLL_S = 0.1
+# Waits on a socket or event end this long before something is due; the pacer's sleep and spin
+# do the rest, which a wake-up from select() would not do on time.
+WAKE_EARLY_NS = 1_000_000
 TABLE_COLUMNS = {
     "flows": ("node", "agent", "flow", "peer", "packets", "unique", "lost", "loss_fraction",
               "duplicates", "reordered", "bytes", "duration_s", "goodput_bps", "delay_mean_ms",
@@ -252,7 +257,7 @@ def receiving_socket(port: int, kind: int = socket.SOCK_DGRAM,
     except PermissionError:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
     sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("@ll", 0, 100_000))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("@ll", 0, round(POLL_S * 1e6)))
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((bind_address, port))
     return sock

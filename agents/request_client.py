@@ -31,11 +31,10 @@ from typing import Optional
 
 from pydantic import Field
 
-from agents.common import (Agent, AgentParams, MalformedLog, NodeRef, Pacer, percentile, receive,
-                           receiving_socket)
+from agents.common import (WAKE_EARLY_NS, Agent, AgentParams, MalformedLog, NodeRef, Pacer,
+                           percentile, receive, receiving_socket)
 from agents.formats import REQUEST, RESPONSE
-from agents.request_server import (MAX_RESPONSE_BYTES, REQUEST_PORT, WAKE_EARLY_NS,
-                                   readable_before)
+from agents.request_server import MAX_RESPONSE_BYTES, REQUEST_PORT, readable_before
 from agents.viewer import DATAGRAM_BUFFER
 from topologies.model import Duration, PositiveDuration, Size
 

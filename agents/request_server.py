@@ -38,16 +38,14 @@ from typing import Optional
 
 from pydantic import Field
 
-from agents.common import Agent, AgentParams, MalformedLog, Pacer, receive
+from agents.common import (POLL_S, WAKE_EARLY_NS, Agent, AgentParams, MalformedLog, Pacer,
+                           receive)
 from agents.formats import REQUEST, RESPONSE
 from agents.viewer import DATAGRAM_BUFFER, listen
 from topologies.model import Duration
 
 REQUEST_PORT = 7100
 MAX_RESPONSE_BYTES = 65000
-POLL_S = 0.1  # longest wait on a socket before looking at the stop flag again
-# Waits on a socket end this long before a deadline; the pacer sleeps and spins the rest.
-WAKE_EARLY_NS = 1_000_000
 
 
 def readable_before(sock: socket.socket, deadline_ns: float) -> bool:

@@ -38,7 +38,7 @@ from typing import Callable, Iterator, Literal, Optional
 
 from pydantic import Field, model_validator
 
-from agents.common import (Agent, AgentParams, FlowStats, MalformedLog, NodeRef,
+from agents.common import (WAKE_EARLY_NS, Agent, AgentParams, FlowStats, MalformedLog, NodeRef,
                            Pacer, percentile, receive, receiving_socket)
 from agents.formats import DANMAKU, FRAME_TYPES, GIFT, MAGIC, MEDIA, VERSION
 from agents.streamer import flow_name
@@ -47,9 +47,6 @@ from topologies.model import Duration
 GRACE_S = 0.5  # listening on after the expected packets arrived, for stragglers and duplicates
 DATAGRAM_BUFFER = 65536  # larger than any UDP payload
 U32_MAX = 2**32 - 1
-# The chat sender waits on an event (so the end of the run interrupts it) until this long before
-# a message is due, then leaves the rest to the pacer's sleep and spin.
-CHAT_WAKE_EARLY_NS = 1_000_000
 DANMAKU_TEXT = "666"  # the commonest danmaku there is ("awesome"), repeated to the length asked
 
 
@@ -263,7 +260,7 @@ class ChatSender(threading.Thread):
                 source.due_ns = start_ns + round(self.rng.expovariate(source.rate) * 1e9)
             while self.sources and not self.agent.stopping:
                 source = min(self.sources, key=lambda s: s.due_ns)
-                early_s = (source.due_ns - time.monotonic_ns() - CHAT_WAKE_EARLY_NS) / 1e9
+                early_s = (source.due_ns - time.monotonic_ns() - WAKE_EARLY_NS) / 1e9
                 if self.done.wait(max(0.0, early_s)):
                     break
                 source.pacer.wait_until(source.due_ns)

@@ -34,7 +34,7 @@ def fidelity_rows(path: FidelityPath, link: int, quick: bool) -> list[tuple[str,
     for delay_ms in (50, 150):
         path.only(link, Impairment(delay=delay_ms / 1e3))
         delay = path.udp(rate_pps=1000, count=1000 if quick else 3000)["delay_ms"]
-        rows.append((f"delay @1k pps (mean / p99)", f"{delay_ms} ms",
+        rows.append(("delay @1k pps (mean / p99)", f"{delay_ms} ms",
                      f"{delay['mean']:.3f} / {delay['p99']:.3f} ms",
                      f"{delay['mean'] - delay_ms:+.3f} ms"))
     path.only(link, Impairment(delay=0.05, jitter=0.01))
