@@ -18,7 +18,8 @@ from pydantic import ValidationError
 
 from agents import ai_receiver, ai_terminal
 from agents.formats import AI_DATA, AI_NACK, GIFT
-from tests.unit.test_media_agents import LOOPBACK, listening_port, start, summary_of, table
+from tests.unit.test_media_agents import (HANG_GUARD_S, LOOPBACK, listening_port, start,
+                                          summary_of, table)
 
 # Short units so a run takes a second or two: 60 fragments of 500 bytes (the last 300) every
 # 0.4 s, sent within the first 0.2 s.
@@ -259,10 +260,15 @@ def test_the_receiver_counts_malformed_datagrams_and_still_measures(tmp_path):
 
 
 def test_the_terminal_stops_on_sigterm_with_the_unit_it_was_sending(tmp_path):
-    terminal = start("ai_terminal", "t", tmp_path, {"to": LOOPBACK, "port": free_udp_port(),
-                                                     "nack_port": free_udp_port()} | SHORT)
-    listening_port(terminal)  # its NACK socket is bound: it is sending
-    summary = summary_of(terminal, stop=True)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sink:
+        sink.bind((LOOPBACK, 0))
+        sink.settimeout(HANG_GUARD_S)
+        terminal = start("ai_terminal", "t", tmp_path,
+                         {"to": LOOPBACK, "port": sink.getsockname()[1],
+                          "nack_port": free_udp_port()} | SHORT)
+        listening_port(terminal)
+        sink.recv(2048)  # its first fragment arrived: it is sending a unit
+        summary = summary_of(terminal, stop=True)
     rows = table(tmp_path, "ai_units_sent", "t", "ai_terminal")
     assert summary["units"] == len(rows) >= 1
     [lateness] = table(tmp_path, "sender_lateness", "t", "ai_terminal")
