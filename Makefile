@@ -24,6 +24,7 @@ bench: setup
 	$(VENV)/bin/python benchmarks/bringup.py
 	$(VENV)/bin/python benchmarks/impairment.py
 	$(VENV)/bin/python benchmarks/agents.py
+	$(VENV)/bin/python benchmarks/controller.py
 
 # Removes what crashed runs left behind (by prefix); run directories under runs/ stay.
 clean: setup

@@ -45,10 +45,12 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-# A parameter naming another node of the scenario (``to: edge1``). The scenario's checks make
-# sure the node exists; the runner hands the agent that node's IP address instead of its name.
+# A parameter naming another node of the scenario (``to: edge1``) or a controller service
+# (``to: video``). The scenario's checks make sure it exists; the runner hands the agent its IP
+# address (a service's virtual address) instead of its name.
 NodeRef = Annotated[str, Field(json_schema_extra={"node_ref": True},
-                               description="a node of the scenario (the agent gets its IP)")]
+                               description="a node or service of the scenario (the agent gets "
+                                           "its IP)")]
 
 
 class AgentParams(BaseModel):
@@ -68,9 +70,11 @@ POLL_S = 0.1
 # do the rest, which a wake-up from select() would not do on time.
 WAKE_EARLY_NS = 1_000_000
 TABLE_COLUMNS = {
+    # gap_max_ms: the longest time between two consecutive arrivals (new packets only).
     "flows": ("node", "agent", "flow", "peer", "packets", "unique", "lost", "loss_fraction",
               "duplicates", "reordered", "bytes", "duration_s", "goodput_bps", "delay_mean_ms",
-              "delay_p50_ms", "delay_p99_ms", "delay_max_ms", "delay_std_ms", "jitter_ms"),
+              "delay_p50_ms", "delay_p99_ms", "delay_max_ms", "delay_std_ms", "jitter_ms",
+              "gap_max_ms"),
     "flow_seconds": ("node", "agent", "flow", "second", "packets", "bytes", "lost",
                      "delay_mean_ms", "jitter_ms"),
     "sender_lateness": ("node", "agent", "flow", "packets", "late_p50_us", "late_p99_us",
@@ -295,6 +299,7 @@ class FlowStats:
         self._last_transit: int | None = None
         self.first_ns: int | None = None
         self.last_ns: int | None = None
+        self.gap_max_ns = 0  # the longest silence between two arrivals (a failover's outage)
         self.seconds: dict[int, list] = {}  # second -> [packets, bytes, delay sum, jitter]
 
     def add(self, sequence: int, send_ns: int, received_ns: int, size: int) -> None:
@@ -312,6 +317,8 @@ class FlowStats:
         if self._last_transit is not None:
             self.jitter_ns += (abs(transit - self._last_transit) - self.jitter_ns) / 16
         self._last_transit = transit
+        if self.last_ns is not None:
+            self.gap_max_ns = max(self.gap_max_ns, received_ns - self.last_ns)
         self.first_ns = received_ns if self.first_ns is None else self.first_ns
         self.last_ns = received_ns
         second = (received_ns - self.first_ns) // 1_000_000_000
@@ -343,6 +350,7 @@ class FlowStats:
             "delay_max_ms": delays[-1] if delays else None,
             "delay_std_ms": statistics.pstdev(delays) if delays else None,
             "jitter_ms": self.jitter_ns / 1e6,
+            "gap_max_ms": self.gap_max_ns / 1e6,
         }
 
     def write(self, agent: Agent, sent: int | None = None) -> dict:

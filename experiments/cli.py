@@ -186,6 +186,8 @@ def command_doctor(arguments: argparse.Namespace) -> int:
     table.add_row("kernel", found.kernel)
     table.add_row("python", found.python)
     table.add_row("mininet", found.mininet or "[red]not importable[/red]")
+    table.add_row("controller framework", found.controller or
+                  "[red]neither os-ken nor Ryu: controller app edgebed cannot run[/red]")
     for name, present in found.qdiscs.items():
         table.add_row(f"qdisc {name}", "yes" if present else "[yellow]no[/yellow]")
     table.add_row("openvswitch kernel module", "yes" if found.ovs_kernel_module else "no")
@@ -204,6 +206,23 @@ def command_doctor(arguments: argparse.Namespace) -> int:
     return EXIT_NOT_READY if found.problems() else 0
 
 
+def _print_parameters(title: str, model) -> None:
+    """A parameters model (pydantic) as a table: name, default, meaning."""
+    table = Table(title=title, title_justify="left")
+    for column in ("parameter", "default", "meaning"):
+        table.add_column(column)
+    for field_name, info in model.model_fields.items():
+        default = "required" if info.is_required() else repr(info.get_default(
+            call_default_factory=True))
+        table.add_row(field_name, default, info.description or "")
+    console.print(table)
+
+
+def _first_sentence(text: str | None) -> str:
+    text = (text or "").strip()
+    return " ".join(text.split(".")[0].split()) if text else ""
+
+
 def command_agents(arguments: argparse.Namespace) -> int:
     """The agents a workload can start, and each one's parameters (from its Params model)."""
     from agents import catalog
@@ -214,17 +233,19 @@ def command_agents(arguments: argparse.Namespace) -> int:
         errors.print(f"unknown agent {unknown[0]!r}; agents: {', '.join(catalog.available())}")
         return EXIT_INVALID
     for name in names:
-        model = catalog.params_model(name)
-        doc = (__import__(catalog.module_name(name), fromlist=["_"]).__doc__ or "").strip()
-        summary_line = " ".join(doc.split(".")[0].split()) if doc else ""
-        table = Table(title=f"{name}: {summary_line}", title_justify="left")
-        for column in ("parameter", "default", "meaning"):
-            table.add_column(column)
-        for field_name, info in model.model_fields.items():
-            default = "required" if info.is_required() else repr(info.get_default(
-                call_default_factory=True))
-            table.add_row(field_name, default, info.description or "")
-        console.print(table)
+        module = __import__(catalog.module_name(name), fromlist=["_"])
+        _print_parameters(f"{name}: {_first_sentence(module.__doc__)}",
+                          catalog.params_model(name))
+    return 0
+
+
+def command_policies(arguments: argparse.Namespace) -> int:
+    """The controller's scheduling policies and each one's parameters."""
+    from controller import policies
+
+    for name in policies.available():
+        _print_parameters(f"{name}: {_first_sentence(policies.POLICIES[name].__doc__)}",
+                          policies.params_model(name))
     return 0
 
 
@@ -284,6 +305,9 @@ def parser() -> argparse.ArgumentParser:
     agents = commands.add_parser("agents", help="the traffic agents and their parameters")
     agents.add_argument("names", nargs="*", metavar="AGENT")
     agents.set_defaults(handler=command_agents)
+    policies = commands.add_parser("policies", help="the controller's scheduling policies and "
+                                                    "their parameters")
+    policies.set_defaults(handler=command_policies)
 
     schema = commands.add_parser("schema", help="print the scenario JSON Schema")
     schema.add_argument("--output", "-o", help="write to this file instead of stdout")

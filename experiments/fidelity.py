@@ -21,7 +21,8 @@ from topologies.capabilities import ovs_kernel_module
 from topologies.impairments.control import LinkControl, choose_backend, wired_links
 from topologies.model import BurstLoss, Impairment
 from topologies.naming import RunNames, processes_carry
-from topologies.network import ScenarioNetwork, host_mac
+from topologies.naming import host_mac
+from topologies.network import ScenarioNetwork
 
 HOST_SWITCH, SWITCH_SWITCH = 0, 1
 

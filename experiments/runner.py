@@ -16,6 +16,7 @@ import os
 import platform
 import shlex
 import signal
+import socket
 import sys
 import time
 import traceback
@@ -139,6 +140,7 @@ class Run:
         self.processes = NodeProcesses(self.names.prefix)
         self.network = None
         self.links: LinkControl | None = None
+        self.controller = None  # controller.launcher.ControllerProcess, when the scenario has one
         self.cpu = measurements.CpuMonitor()
         self._agent_count = 0
         self.warnings: list[str] = []
@@ -217,6 +219,9 @@ class Run:
             self.network.start()
         self.links = LinkControl(self.scenario, self.network, backend, self.run_dir.path / "logs")
         self.links.start()
+        if self.scenario.document.controller.app != "none":
+            self.options.on_phase("starting the controller")
+            self._start_controller()
         timings = self.network.timings
         self.summary["bringup_s"] = round(timings.build_s + timings.start_s, 3)
         self.run_dir.update_manifest(phase="network up", network_up=iso(utc_now()),
@@ -234,6 +239,44 @@ class Run:
             self._interactive()
         else:
             self._timeline(log)
+
+    def _start_controller(self) -> None:
+        """The controller process, listening before the switches are pointed at it; returns
+        once every switch holds its rules."""
+        from controller.launcher import ControllerProcess, free_port
+        from controller.view import NetworkView
+
+        settings = self.scenario.document.controller
+        management = self.network.management
+        directory = self.run_dir.path / "controller"
+        self.controller = ControllerProcess(directory, {
+            "out": str(directory), "view": NetworkView.from_scenario(self.scenario).to_json(),
+            "policy": settings.policy, "policy_params": settings.policy_params,
+            "fast_failover": settings.fast_failover, "control_port": settings.control_port,
+            "openflow_port": free_port(), "loopback_control_port": free_port(socket.SOCK_DGRAM),
+            "management": management and {"address": management.controller_address,
+                                           "netns_pid": management.controller_pid}},
+            self.names.prefix)
+        self._controller_up()
+        self.network.use_controller(self.controller.openflow_target)
+        self.controller.wait_synced(len(self.scenario.switches))
+        self.run_dir.update_manifest(controller={
+            "openflow": self.controller.openflow_target,
+            "control": (f"{management.controller_address}:{settings.control_port}"
+                        if management else None),
+            "control_loopback": "{}:{}".format(*self.controller.control_address)})
+
+    def _controller_up(self) -> None:
+        self.controller.start()
+        self.controller.wait_listening()
+
+    def _controller_environment(self) -> dict[str, str]:
+        """Where agents find the control protocol: on the management network."""
+        management = self.network.management if self.network else None
+        if management is None:
+            return {}
+        port = self.scenario.document.controller.control_port
+        return {"EDGEBED_CONTROLLER": f"{management.controller_address}:{port}"}
 
     def _write_host_logs(self) -> None:
         for node in self.scenario.hosts:
@@ -257,7 +300,8 @@ class Run:
         for name in entry.nodes:
             node = self.scenario.nodes[name]
             self.processes.start(self.network.net[name], name, self._agent_argv(entry, name),
-                                 self.run_dir.node_log(name), node.env)
+                                 self.run_dir.node_log(name),
+                                 self._controller_environment() | node.env)
 
     def _agent_argv(self, entry, name: str) -> list[str]:
         node = self.scenario.nodes[name]
@@ -279,6 +323,8 @@ class Run:
     def _address(self, node_name: str | None) -> str | None:
         if node_name is None:
             return None
+        if node_name in self.scenario.services:  # a service: its virtual address
+            return str(self.scenario.services[node_name].address)
         return str(self.scenario.nodes[node_name].ip.ip)
 
     def _timeline(self, log: logging.Logger) -> None:
@@ -316,6 +362,8 @@ class Run:
                 self.options.on_warning(warning)
 
     def _describe(self, event) -> str:
+        if event.action.startswith("controller_"):
+            return event.action
         if event.node is not None:
             return f"{event.action} {event.node}"
         link = self.scenario.links[event.link]
@@ -326,7 +374,12 @@ class Run:
         return text
 
     def _perform(self, event) -> None:
-        if event.action == "set":
+        if event.action == "controller_down":
+            self.controller.kill()
+        elif event.action == "controller_up":
+            self._controller_up()
+            self.controller.wait_synced(len(self.scenario.switches))
+        elif event.action == "set":
             self.links.set(event.link, event.changes, event.directions)
         elif event.node is not None:
             self.links.set_node_state(event.node, event.action == "node_up")
@@ -345,6 +398,11 @@ class Run:
     def _teardown(self, log: logging.Logger) -> None:
         self.options.on_phase("tearing down")
         self.summary["processes"] = self.processes.stop_all(grace_s=AGENT_STOP_GRACE_S)
+        if self.controller is not None:
+            self.controller.stop()
+            self.summary["controller"] = {"starts": self.controller.starts,
+                                          "exits": self.controller.exits,
+                                          "status": self.controller.status()}
         if self.links is not None:
             self.summary["links"] = self.links.applied()
             self.summary["wires"] = self.links.stop()

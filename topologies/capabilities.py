@@ -87,6 +87,18 @@ def mininet_version() -> str | None:
     return VERSION
 
 
+def controller_framework() -> str | None:
+    """The Ryu API the controller app will load from: os-ken (or Ryu where it runs)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    for package in ("os-ken", "ryu"):
+        try:
+            return f"{package} {version(package)}"
+        except PackageNotFoundError:
+            continue
+    return None
+
+
 @dataclass
 class Capabilities:
     """The machine as an emulation platform, and what edgebed will use on it."""
@@ -98,6 +110,7 @@ class Capabilities:
     ovs_running: bool
     cgroup_v2: list[str] | None
     mininet: str | None
+    controller: str | None = None
     tools: dict[str, str | None] = field(default_factory=dict)
 
     @property
@@ -137,5 +150,6 @@ def probe() -> Capabilities:
         ovs_running=ovs_running(),
         cgroup_v2=cgroup_controllers(),
         mininet=mininet_version(),
+        controller=controller_framework(),
         tools={name: tool_version(command) for name, command in TOOLS.items()},
     )

@@ -204,10 +204,52 @@ class Topology(StrictModel):
         return value
 
 
-class Controller(StrictModel):
-    """Which controller app runs the switches; ``none`` leaves them standalone learning switches."""
+class Service(StrictModel):
+    """A service address (virtual IP) backed by several servers. The controller steers each
+    client flow to the server its policy chose, rewriting addresses both ways, so clients only
+    ever see the service address."""
 
-    app: Literal["none"] = Field("none", description="controller app; 'none': standalone switches")
+    address: ipaddress.IPv4Address = Field(description="the virtual IP clients send to; "
+                                                       "no host may have it")
+    servers: list[str] = Field(min_length=1, description="the hosts behind the address: names, "
+                                                         "ranges, or role:/kind:/group: selectors")
+    protocol: Literal["udp", "tcp"] = Field("udp", description="transport the service uses")
+    port: Optional[int] = Field(None, ge=1, le=65535,
+                                description="the service's port; default: every port")
+    demand: float = Field(0.0, ge=0, description="what one flow asks of a server, in the "
+                                                 "unit of the servers' capacity (flows that "
+                                                 "join over the control protocol may say)")
+    capacity_label: str = Field("capacity", pattern=SAFE_NAME,
+                                description="the server label holding its capacity (a number "
+                                            "or a rate such as 40Mbps); no label: unlimited")
+
+
+class Controller(StrictModel):
+    """Which controller app runs the switches; ``none`` leaves them standalone learning
+    switches, ``edgebed`` runs edgebed's SDN controller (:mod:`controller.app`)."""
+
+    app: Literal["none", "edgebed"] = Field(
+        "none", description="'none': standalone switches; 'edgebed': the SDN controller "
+                            "(shortest-path forwarding, ARP, services, policies, failover)")
+    policy: str = Field("least_loaded", description="the scheduling policy placing service "
+                                                    "flows (see `edgebed policies`)")
+    policy_params: dict[str, Any] = Field(default_factory=dict,
+                                          description="the policy's parameters")
+    services: dict[str, Service] = Field(default_factory=dict,
+                                         description="virtual IPs the controller steers")
+    fast_failover: bool = Field(True, description="pre-install OpenFlow fast-failover backups "
+                                                  "where a loop-free alternate exists; false: "
+                                                  "reroute only when the controller hears of "
+                                                  "the failure")
+    management: bool = Field(True, description="an out-of-band management network from "
+                                               "every host to the controller, for the control "
+                                               "protocol (control traffic never shares data "
+                                               "links)")
+    management_subnet: ipaddress.IPv4Network = Field(
+        ipaddress.IPv4Network("172.30.0.0/16"),
+        description="addresses of the management network; the controller is the first")
+    control_port: int = Field(6650, ge=1, le=65535,
+                              description="UDP port of the control protocol")
 
     @model_validator(mode="before")
     @classmethod
@@ -267,9 +309,12 @@ class ScheduledEvent(StrictModel):
     """Something that happens to a link or node at a time after the network is up."""
 
     at: Duration = Field(description="time after start, e.g. 5s")
-    action: Literal["link_down", "link_up", "node_down", "node_up", "set"] = Field(
+    action: Literal["link_down", "link_up", "node_down", "node_up", "set", "controller_down",
+                    "controller_up"] = Field(
         description="link_down/link_up: both ends lose/regain carrier; node_down/node_up: every "
-                    "link of the node; set: change the link's impairments")
+                    "link of the node; set: change the link's impairments; controller_down: "
+                    "the controller dies (SIGKILL; switches keep their flows); controller_up: "
+                    "a new controller starts and takes over")
     link: Optional[str] = Field(None, description="the link, named by one of its endpoints: "
                                                   "'node:interface' (link_* and set)")
     node: Optional[str] = Field(None, description="the node (node_down, node_up)")
@@ -281,9 +326,12 @@ class ScheduledEvent(StrictModel):
     @model_validator(mode="after")
     def _target_matches_action(self) -> "ScheduledEvent":
         wants_node = self.action in ("node_down", "node_up")
-        if wants_node and (self.node is None or self.link is not None):
+        if self.action.startswith("controller_"):
+            if self.node is not None or self.link is not None:
+                raise ValueError(f"{self.action} names no link or node")
+        elif wants_node and (self.node is None or self.link is not None):
             raise ValueError(f"{self.action} names a node: write node: NAME (and no link)")
-        if not wants_node and (self.link is None or self.node is not None):
+        elif not wants_node and (self.link is None or self.node is not None):
             raise ValueError(f"{self.action} names a link by an endpoint: write link: "
                              "\"node:interface\" (and no node)")
         if (self.action == "set") != (self.set is not None):

@@ -6,6 +6,9 @@ so that teardown and ``edgebed clean`` can find exactly what a run made and noth
 * OVS bridge of the switch at index *i*: ``<prefix>s<i>`` (the switch's scenario name stays in
   the bridge's ``external_ids:edgebed-name``);
 * switch port with OpenFlow number *p*: ``<prefix>s<i>p<p>``;
+* management network (with a controller): Linux bridge ``<prefix>m``, the root ends of the
+  hosts' management links ``<prefix>m<j>``, and the controller's namespace, Mininet node
+  ``<prefix>c``;
 * wire namespace spliced into link *k* (impairment fallback): Mininet node ``<prefix>w<k>``,
   its interfaces ``wa``/``wb`` live inside it;
 * processes carry ``EDGEBED_RUN=<prefix>`` in their environment (inherited by everything a
@@ -18,6 +21,7 @@ they vanish with the namespace.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import re
 import secrets
@@ -25,7 +29,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 PREFIX_PATTERN = re.compile(r"^eb[0-9a-f]{4}$")
-OBJECT_PATTERN = re.compile(r"^(eb[0-9a-f]{4})s\d+(p\d+)?$")
+OBJECT_PATTERN = re.compile(r"^(eb[0-9a-f]{4})(s\d+(p\d+)?|m\d*)$")
 ENVIRONMENT_KEY = "EDGEBED_RUN"
 MAX_SWITCHES = 999
 MAX_PORT = 4095  # keeps <prefix>s<999>p<4095> within Linux's 15-character interface names
@@ -54,6 +58,16 @@ class RunNames:
         """The Mininet node (namespace) spliced into a link for the user-space relay."""
         return f"{self.prefix}w{link_index}"
 
+    def management_bridge(self) -> str:
+        return f"{self.prefix}m"
+
+    def management_port(self, index: int) -> str:
+        return f"{self.prefix}m{index}"
+
+    def controller_namespace(self) -> str:
+        """The Mininet node holding the controller's management address."""
+        return f"{self.prefix}c"
+
     def owns(self, name: str) -> bool:
         match = OBJECT_PATTERN.match(name)
         return bool(match) and match.group(1) == self.prefix
@@ -78,3 +92,16 @@ def processes_carry(prefix: str) -> Iterator[None]:
             os.environ.pop(ENVIRONMENT_KEY, None)
         else:
             os.environ[ENVIRONMENT_KEY] = old
+
+
+def host_mac(address: ipaddress.IPv4Interface | ipaddress.IPv4Address | str) -> str:
+    """A locally administered MAC that spells the host's IP (02:eb:0a:00:00:05 for 10.0.0.5),
+    so captures read naturally; every host interface gets the MAC of its address."""
+    ip = address.ip if isinstance(address, ipaddress.IPv4Interface) \
+        else ipaddress.IPv4Address(address)
+    return "02:eb:" + ":".join(f"{byte:02x}" for byte in ip.packed)
+
+
+def service_mac(address: ipaddress.IPv4Address | str) -> str:
+    """The MAC a service (virtual) address answers ARP with: 0e:eb: and the address."""
+    return "0e:eb:" + ":".join(f"{byte:02x}" for byte in ipaddress.IPv4Address(address).packed)

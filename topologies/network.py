@@ -8,7 +8,7 @@ backstop for anything a crash left behind.
 
 from __future__ import annotations
 
-import ipaddress
+import subprocess
 import time
 from dataclasses import dataclass, field
 
@@ -17,14 +17,8 @@ from mininet.net import Mininet
 from mininet.node import Host, OVSSwitch
 
 from .impairments.relay import WIRE_TOWARD_A, WIRE_TOWARD_B
-from .naming import RunNames
+from .naming import RunNames, host_mac
 from .scenario import Endpoint, Node, Scenario
-
-
-def host_mac(address: ipaddress.IPv4Interface) -> str:
-    """A locally administered MAC that spells the host's IP (02:eb:0a:00:00:05 for 10.0.0.5),
-    so captures read naturally."""
-    return "02:eb:" + ":".join(f"{byte:02x}" for byte in address.ip.packed)
 
 
 def switch_port_mac(switch_index: int, port: int) -> str:
@@ -73,6 +67,7 @@ class ScenarioNetwork:
     timings: Timings = field(default_factory=Timings)
     _switch_index: dict[str, int] = field(default_factory=dict)
     _links: dict[int, LinkEnds] = field(default_factory=dict)
+    management: "Management | None" = None
 
     def start(self) -> None:
         started = time.monotonic()
@@ -88,9 +83,14 @@ class ScenarioNetwork:
                                datapath=self.datapath, batch=True, protocols="OpenFlow13")
         for link in self.scenario.links:
             self._links[link.index] = self._add_link(link.index, link.a, link.b)
+        controller = self.scenario.document.controller
+        if not standalone and controller.management:
+            self.net.addHost(self.names.controller_namespace(), cls=Host, ip=None)
         self.net.build()
         self._configure_hosts()
         self._configure_wires()
+        if not standalone and controller.management:
+            self.management = Management.build(self, controller.management_subnet)
         self.timings.build_s = time.monotonic() - started
         started = time.monotonic()
         self.net.start()
@@ -185,12 +185,76 @@ class ScenarioNetwork:
         for intf in (ends.a, ends.b):
             intf.ifconfig("up" if up else "down")
 
+    def use_controller(self, target: str) -> None:
+        """Connect every switch to the controller at ``target`` (``tcp:127.0.0.1:PORT``).
+        Reconnection backs off at most a second, so a restarted controller is found at once
+        (Open vSwitch's default backs off up to 8 s)."""
+        command = ["ovs-vsctl", "--timeout=30"]
+        for index in range(len(self.scenario.switches)):
+            command += ["--", f"--id=@c{index}", "create", "Controller", f'target="{target}"',
+                        "max_backoff=1000", "inactivity_probe=5000",
+                        "--", "set", "Bridge", self.names.bridge(index), f"controller=@c{index}"]
+        subprocess.run(command, check=True, capture_output=True, text=True)
+
     def stop(self) -> None:
         if self.net is None:
             return
         started = time.monotonic()
         try:
+            if self.management is not None:
+                self.management.remove()
             self.net.stop()
         finally:
             self.net = None
             self.timings.stop_s = time.monotonic() - started
+
+
+@dataclass
+class Management:
+    """The out-of-band management network: a Linux bridge in the root namespace with one link
+    to every host (``mgmt0`` inside it) and one to the controller's namespace, whose address is
+    the subnet's first. A kernel bridge rather than an OVS one keeps control traffic off the
+    emulated switches and their controller entirely (seed 003 requires that control traffic
+    not share data links). No address lives in the root namespace, so runs side by side can
+    use the same management subnet."""
+
+    bridge: str
+    ports: list[str]  # root ends of the management links
+    controller_address: str
+    controller_pid: int
+    addresses: dict[str, str]  # host -> management address
+
+    @classmethod
+    def build(cls, network: "ScenarioNetwork", subnet) -> "Management":
+        names = network.names
+        controller_host = network.net[names.controller_namespace()]
+        members = [controller_host] + [network.net[n.name] for n in network.scenario.hosts]
+        free = subnet.hosts()
+        addresses = {host.name: str(next(free)) for host in members}
+        bridge = names.management_bridge()
+        batch = [f"link add {bridge} type bridge", f"link set {bridge} up"]
+        for index, host in enumerate(members):
+            port = names.management_port(index)
+            batch += [f"link add {port} type veth peer name {MANAGEMENT_INTERFACE} "
+                      f"netns {host.pid}", f"link set {port} master {bridge} up"]
+        subprocess.run(["ip", "-batch", "-"], input="\n".join(batch) + "\n", text=True,
+                       check=True, capture_output=True)
+        for host in members:  # in parallel, as in _configure_hosts
+            host.sendCmd(f"ip addr add {addresses[host.name]}/{subnet.prefixlen} dev "
+                         f"{MANAGEMENT_INTERFACE} && ip link set {MANAGEMENT_INTERFACE} up && "
+                         f"ip link set lo up")
+        for host in members:
+            host.waitOutput()
+        controller_address = addresses.pop(controller_host.name)
+        return cls(bridge, [names.management_port(i) for i in range(len(members))],
+                   controller_address, controller_host.pid, addresses)
+
+    def remove(self) -> None:
+        """Delete the links and the bridge now: the kernel removes a namespace's links only
+        some time after its last process ends."""
+        subprocess.run(["ip", "-force", "-batch", "-"], capture_output=True, check=False,
+                       text=True, input="".join(f"link del dev {name}\n"
+                                                for name in self.ports + [self.bridge]))
+
+
+MANAGEMENT_INTERFACE = "mgmt0"

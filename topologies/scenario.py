@@ -19,7 +19,7 @@ from typing import Any, Iterator
 import networkx as nx
 from pydantic import BaseModel, ValidationError
 
-from . import model
+from . import model, units
 from .loader import Position, SourceMap, ScenarioSyntaxError, load_scenario_file, load_scenario_text
 from .model import Impairment, Role, ScenarioDocument
 from agents import catalog
@@ -126,6 +126,19 @@ class Event:
 
 
 @dataclass
+class Service:
+    """A service address and the hosts behind it, with each server's capacity (inf: none
+    given)."""
+
+    name: str
+    address: ipaddress.IPv4Address
+    protocol: str
+    port: int | None
+    demand: float
+    servers: dict[str, float]  # server node -> capacity
+
+
+@dataclass
 class Scenario:
     """The resolved scenario: every name checked, every default applied."""
 
@@ -137,6 +150,7 @@ class Scenario:
     workload: list[Workload]
     captures: list[Capture]
     schedule: list[Event]
+    services: dict[str, Service] = field(default_factory=dict)
 
     @property
     def seed(self) -> int:
@@ -331,10 +345,11 @@ class _Resolver:
         workload = self._resolve_workload()
         captures = self._resolve_captures()
         schedule = self._resolve_schedule(links)
+        services = self._resolve_controller()
         if self.problems:
             raise ScenarioInvalid(self.problems)
         return Scenario(self.document.name, self.source_map.file, self.document, self.nodes,
-                        links, workload, captures, schedule)
+                        links, workload, captures, schedule, services)
 
     def _check_table_names(self) -> None:
         for table in ("kinds", "groups"):
@@ -734,11 +749,13 @@ class _Resolver:
             for name in references:
                 value = getattr(params, name)
                 for j, target in enumerate(value if isinstance(value, list) else [value]):
-                    if target is not None and target not in self.nodes:
+                    services = self.document.controller.services
+                    if target is not None and target not in self.nodes \
+                            and target not in services:
                         where = path + ("params", name) + ((j,) if isinstance(value, list) else ())
-                        self.problem(where, f"unknown node {target!r}",
+                        self.problem(where, f"unknown node or service {target!r}",
                                      did_you_mean(target, [n.name for n in self.nodes.values()
-                                                           if not n.is_switch]))
+                                                           if not n.is_switch] + list(services)))
             workload.append(Workload(entry.agent, nodes, None, entry.start,
                                      params.model_dump(mode="json"), tuple(references)))
         return workload
@@ -772,6 +789,12 @@ class _Resolver:
                 self.problem(path + ("at",), f"at {spec.at:g}s is after the run ends "
                                              f"(duration {self.document.duration:g}s)",
                              "raise duration or move the event earlier")
+            if spec.action.startswith("controller_"):
+                if self.document.controller.app == "none":
+                    self.problem(path + ("action",), f"{spec.action} needs a controller",
+                                 "set controller: {app: edgebed}")
+                events.append(Event(spec.at, spec.action))
+                continue
             if spec.node is not None:
                 if spec.node not in self.nodes:
                     self.problem(path + ("node",), f"unknown node {spec.node!r}",
@@ -794,3 +817,64 @@ class _Resolver:
             events.append(Event(spec.at, spec.action, link=index, directions=directions,
                                 changes=spec.set))
         return events
+
+    def _resolve_controller(self) -> dict[str, Service]:
+        """Services, the policy and the management network, checked against the nodes."""
+        from controller import policies
+
+        controller = self.document.controller
+        path = ("controller",)
+        if controller.app == "none":
+            for name in ("services", "policy", "policy_params"):
+                if name in controller.model_fields_set:
+                    self.problem(path + (name,), f"{name} is set but no controller app runs",
+                                 "set controller: {app: edgebed}", key=True)
+            return {}
+        try:
+            policies.create(controller.policy, controller.policy_params)
+        except ValueError as error:
+            field_name = "policy" if controller.policy not in policies.available() \
+                else "policy_params"
+            self.problem(path + (field_name,), str(error),
+                         did_you_mean(controller.policy, policies.available())
+                         if field_name == "policy" else "")
+        host_addresses = {address.ip: node.name for node in self.hosts_in_order()
+                          for address in node.interfaces.values() if address is not None}
+        management = controller.management_subnet
+        if controller.management:
+            if management.overlaps(self.topology.subnet):
+                self.problem(path + ("management_subnet",),
+                             f"{management} overlaps the topology subnet {self.topology.subnet}",
+                             "choose another management_subnet, e.g. 172.30.0.0/16")
+            elif management.num_addresses - 2 < len(host_addresses) + 1:
+                self.problem(path + ("management_subnet",), f"{management} has too few "
+                                                            "addresses for every host",
+                             "use a larger prefix")
+        services = {}
+        addresses: dict[ipaddress.IPv4Address, str] = {}
+        for name, spec in controller.services.items():
+            where = path + ("services", name)
+            if spec.address in host_addresses:
+                self.problem(where + ("address",), f"{spec.address} is also host "
+                                                   f"{host_addresses[spec.address]}'s address",
+                             "a service address belongs to no host")
+            elif spec.address in addresses:
+                self.problem(where + ("address",), f"{spec.address} is also service "
+                                                   f"{addresses[spec.address]}'s address")
+            elif controller.management and spec.address in management:
+                self.problem(where + ("address",), f"{spec.address} is inside the management "
+                                                   f"subnet {management}")
+            addresses[spec.address] = name
+            servers = {}
+            for server in self._select(spec.servers, where + ("servers",)):
+                capacity = self.nodes[server].labels.get(spec.capacity_label)
+                try:
+                    servers[server] = float("inf") if capacity is None else (
+                        units.parse_rate(capacity) if isinstance(capacity, str)
+                        else float(capacity))
+                except ValueError as error:
+                    self.problem(self.origin[server], f"label {spec.capacity_label} of "
+                                                      f"{server}: {error}", key=True)
+            services[name] = Service(name, spec.address, spec.protocol, spec.port, spec.demand,
+                                     servers)
+        return services

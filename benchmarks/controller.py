@@ -1,0 +1,271 @@
+"""The controller's speed: decision-to-flow-installed latency, flow-setup rate, failover gap.
+
+Everything is measured on real runs (``edgebed run``, userspace OVS here) from the outside:
+
+* **decision to flow installed**: clients join a service over the control protocol one after
+  another, then every flow is migrated by hand; the controller times each decision from the
+  policy's answer to the barrier replies of every switch it changed (its ``decisions`` table);
+* **flow-setup rate**: all clients join at once (one datagram each, not waiting); flows placed
+  and installed per second, from the first join sent to the last barrier reply, for a fixed
+  number of switches;
+* **failover gap**: a steady stream (one packet every 2 ms) crosses a ring whose primary link is
+  cut mid-stream; the receiving agent's longest silence between two packets, with OpenFlow
+  fast-failover groups and with reactive rerouting only, beside the same stream uncut.
+
+Goals: decision-to-flow p50 < 10 ms; fast-failover gap < 50 ms.
+
+    sudo .venv/bin/python benchmarks/controller.py [--clients N] [--rounds N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from agents.control import ControlClient  # noqa: E402
+from controller import protocol  # noqa: E402
+from experiments.measurements import read_table  # noqa: E402
+
+EDGEBED = [sys.executable, "-m", "experiments.cli"]
+SWITCHES = 4
+
+STAR = """
+name: controller-bench
+duration: 600s
+topology:
+  subnet: 10.20.0.0/16
+  nodes:
+    client[1-{clients}]: {{role: client}}
+    edge[1-4]: {{role: edge}}
+    core: {{role: switch}}
+    access[1-3]: {{role: switch}}
+  links:
+{client_links}
+    - endpoints: ["edge[1-4]:eth1", "core:eth[1-4]"]
+    - endpoints: ["access[1-3]:eth100", "core:eth[10-12]"]
+controller:
+  app: edgebed
+  services:
+    video: {{address: 10.20.255.1, port: 5004, servers: ["role:edge"]}}
+"""
+
+RING = """
+name: failover-bench
+duration: 9s
+topology:
+  subnet: 10.21.0.0/24
+  nodes:
+    viewer1: {{role: viewer}}
+    edge1: {{role: edge}}
+    s[1-4]: {{role: switch}}
+  links:
+    - endpoints: ["viewer1:eth1", "s1:eth1"]
+    - endpoints: ["edge1:eth1", "s3:eth1"]
+    - {{endpoints: ["s1:eth10", "s2:eth10"], delay: 2ms}}
+    - {{endpoints: ["s2:eth11", "s3:eth11"], delay: 2ms}}
+    - {{endpoints: ["s3:eth12", "s4:eth12"], delay: 5ms}}
+    - {{endpoints: ["s4:eth13", "s1:eth13"], delay: 5ms}}
+controller: {{app: edgebed, fast_failover: {fast_failover}}}
+workload:
+  - agent: viewer
+    nodes: [edge1]
+    params: {{port: 5004}}
+  - agent: streamer
+    nodes: [viewer1]
+    start: 1s
+    params: {{to: edge1, duration: 6s, payload: 1000, bitrate: 4Mbps, fps: 500, gop: 1,
+             i_to_p: 1, noise: 0}}
+schedule:
+{schedule}
+"""
+
+
+def star(clients: int) -> str:
+    """Clients spread over three access switches, edges on the core: four switches."""
+    per_switch = -(-clients // 3)
+    links = []
+    for index in range(3):
+        first, last = index * per_switch + 1, min(clients, (index + 1) * per_switch)
+        if first <= last:
+            links.append(f'    - endpoints: ["client[{first}-{last}]:eth1", '
+                         f'"access{index + 1}:eth[1-{last - first + 1}]"]')
+    return STAR.format(clients=clients, client_links="\n".join(links))
+
+
+class LiveRun:
+    """An ``edgebed run`` in the background, until stopped."""
+
+    def __init__(self, text: str, directory: Path):
+        directory.mkdir(parents=True)
+        self.path = directory / "scenario.yaml"
+        self.path.write_text(text)
+        self.runs = directory / "runs"
+        self.process = subprocess.Popen(EDGEBED + ["run", str(self.path), "--runs-dir",
+                                                   str(self.runs)], cwd=ROOT,
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        text=True)
+
+    def wait_up(self, timeout_s: float = 180) -> Path:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(self.process.stdout.read())
+            for manifest in self.runs.glob("*/manifest.json"):
+                if json.loads(manifest.read_text()).get("phase") == "network up":
+                    return manifest.parent
+            time.sleep(0.2)
+        raise RuntimeError("the run did not come up")
+
+    def control(self, run_dir: Path) -> tuple[str, int]:
+        host, port = json.loads((run_dir / "manifest.json").read_text())["controller"][
+            "control_loopback"].rsplit(":", 1)
+        return host, int(port)
+
+    def stop(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+        self.process.communicate(timeout=180)
+
+
+def wait_for_rows(run_dir: Path, kind: str, count: int, timeout_s: float = 60) -> list[dict]:
+    """The controller's decision rows of ``kind`` once there are ``count`` (it writes them as
+    barriers come back; the run's merged table only exists after teardown)."""
+    path = run_dir / "records" / "decisions" / "controller-controller.csv"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with open(path, newline="") as stream:
+            rows = [row for row in csv.DictReader(stream) if row["kind"] == kind]
+        if len(rows) >= count:
+            return rows
+        time.sleep(0.05)
+    raise RuntimeError(f"only {len(rows)} of {count} {kind} decisions were installed")
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def decision_latency(clients: int, directory: Path) -> dict:
+    """One join at a time, then one migration at a time; then all joins at once (a second
+    run, so every join is a new flow)."""
+    run = LiveRun(star(clients), directory / "sequential")
+    try:
+        run_dir = run.wait_up()
+        address = run.control(run_dir)
+        servers = {}
+        for index in range(1, clients + 1):
+            with ControlClient(address, f"client{index}") as client:
+                servers[index] = client.join("video").server
+        for index in range(1, clients + 1):
+            with ControlClient(address) as client:
+                target = f"edge{int(servers[index][-1]) % 4 + 1}"
+                client.steer(f"client{index}/video", target)
+        placed = wait_for_rows(run_dir, "place", clients)
+        migrated = wait_for_rows(run_dir, "migrate", clients)
+    finally:
+        run.stop()
+    burst = LiveRun(star(clients), directory / "burst")
+    try:
+        run_dir = burst.wait_up()
+        address = burst.control(run_dir)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+            started = time.time()
+            for index in range(1, clients + 1):
+                sender.sendto(protocol.encode(protocol.Join(
+                    id=index, node=f"client{index}", service="video")), address)
+        rows = wait_for_rows(run_dir, "place", clients)
+        # a row's time is when its last barrier came back (the controller writes it then)
+        finished = max(float(row["time"]) for row in rows)
+        rules = sum(int(row["messages"]) for row in rows)
+    finally:
+        burst.stop()
+    return {"place": [float(r["install_ms"]) for r in placed],
+            "migrate": [float(r["install_ms"]) for r in migrated],
+            "policy": [float(r["policy_ms"]) for r in placed],
+            "send": [float(r["send_ms"]) for r in placed + migrated],
+            "burst_flows": clients, "burst_s": finished - started, "burst_rules": rules}
+
+
+def failover_gap(fast_failover: bool | None, directory: Path) -> dict:
+    """The receiver's longest silence with the primary link cut at 4 s (None: not cut)."""
+    schedule = "  []" if fast_failover is None else \
+        '  - {at: 4s, action: link_down, link: "s1:eth10"}'
+    text = RING.format(fast_failover=str(bool(fast_failover)).lower(), schedule=schedule)
+    path = directory / "scenario.yaml"
+    path.write_text(textwrap.dedent(text))
+    runs = directory / "runs"
+    result = subprocess.run(EDGEBED + ["run", str(path), "--runs-dir", str(runs)], cwd=ROOT,
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(result.stdout + result.stderr)
+    [run_dir] = list(runs.iterdir())
+    [flow] = [row for row in read_table(run_dir, "flows") if row["node"] == "edge1"]
+    return {"gap_ms": float(flow["gap_max_ms"]), "lost": int(flow["lost"])}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=60, help="clients (flows) per run")
+    parser.add_argument("--rounds", type=int, default=3, help="failover runs per variant")
+    arguments = parser.parse_args()
+    console = Console()
+    with tempfile.TemporaryDirectory(prefix="edgebed-bench-") as scratch:
+        scratch = Path(scratch)
+        console.print(f"decisions: {arguments.clients} clients, {SWITCHES} switches ...")
+        latency = decision_latency(arguments.clients, scratch)
+        gaps = {}
+        for name, variant in (("uncut", None), ("fast-failover", True), ("reactive", False)):
+            gaps[name] = []
+            for round_number in range(arguments.rounds):
+                directory = scratch / f"{name}-{round_number}"
+                directory.mkdir()
+                gaps[name].append(failover_gap(variant, directory))
+                console.print(f"failover {name} {round_number + 1}/{arguments.rounds}: "
+                              f"gap {gaps[name][-1]['gap_ms']:.1f} ms, "
+                              f"lost {gaps[name][-1]['lost']}")
+    table = Table(title=f"controller: {SWITCHES} switches, {arguments.clients} clients, "
+                        f"failover over {arguments.rounds} runs each", title_justify="left")
+    for column in ("measure", "p50", "p99 / max", "goal"):
+        table.add_column(column)
+    for kind in ("place", "migrate"):
+        values = latency[kind]
+        table.add_row(f"decision to flow installed: {kind} (ms)",
+                      f"{statistics.median(values):.2f}", f"{percentile(values, 99):.2f}",
+                      "p50 < 10 ms " + ("met" if statistics.median(values) < 10 else "NOT met"))
+    for name, label in (("send", "of which the controller's own (ms)"),
+                        ("policy", "policy decision (ms)")):
+        table.add_row(label, f"{statistics.median(latency[name]):.3f}",
+                      f"{percentile(latency[name], 99):.3f}", "")
+    rate = latency["burst_flows"] / latency["burst_s"]
+    table.add_row("flow setup, all joins at once", f"{rate:.0f} flows/s",
+                  f"{latency['burst_rules'] / latency['burst_s']:.0f} rules/s", "")
+    for name, runs in gaps.items():
+        values = [run["gap_ms"] for run in runs]
+        goal = ("< 50 ms " + ("met" if statistics.median(values) < 50 else "NOT met")
+                if name == "fast-failover" else "")
+        table.add_row(f"failover gap, {name} (ms; lost packets)",
+                      f"{statistics.median(values):.1f} "
+                      f"({statistics.median(r['lost'] for r in runs):.0f})",
+                      f"{max(values):.1f}", goal)
+    console.print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,460 @@
+"""edgebed's SDN controller app: the Ryu-API adapter around :class:`controller.core.ControllerCore`.
+
+It turns switch events into core calls and the core's desired switch states into OpenFlow 1.3
+messages; it answers ARP for every host and service address; it places service flows when
+their first packet arrives or when a host asks over the control protocol; it reroutes when a
+port goes down (fast-failover groups have already switched by then, where a loop-free
+alternate exists). Every decision is timed from the policy's answer to the switches' barrier
+replies and written to the run's ``decisions`` table.
+
+Configuration comes from the JSON file named by ``EDGEBED_CONTROLLER_CONFIG`` (written by the
+runner; see :mod:`controller.launcher`), so the app loads the same way under os-ken's
+``AppManager`` and under ``ryu-manager``.
+
+Takeover: placements are saved to ``state.json`` on every change; a restarted controller loads
+them and re-installs every switch make-before-break (rules are re-added in place, then the
+rules it no longer wants are deleted), so traffic keeps flowing through a restart.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import netns, openflow, policies, protocol, rules
+from .control_server import ControlServer
+from .core import ControllerCore, Outcome
+from .launcher import CONFIG_ENVIRONMENT
+from .ryu_api import (CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, App, arp, ethernet,
+                      ipv4, ofp_event, ofproto_v1_3, packet, set_ev_cls)
+from .view import NetworkView
+
+DECISION_COLUMNS = ("node", "agent", "time", "kind", "flow", "server", "switches", "messages",
+                    "policy_ms", "send_ms", "install_ms")
+LOG = logging.getLogger("edgebed.controller")
+
+
+@dataclass
+class PendingInstall:
+    """A decision whose rules are on their way: done when every switch answered its barrier."""
+
+    kind: str
+    flow: str
+    server: str
+    decided_ns: int
+    policy_ms: float
+    switches: set[str]
+    messages: int
+    sent_ns: int  # when the last message was handed to the switch connections
+    waiting: set[int] = field(default_factory=set)  # barrier xids
+
+
+class EdgebedController(App):
+    """The controller app; one instance per controller process."""
+
+    OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.config = json.loads(Path(os.environ[CONFIG_ENVIRONMENT]).read_text())
+        self.out = Path(self.config["out"])
+        self.started = time.monotonic()
+        self.view = NetworkView.from_json(self.config["view"])
+        self.core = ControllerCore(self.view, policies.create(self.config["policy"],
+                                                              self.config["policy_params"]),
+                                   self.config["fast_failover"])
+        self.lock = threading.RLock()
+        self.datapaths: dict[str, object] = {}
+        self.installed: dict[str, rules.SwitchRules] = {}
+        self.synced: set[str] = set()
+        self.pending: dict[int, PendingInstall] = {}
+        self.subscribers: dict[str, tuple] = {}  # node -> control address
+        self._restore()
+        self._decisions = self._open_table()
+        self.control = ControlServer(self._control_sockets(), self.handle_control)
+        self.control.start()
+        self._write_status()
+
+    # lifecycle
+
+    def _restore(self) -> None:
+        state = self.out / "state.json"
+        if state.exists():
+            self.core.restore(json.loads(state.read_text()))
+            LOG.info("took over %d placed flows from %s", len(self.core.flows), state)
+
+    def _save(self) -> None:
+        state = self.out / "state.json"
+        temporary = state.with_suffix(".tmp")
+        temporary.write_text(json.dumps(self.core.snapshot()))
+        temporary.replace(state)
+
+    def _open_table(self):
+        path = self.out.parent / "records" / "decisions" / "controller-controller.csv"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fresh = not path.exists()
+        stream = open(path, "a", newline="")
+        writer = csv.writer(stream)
+        if fresh:
+            writer.writerow(DECISION_COLUMNS)
+        return stream, writer
+
+    def _control_sockets(self) -> list:
+        """The control protocol listens on loopback (at a port of its own per run, as runs share
+        the root namespace) and, when there is a management network, on the controller's
+        management address inside the management namespace; nowhere else."""
+        sockets = [netns.udp_socket("127.0.0.1", self.config["loopback_control_port"])]
+        management = self.config.get("management")
+        if management:
+            sockets.append(netns.udp_socket(management["address"], self.config["control_port"],
+                                            netns_pid=management["netns_pid"]))
+        return sockets
+
+    def shutdown(self) -> None:
+        """Stop serving and leave everything on disk (the switches keep their rules)."""
+        with self.lock:
+            self.control.stop()
+            self._save()
+            self._decisions[0].close()
+            self._write_status(stopped=True)
+
+    def _write_status(self, stopped: bool = False) -> None:
+        status = {"pid": os.getpid(), "stopped": stopped,
+                  "connected": sorted(self.datapaths), "synced": sorted(self.synced),
+                  "flows": len(self.core.flows), "links_down": sorted(self.core.down),
+                  "control": self.control.counters()}
+        path = self.out / "status.json"
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(status))
+        temporary.replace(path)
+
+    # switches
+
+    @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
+    def switch_features(self, event) -> None:
+        datapath = event.msg.datapath
+        switch = self.view.switch_of_dpid.get(datapath.id)
+        if switch is None:
+            LOG.warning("switch %016x is not in the scenario; ignoring it", datapath.id)
+            return
+        parser = datapath.ofproto_parser
+        with self.lock:
+            self.datapaths[switch] = datapath
+            # What the switch still holds is unknown (a fresh switch, one that kept rules
+            # through a controller restart, or one that lost them): install everything in
+            # place, then ask which of our rules it holds that are no longer wanted.
+            self.installed[switch] = rules.SwitchRules()
+            for message in openflow.clear_foreign(datapath):
+                datapath.send_msg(message)
+            self._sync(switch)
+            datapath.send_msg(parser.OFPPortDescStatsRequest(datapath, 0))
+            datapath.send_msg(parser.OFPFlowStatsRequest(
+                datapath, 0, datapath.ofproto.OFPTT_ALL, datapath.ofproto.OFPP_ANY,
+                datapath.ofproto.OFPG_ANY, rules.COOKIE_BASE, rules.COOKIE_MARK,
+                parser.OFPMatch()))
+        LOG.info("switch %s (%016x) connected", switch, datapath.id)
+
+    @set_ev_cls(ofp_event.EventOFPStateChange, DEAD_DISPATCHER)
+    def switch_gone(self, event) -> None:
+        datapath = event.datapath
+        switch = self.view.switch_of_dpid.get(datapath.id)
+        with self.lock:
+            if switch is not None and self.datapaths.get(switch) is datapath:
+                del self.datapaths[switch]
+                self.synced.discard(switch)
+                self.installed.pop(switch, None)
+                LOG.info("switch %s disconnected", switch)
+                self._write_status()
+
+    @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
+    def flows_held(self, event) -> None:
+        """Delete our rules the switch holds that are no longer wanted (left by an earlier
+        controller, or wanted before a change made while the switch was away)."""
+        datapath = event.msg.datapath
+        switch = self.view.switch_of_dpid.get(datapath.id)
+        with self.lock:
+            if switch not in self.installed:
+                return
+            wanted = self.installed[switch].rules
+            stale = set()
+            for held in event.msg.body:
+                rule = rules.Rule(held.table_id, held.priority, rules.match(**dict(held.match.items())))
+                if rule.key not in wanted:
+                    stale.add(rule)
+            for rule in stale:
+                datapath.send_msg(openflow.flow_delete(datapath, rule))
+            self.synced.add(switch)
+            if stale:
+                LOG.info("switch %s: removed %d stale rules", switch, len(stale))
+            self._write_status()
+
+    @set_ev_cls(ofp_event.EventOFPPortDescStatsReply, MAIN_DISPATCHER)
+    def ports_described(self, event) -> None:
+        datapath = event.msg.datapath
+        for port in event.msg.body:
+            self._port(datapath, port)
+
+    @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
+    def port_status(self, event) -> None:
+        self._port(event.msg.datapath, event.msg.desc)
+
+    def _port(self, datapath, port) -> None:
+        ofp = datapath.ofproto
+        switch = self.view.switch_of_dpid.get(datapath.id)
+        if switch is None or port.port_no > ofp.OFPP_MAX:
+            return
+        up = not (port.state & ofp.OFPPS_LINK_DOWN or port.config & ofp.OFPPC_PORT_DOWN)
+        with self.lock:
+            started = time.perf_counter_ns()
+            affected = self.core.port_changed(switch, port.port_no, up)
+            if affected:
+                LOG.info("%s port %d %s: rerouting", switch, port.port_no,
+                         "up" if up else "down")
+                self._install(Outcome(switches=affected), "reroute", started, 0.0)
+                self._write_status()
+
+    @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
+    def barrier(self, event) -> None:
+        xid = event.msg.xid
+        with self.lock:
+            for key, pending in list(self.pending.items()):
+                if xid in pending.waiting:
+                    pending.waiting.discard(xid)
+                    if not pending.waiting:
+                        del self.pending[key]
+                        self._record(pending, time.perf_counter_ns())
+
+    @set_ev_cls(ofp_event.EventOFPErrorMsg, MAIN_DISPATCHER)
+    def switch_error(self, event) -> None:
+        message = event.msg
+        LOG.warning("switch %016x error type %d code %d (xid %d)", message.datapath.id,
+                    message.type, message.code, message.xid)
+
+    # packets sent to the controller
+
+    @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
+    def packet_in(self, event) -> None:
+        message = event.msg
+        datapath = message.datapath
+        frame = packet.Packet(message.data)
+        request = frame.get_protocol(arp.arp)
+        if request is not None:
+            self._answer_arp(datapath, message.match["in_port"], frame, request)
+            return
+        header = frame.get_protocol(ipv4.ipv4)
+        if header is None or header.dst not in self.view.service_by_address:
+            return
+        service = self.view.service_by_address[header.dst]
+        with self.lock:
+            client = self.core.client_of(header.src)
+            if client is None:
+                return
+            flow = f"{client}/{service.name}"
+            if flow not in self.core.flows:
+                self._place([self.core.request_for(client, service.name)])
+            if flow in self.core.flows:
+                self._send_through_table(datapath, message)
+
+    def _answer_arp(self, datapath, in_port: int, frame, request) -> None:
+        """Proxy ARP: hosts and service addresses are known, so no request is ever flooded."""
+        if request.opcode != arp.ARP_REQUEST:
+            return
+        target = self.view.by_address.get(request.dst_ip)
+        mac = target.mac if target else (self.view.service_by_address[request.dst_ip].mac
+                                         if request.dst_ip in self.view.service_by_address
+                                         else None)
+        if mac is None:
+            return
+        reply = packet.Packet()
+        reply.add_protocol(ethernet.ethernet(ethertype=ethernet.ether.ETH_TYPE_ARP,
+                                             dst=request.src_mac, src=mac))
+        reply.add_protocol(arp.arp(opcode=arp.ARP_REPLY, src_mac=mac, src_ip=request.dst_ip,
+                                   dst_mac=request.src_mac, dst_ip=request.src_ip))
+        reply.serialize()
+        ofp, parser = datapath.ofproto, datapath.ofproto_parser
+        datapath.send_msg(parser.OFPPacketOut(datapath, ofp.OFP_NO_BUFFER, ofp.OFPP_CONTROLLER,
+                                              [parser.OFPActionOutput(in_port)], reply.data))
+
+    def _send_through_table(self, datapath, message) -> None:
+        """Send a packet that waited for its flow's rules back through the pipeline. The rules
+        went out before it on the same connection, and a switch processes messages in order."""
+        ofp, parser = datapath.ofproto, datapath.ofproto_parser
+        datapath.send_msg(parser.OFPPacketOut(datapath, ofp.OFP_NO_BUFFER,
+                                              message.match["in_port"],
+                                              [parser.OFPActionOutput(ofp.OFPP_TABLE)],
+                                              message.data))
+
+    # decisions
+
+    def _place(self, requests) -> Outcome:
+        started = time.perf_counter_ns()
+        outcome = self.core.place(requests, time.monotonic() - self.started)
+        self._carry_out(outcome, "place", started)
+        return outcome
+
+    def _carry_out(self, outcome: Outcome, kind: str, started_ns: int) -> None:
+        """Install an outcome, save the state, tell subscribers."""
+        policy_ms = (time.perf_counter_ns() - started_ns) / 1e6
+        for rejection in outcome.decision.rejections:
+            LOG.info("policy rejected %s: %s", rejection.flow, rejection.reason)
+        self._install(outcome, kind, time.perf_counter_ns(), policy_ms)
+        if outcome.placed:
+            self._save()
+        for flow in outcome.placed:
+            self._notify(flow, migrated=kind != "place")
+
+    def _install(self, outcome: Outcome, kind: str, decided_ns: int, policy_ms: float) -> None:
+        sent = 0
+        waiting = set()
+        switches = {s for s in outcome.switches if s in self.datapaths}
+        for switch in switches:
+            count, xid = self._sync(switch)
+            sent += count
+            if xid is not None:
+                waiting.add(xid)
+        flows = ",".join(sorted(outcome.placed)) or "-"
+        servers = ",".join(sorted(set(outcome.placed.values()))) or "-"
+        pending = PendingInstall(kind, flows, servers, decided_ns, policy_ms, switches, sent,
+                                 time.perf_counter_ns(), waiting)
+        if waiting:
+            self.pending[min(waiting)] = pending
+        else:
+            self._record(pending, time.perf_counter_ns())
+
+    def _sync(self, switch: str) -> tuple[int, int | None]:
+        """Send a switch what it lacks; returns the message count and the barrier's xid."""
+        datapath = self.datapaths.get(switch)
+        if datapath is None:
+            return 0, None
+        desired = self.core.desired(switch)
+        changes = rules.diff(self.installed.get(switch, rules.SwitchRules()), desired)
+        if not changes:
+            return 0, None
+        for message in openflow.messages(datapath, changes):
+            datapath.send_msg(message)
+        self.installed[switch] = desired
+        barrier = datapath.ofproto_parser.OFPBarrierRequest(datapath)
+        datapath.set_xid(barrier)
+        datapath.send_msg(barrier)
+        return changes.count(), barrier.xid
+
+    def _record(self, pending: PendingInstall, done_ns: int) -> None:
+        stream, writer = self._decisions
+        writer.writerow(["controller", "controller", f"{time.time():.6f}", pending.kind,
+                         pending.flow, pending.server, len(pending.switches), pending.messages,
+                         f"{pending.policy_ms:.3f}",
+                         f"{(pending.sent_ns - pending.decided_ns) / 1e6:.3f}",
+                         f"{(done_ns - pending.decided_ns) / 1e6:.3f}"])
+        stream.flush()
+
+    # control protocol
+
+    def handle_control(self, message, reply, source) -> None:
+        """One control-protocol message (from :class:`ControlServer`'s thread)."""
+        with self.lock:
+            getattr(self, f"_on_{message.type}")(message, reply, source)
+
+    def _on_load(self, message, reply, source) -> None:
+        """A server's load report; the policy may move flows in answer (least_loaded with a
+        rebalance_threshold does)."""
+        if not any(message.node in s.servers for s in self.view.services.values()):
+            return
+        self.core.report_load(message.node, message.load)
+        started = time.perf_counter_ns()
+        outcome = self.core.rebalance(time.monotonic() - self.started)
+        if outcome.placed:
+            self._carry_out(outcome, "migrate", started)
+
+    def _on_join(self, message, reply, source) -> None:
+        try:
+            request = self.core.request_for(message.node, message.service, message.demand,
+                                            tuple(message.bitrates), message.flow)
+        except KeyError as error:
+            reply(protocol.Rejected(id=message.id, flow=message.flow, reason=_reason(error)))
+            return
+        if message.node not in self.view.roles:
+            reply(protocol.Rejected(id=message.id, flow=message.flow,
+                                    reason=_reason(f"unknown node {message.node}")))
+            return
+        if request.flow not in self.core.flows:
+            outcome = self._place([request])
+            for rejection in outcome.decision.rejections:
+                reply(protocol.Rejected(id=message.id, flow=rejection.flow,
+                                        reason=_reason(rejection.reason)))
+                return
+        reply(self.decision_message(message.id, request.flow, migrated=False))
+
+    def _on_leave(self, message, reply, source) -> None:
+        started = time.perf_counter_ns()
+        outcome = self.core.leave(message.flow)
+        self._install(outcome, "leave", started, 0.0)
+        self._save()
+        reply(protocol.Ack(id=message.id))
+
+    def _on_steer(self, message, reply, source) -> None:
+        started = time.perf_counter_ns()
+        try:
+            outcome = self.core.steer(message.flow, message.server)
+        except (KeyError, ValueError) as error:
+            reply(protocol.Rejected(id=message.id, flow=message.flow, reason=_reason(error)))
+            return
+        self._carry_out(outcome, "migrate", started)
+        reply(self.decision_message(message.id, message.flow, migrated=True))
+
+    def _on_path(self, message, reply, source) -> None:
+        started = time.perf_counter_ns()
+        try:
+            outcome = self.core.pin(message.flow, tuple(message.via))
+        except (KeyError, ValueError) as error:
+            reply(protocol.Rejected(id=message.id, flow=message.flow, reason=_reason(error)))
+            return
+        self._install(outcome, "pin", started, 0.0)
+        self._save()
+        reply(protocol.Ack(id=message.id))
+
+    def _on_subscribe(self, message, reply, source) -> None:
+        self.subscribers[message.node] = source
+        reply(protocol.Ack(id=message.id))
+
+    def _on_query(self, message, reply, source) -> None:
+        snapshot = self.core.snapshot()
+        servers = [{"name": s.name, "service": s.service, "capacity": s.capacity
+                    if s.capacity != float("inf") else None, "load": s.load}
+                   for s in self.core.servers()]
+        placements = [{key: value for key, value in flow.items() if key != "bitrates"}
+                      for flow in snapshot["flows"]]
+        for part in protocol.state_replies(message.id, placements, servers):
+            reply(part)
+
+    def _notify(self, flow: str, migrated: bool) -> None:
+        record = self.core.flows.get(flow)
+        if record is None:
+            return
+        placement = record.placement
+        for node in (placement.request.client, placement.server):
+            if node in self.subscribers:
+                self.control.push(self.subscribers[node], self.decision_message(0, flow,
+                                                                                migrated))
+
+    def decision_message(self, request_id: int, flow: str, migrated: bool):
+        record = self.core.flows[flow]
+        placement = record.placement
+        return protocol.Decision(id=request_id, flow=flow, client=placement.request.client,
+                                 service=placement.request.service, server=placement.server,
+                                 address=self.view.attachment(placement.server).address,
+                                 bitrate=placement.bitrate,
+                                 path=list(record.path) if record.path else None,
+                                 migrated=migrated)
+
+
+
+def _reason(problem) -> str:
+    """A rejection reason the protocol accepts: short, printable."""
+    text = str(problem.args[0]) if isinstance(problem, KeyError) and problem.args else str(problem)
+    return protocol.clip("".join(c if c.isprintable() else " " for c in text), protocol.MAX_REASON)

@@ -1,0 +1,237 @@
+"""The controller's logic without OpenFlow: it keeps the network's state, asks the policy for
+decisions, and says what every switch should hold.
+
+:class:`ControllerCore` is what the os-ken app (:mod:`controller.app`) adapts and what unit
+tests drive directly: switch events and control-protocol messages go in, desired switch states
+(:class:`controller.rules.SwitchRules`) and decisions come out. It is not thread-safe; the app
+serialises calls.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from . import rules
+from .policy import (Client, Decision, Migration, Placement, Policy, Rejection, Request,
+                     Server, State)
+from .view import NetworkView
+
+
+@dataclass
+class FlowRecord:
+    """A placed flow: where it is and how it got there."""
+
+    placement: Placement
+    path: tuple[str, ...] | None = None  # waypoint switches, when pinned
+    migrations: int = 0
+
+
+@dataclass
+class Outcome:
+    """What one call changed: the decision (if the policy was asked), the flows placed or moved
+    (flow -> server), and the switches whose desired state changed."""
+
+    decision: Decision = field(default_factory=Decision)
+    placed: dict[str, str] = field(default_factory=dict)
+    switches: set[str] = field(default_factory=set)
+
+
+class ControllerCore:
+    """State: which links are down, each server's reported load, the placed flows and their
+    pinned paths. Everything the switches hold is recomputed from it."""
+
+    def __init__(self, view: NetworkView, policy: Policy, fast_failover: bool = True):
+        self.view = view
+        self.policy = policy
+        self.fast_failover = fast_failover
+        self.down: frozenset[int] = frozenset()
+        self.loads: dict[str, float] = {}
+        self.flows: dict[str, FlowRecord] = {}
+        self._ports_down: set[tuple[str, int]] = set()
+        self._placed_rules: dict[str, dict[str, list[rules.Rule]]] = {
+            switch: {} for switch in view.switches}
+        self._base = rules.base_rules(view)
+        self._forwarding = rules.forwarding(view, self.down, fast_failover)
+        self._trunk_of_port = {(t.a, t.a_port): t.link for t in view.trunks} | {
+            (t.b, t.b_port): t.link for t in view.trunks}
+
+    # state the policy sees
+
+    def servers(self) -> tuple[Server, ...]:
+        return tuple(Server(name, service.name, self.view.attachment(name).address, capacity,
+                            self.loads.get(name, 0.0), self.view.labels.get(name, {}))
+                     for service in self.view.services.values()
+                     for name, capacity in sorted(service.servers.items()))
+
+    def state(self, requests: tuple[Request, ...] = (), now: float = 0.0) -> State:
+        clients = tuple(Client(a.host, a.address, self.view.labels.get(a.host, {}))
+                        for a in self.view.attachments)
+        return State(self.view.policy_graph(self.down), self.servers(), clients,
+                     tuple(record.placement for record in self.flows.values()), requests, now)
+
+    # what switches hold
+
+    def desired(self, switch: str) -> rules.SwitchRules:
+        wanted = self._base.merged(self._forwarding[switch])
+        for flow_rules in self._placed_rules[switch].values():
+            for rule in flow_rules:
+                wanted.add(rule)
+        return wanted
+
+    def _refresh(self, flow: str) -> set[str]:
+        """Recompute one flow's rules after it changed; returns the switches they were or are
+        on. Kept per switch, so a decision costs the flows it touches, not all of them."""
+        touched = {switch for switch, held in self._placed_rules.items() if flow in held}
+        for switch in touched:
+            del self._placed_rules[switch][flow]
+        record = self.flows.get(flow)
+        for switch, rule in self._flow_rules(flow, record) if record else ():
+            self._placed_rules[switch].setdefault(flow, []).append(rule)
+            touched.add(switch)
+        return touched
+
+    def _flow_rules(self, flow: str, record: FlowRecord) -> list[tuple[str, rules.Rule]]:
+        request = record.placement.request
+        service = self.view.services[request.service]
+        client = self.view.attachment(request.client)
+        server = self.view.attachment(record.placement.server)
+        switch, steering = rules.steering(self.view, service, client, server)
+        placed = [(switch, rule) for rule in steering]
+        if record.path:
+            outbound = dict(steering[0].match) | {"ipv4_dst": server.address}
+            try:
+                placed += rules.explicit_path(self.view, client, record.path,
+                                              rules.match(**outbound), self.down)
+            except ValueError:
+                pass  # its waypoints are cut off: the flow follows the shortest path meanwhile
+        return placed
+
+
+    # events
+
+    def port_changed(self, switch: str, port: int, up: bool) -> set[str]:
+        """A switch reported a port up or down; returns the switches to resynchronise."""
+        (self._ports_down.discard if up else self._ports_down.add)((switch, port))
+        down = frozenset(self._trunk_of_port[end] for end in self._ports_down
+                         if end in self._trunk_of_port)
+        if down == self.down:
+            return set()
+        self.down = down
+        self._forwarding = rules.forwarding(self.view, down, self.fast_failover)
+        for flow, record in self.flows.items():
+            if record.path:  # pinned paths follow the links that are up
+                self._refresh(flow)
+        return set(self.view.switches)
+
+    def report_load(self, server: str, load: float) -> None:
+        self.loads[server] = load
+
+    def place(self, requests: list[Request], now: float = 0.0) -> Outcome:
+        """Ask the policy about ``requests`` (flows already placed are skipped) and carry out
+        what it decides."""
+        outcome = Outcome()
+        # A client's packets to a service are steered by addresses and port, so it can have one
+        # flow per service at a time.
+        taken = {(r.placement.request.client, r.placement.request.service): flow
+                 for flow, r in self.flows.items()}
+        clashing = [r for r in requests if r.flow not in self.flows
+                    and (r.client, r.service) in taken]
+        waiting = tuple(r for r in requests if r.flow not in self.flows and r not in clashing)
+        if waiting:
+            outcome.decision = self.policy.decide(self.state(waiting, now))
+        outcome.decision.rejections += [
+            Rejection(r.flow, f"{r.client} already has flow {taken[r.client, r.service]} "
+                              f"for {r.service}") for r in clashing]
+        by_flow = {request.flow: request for request in waiting}
+        for assignment in outcome.decision.assignments:
+            self._check_server(by_flow[assignment.flow].service, assignment.server)
+            self.flows[assignment.flow] = FlowRecord(
+                Placement(by_flow[assignment.flow], assignment.server, assignment.bitrate),
+                tuple(assignment.path) if assignment.path else None)
+            outcome.placed[assignment.flow] = assignment.server
+            outcome.switches |= self._refresh(assignment.flow)
+        for migration in outcome.decision.migrations:
+            self._migrate(migration, outcome)
+        return outcome
+
+    def rebalance(self, now: float = 0.0) -> Outcome:
+        """Ask the policy with no new requests: it may migrate placed flows."""
+        outcome = Outcome(decision=self.policy.decide(self.state((), now)))
+        for migration in outcome.decision.migrations:
+            self._migrate(migration, outcome)
+        return outcome
+
+    def steer(self, flow: str, server: str) -> Outcome:
+        """Move a placed flow to ``server`` by hand (an operator's or experiment's decision)."""
+        if flow not in self.flows:
+            raise KeyError(f"no placed flow {flow!r}")
+        outcome = Outcome()
+        self._migrate(Migration(flow, server), outcome)
+        return outcome
+
+    def pin(self, flow: str, waypoints: tuple[str, ...]) -> Outcome:
+        """Pin a placed flow's client-to-server direction through ``waypoints`` (switches)."""
+        record = self.flows[flow]
+        client = self.view.attachment(record.placement.request.client)
+        rules.explicit_path(self.view, client, waypoints, (), self.down)  # raises if impossible
+        record.path = tuple(waypoints)
+        return Outcome(switches=self._refresh(flow))
+
+    def leave(self, flow: str) -> Outcome:
+        self.flows.pop(flow, None)
+        return Outcome(switches=self._refresh(flow))
+
+    def _migrate(self, migration: Migration, outcome: Outcome) -> None:
+        record = self.flows[migration.flow]
+        self._check_server(record.placement.request.service, migration.server)
+        record.placement = Placement(record.placement.request, migration.server,
+                                     migration.bitrate if migration.bitrate is not None
+                                     else record.placement.bitrate)
+        record.migrations += 1
+        outcome.placed[migration.flow] = migration.server
+        outcome.switches |= self._refresh(migration.flow)
+
+    def _check_server(self, service: str, server: str) -> None:
+        if server not in self.view.services[service].servers:
+            raise ValueError(f"{server} does not serve {service}")
+
+    # persistence: a restarted controller takes over the flows placed before
+
+    def snapshot(self) -> dict:
+        return {"flows": [{"flow": flow, "client": r.placement.request.client,
+                           "service": r.placement.request.service,
+                           "demand": r.placement.request.demand,
+                           "bitrates": list(r.placement.request.bitrates),
+                           "server": r.placement.server, "bitrate": r.placement.bitrate,
+                           "path": list(r.path) if r.path else None,
+                           "migrations": r.migrations}
+                          for flow, r in self.flows.items()],
+                "loads": dict(self.loads)}
+
+    def restore(self, snapshot: dict) -> None:
+        for item in snapshot.get("flows", []):
+            if item["service"] not in self.view.services:
+                continue
+            request = Request(item["flow"], item["client"], item["service"], item["demand"],
+                              tuple(item["bitrates"]))
+            self.flows[item["flow"]] = FlowRecord(
+                Placement(request, item["server"], item["bitrate"]),
+                tuple(item["path"]) if item["path"] else None, item["migrations"])
+            self._refresh(item["flow"])
+        self.loads.update({k: v for k, v in snapshot.get("loads", {}).items()
+                           if isinstance(v, (int, float)) and math.isfinite(v)})
+
+    def request_for(self, client: str, service: str, demand: float | None = None,
+                    bitrates: tuple[float, ...] = (), flow: str | None = None) -> Request:
+        """A request as the controller names it: flow ``client/service`` unless given."""
+        if service not in self.view.services:
+            raise KeyError(f"unknown service {service!r}")
+        return Request(flow or f"{client}/{service}", client, service,
+                       self.view.services[service].demand if demand is None else demand,
+                       tuple(bitrates))
+
+    def client_of(self, address: str) -> str | None:
+        attachment = self.view.by_address.get(address)
+        return attachment.host if attachment else None
+

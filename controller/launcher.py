@@ -1,0 +1,160 @@
+"""Starting, stopping and killing the controller process of a run, and its entry point.
+
+``python -m controller --config FILE`` runs :mod:`controller.app` with os-ken's
+``AppManager.run_apps`` (os-ken 4.x has no manager command; Neutron launches its apps the same
+way), OpenFlow on ``127.0.0.1`` at the configured port. Under Ryu the same app loads with
+``EDGEBED_CONTROLLER_CONFIG=FILE ryu-manager --ofp-tcp-listen-port PORT controller/app.py``.
+
+:class:`ControllerProcess` is what the runner uses: it writes the configuration, starts the
+process with the run's prefix in its environment, waits until every switch is connected and
+holds its rules, and stops it (SIGTERM: the app saves its state) or kills it (SIGKILL: a crash,
+for failure tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from topologies.naming import ENVIRONMENT_KEY
+
+CONFIG_ENVIRONMENT = "EDGEBED_CONTROLLER_CONFIG"
+READY_TIMEOUT_S = 30.0
+STOP_GRACE_S = 5.0
+SWITCH_INTERVAL_S = 0.0005
+
+
+def free_port(kind: int = socket.SOCK_STREAM) -> int:
+    """A TCP (or UDP) port nothing on loopback uses now (the controller binds it moments
+    later)."""
+    with socket.socket(socket.AF_INET, kind) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@dataclass
+class ControllerProcess:
+    """One run's controller: ``directory`` holds its config, log, state and status."""
+
+    directory: Path
+    config: dict
+    prefix: str
+    process: subprocess.Popen | None = None
+    starts: int = 0
+    exits: list[int] = field(default_factory=list)
+
+    @property
+    def openflow_target(self) -> str:
+        return f"tcp:127.0.0.1:{self.config['openflow_port']}"
+
+    @property
+    def control_address(self) -> tuple[str, int]:
+        """Where tools in the root namespace reach the control protocol (loopback)."""
+        return "127.0.0.1", self.config["loopback_control_port"]
+
+    def start(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        config_path = self.directory / "config.json"
+        config_path.write_text(json.dumps(self.config, indent=1))
+        (self.directory / "status.json").unlink(missing_ok=True)
+        environment = dict(os.environ, **{ENVIRONMENT_KEY: self.prefix})
+        with open(self.directory / "controller.log", "a") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "controller", "--config", str(config_path)],
+                stdout=log, stderr=subprocess.STDOUT, env=environment,
+                cwd=Path(__file__).resolve().parent.parent)
+        self.starts += 1
+
+    def status(self) -> dict:
+        try:
+            return json.loads((self.directory / "status.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def wait_until(self, ready, what: str, timeout_s: float = READY_TIMEOUT_S) -> dict:
+        """Poll the status file until ``ready(status)``; raises if the process dies or time
+        runs out."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            status = self.status()
+            if status and ready(status):
+                return status
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the controller exited ({self.process.returncode}) before "
+                                   f"{what}; see {self.directory / 'controller.log'}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the controller did not get to {what} within "
+                                   f"{timeout_s:g}s; see {self.directory / 'controller.log'}")
+            time.sleep(0.05)
+
+    def wait_listening(self) -> None:
+        self.wait_until(lambda status: not status.get("stopped"), "listening")
+
+    def wait_synced(self, switches: int) -> dict:
+        return self.wait_until(lambda status: len(status.get("synced", [])) >= switches,
+                               f"all {switches} switches holding their rules")
+
+    def kill(self) -> None:
+        """Die like a crash: no state saved, no goodbye to the switches."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.exits.append(self.process.wait())
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.exits.append(self.process.wait(timeout=STOP_GRACE_S))
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+
+def _serve(config_path: Path) -> None:
+    from .ryu_api import FRAMEWORK, app_manager, cfg
+
+    config = json.loads(config_path.read_text())
+    os.environ[CONFIG_ENVIRONMENT] = str(config_path)
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cfg.CONF(args=[], project=FRAMEWORK.replace("-", "_"))
+    cfg.CONF.set_override("ofp_listen_host", "127.0.0.1")
+    cfg.CONF.set_override("ofp_tcp_listen_port", config["openflow_port"])
+
+    def stop(number, _frame):
+        # os-ken's native-thread hub cannot kill its threads (its run_apps cleanup raises on
+        # them), so the app saves its state and the process exits here.
+        for application in app_manager.AppManager.get_instance().applications.values():
+            if hasattr(application, "shutdown"):
+                application.shutdown()
+        logging.getLogger("edgebed.controller").info("stopped by %s",
+                                                     signal.Signals(number).name)
+        logging.shutdown()
+        os._exit(0)
+
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, stop)
+    # os-ken runs a thread per switch connection direction plus the app's event loop; with the
+    # default 5 ms GIL switch interval a barrier reply can wait milliseconds for its turn.
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    logging.getLogger("edgebed.controller").info("%s, OpenFlow on 127.0.0.1:%d", FRAMEWORK,
+                                                 config["openflow_port"])
+    app_manager.AppManager.run_apps(["controller.app"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m controller",
+                                     description="edgebed's SDN controller")
+    parser.add_argument("--config", required=True, type=Path,
+                        help="the JSON configuration the runner writes")
+    _serve(parser.parse_args(argv).config)
+    return 0

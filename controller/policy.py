@@ -1,0 +1,138 @@
+"""The policy interface: what a scheduling policy is given and what it decides.
+
+A policy is plain Python. It imports nothing from os-ken, Ryu or Mininet, so the same policy
+object runs in unit tests, in model-level simulations and inside the live controller, where
+the controller app (:mod:`controller.app`) turns its decisions into OpenFlow rules.
+
+State in: the network (a graph of nodes with one-way link delays), the servers of each service
+with their capacities and last reported loads, the clients, the flows already placed and the
+requests waiting for a decision. Decisions out: for each request the server it goes to (or a
+rejection), the bitrate to serve it at, an explicit path when the default shortest path will
+not do, and migrations of flows already placed.
+
+Units are the scenario's: capacity, load and demand are in the same unit per service (bits
+per second for streams, requests per second for request/response services, or whatever the
+scenario says); delays are in seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import networkx as nx
+
+
+@dataclass(frozen=True)
+class Server:
+    """A host that can serve a service."""
+
+    name: str
+    service: str
+    address: str  # IPv4 address, dotted
+    capacity: float  # in the service's demand unit; inf when the scenario gives none
+    load: float = 0.0  # last reported by the server (0 until it reports)
+    labels: dict = field(default_factory=dict, hash=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Client:
+    """A host that sends requests (viewers, terminals, request clients)."""
+
+    name: str
+    address: str
+    labels: dict = field(default_factory=dict, hash=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Request:
+    """A flow asking to be placed: ``client`` wants ``service`` with ``demand``.
+
+    ``flow`` names the flow and is unique within the controller (``client/service`` unless the
+    client asks for several); ``bitrates`` lists what the client can take, best first, for
+    policies that choose a bitrate (empty: the policy chooses none).
+    """
+
+    flow: str
+    client: str
+    service: str
+    demand: float = 0.0
+    bitrates: tuple[float, ...] = ()
+    labels: dict = field(default_factory=dict, hash=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A flow already placed: the request and the server it is on."""
+
+    request: Request
+    server: str
+    bitrate: float | None = None
+
+
+@dataclass(frozen=True)
+class State:
+    """Everything a policy may look at. ``graph`` is a :class:`networkx.MultiDiGraph` of the
+    scenario's nodes; each edge ``u -> v`` has ``delay`` (seconds, this direction), ``bw``
+    (bits/s, 0 when unlimited) and ``up`` (bool). ``now`` is seconds since the controller
+    started (policies that work in periods use it)."""
+
+    graph: nx.MultiDiGraph
+    servers: tuple[Server, ...]
+    clients: tuple[Client, ...]
+    placements: tuple[Placement, ...] = ()
+    requests: tuple[Request, ...] = ()
+    now: float = 0.0
+
+    def servers_of(self, service: str) -> list[Server]:
+        return [server for server in self.servers if server.service == service]
+
+    def placed_load(self, server: str) -> float:
+        """The demand of the flows placed on ``server``."""
+        return sum(p.request.demand for p in self.placements if p.server == server)
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """Put ``flow`` on ``server`` (at ``bitrate``, along ``path`` when given: the node names from
+    the client to the server, switches included)."""
+
+    flow: str
+    server: str
+    bitrate: float | None = None
+    path: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Migration:
+    """Move a placed flow to another server (the flow keeps running; the controller re-steers
+    it)."""
+
+    flow: str
+    server: str
+    bitrate: float | None = None
+
+
+@dataclass(frozen=True)
+class Rejection:
+    flow: str
+    reason: str
+
+
+@dataclass
+class Decision:
+    """What a policy decided for one call: every request in ``State.requests`` is either
+    assigned or rejected; migrations move flows from ``State.placements``."""
+
+    assignments: list[Assignment] = field(default_factory=list)
+    migrations: list[Migration] = field(default_factory=list)
+    rejections: list[Rejection] = field(default_factory=list)
+
+
+class Policy(Protocol):
+    """A scheduling policy. ``decide`` may keep state between calls on the policy object (a
+    round-robin cursor, say); it must not change ``state``."""
+
+    name: str
+
+    def decide(self, state: State) -> Decision: ...

@@ -1,0 +1,259 @@
+"""The controller's flows on a fake flow table (in the style of Faucet's ``fakeoftable``): the
+rules :class:`controller.core.ControllerCore` wants, sent as real os-ken OpenFlow 1.3 messages
+by :mod:`controller.openflow`, applied to fake switches cabled like the scenario, and packets
+traced through them. No root, no OVS.
+
+The network is the ring of ``topologies/edge-services.yaml``: viewers on s1, edges on s3, the
+short way through s2 (2 + 2 ms), the long way through s4 (5 + 5 ms).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from controller import openflow, rules
+from controller.core import ControllerCore
+from controller.policies import create
+from controller.view import NetworkView
+from tests.unit.fakeoftable import FakeNetwork
+from topologies.scenario import load
+
+VIDEO = "10.0.0.200"
+UDP = 17
+
+
+def view() -> NetworkView:
+    return NetworkView.from_scenario(load("topologies/edge-services.yaml"))
+
+
+class Bed:
+    """A core, fake switches cabled as its view says, and the switches' installed state."""
+
+    def __init__(self, policy: str = "least_loaded", fast_failover: bool = True,
+                 **policy_params):
+        self.view = view()
+        self.core = ControllerCore(self.view, create(policy, policy_params), fast_failover)
+        links = {}
+        for trunk in self.view.trunks:
+            links[self.view.switches[trunk.a], trunk.a_port] = (
+                "switch", self.view.switches[trunk.b], trunk.b_port)
+        for attachment in self.view.attachments:
+            links[self.view.switches[attachment.switch], attachment.port] = (
+                "host", attachment.host)
+        self.network = FakeNetwork(links)
+        self.installed = {name: rules.SwitchRules() for name in self.view.switches}
+        self.sync(self.view.switches)
+
+    def datapath(self, switch: str):
+        return self.network.datapaths[self.view.switches[switch]]
+
+    def sync(self, switches) -> int:
+        """Send the switches what the core wants them to hold; returns the message count."""
+        count = 0
+        for switch in switches:
+            desired = self.core.desired(switch)
+            changes = rules.diff(self.installed[switch], desired)
+            for message in openflow.messages(self.datapath(switch), changes):
+                self.datapath(switch).send_msg(message)
+                count += 1
+            self.installed[switch] = desired
+            assert not self.datapath(switch).table.errors, self.datapath(switch).table
+        return count
+
+    def send(self, host: str, **packet) -> list[tuple[str, dict]]:
+        """What the hosts receive when ``host`` sends ``packet`` (source fields filled in)."""
+        attachment = self.view.attachment(host)
+        packet = {"eth_src": attachment.mac, "ipv4_src": attachment.address} | packet
+        return self.network.trace((self.view.switches[attachment.switch], attachment.port),
+                                  packet)
+
+    def udp(self, host: str, to: str, source_port: int = 40000, dest_port: int = 5004):
+        target = self.view.by_address.get(to)
+        eth_dst = target.mac if target else self.view.service_by_address[to].mac
+        return self.send(host, eth_type=0x0800, ip_proto=UDP, ipv4_dst=to, eth_dst=eth_dst,
+                         udp_src=source_port, udp_dst=dest_port)
+
+    def cut(self, switch: str, port: int, tell_controller: bool = True) -> None:
+        self.network.set_link_live(self.view.switches[switch], port, False)
+        if tell_controller:
+            peer = self.network.links[self.view.switches[switch], port]
+            self.sync(self.core.port_changed(switch, port, False)
+                      | self.core.port_changed(self.view.switch_of_dpid[peer[1]], peer[2], False))
+
+    def place(self, client: str, service: str = "video") -> str:
+        outcome = self.core.place([self.core.request_for(client, service)])
+        self.sync(outcome.switches)
+        return outcome.placed[f"{client}/{service}"]
+
+
+def test_every_host_reaches_every_other_host_by_the_shortest_path():
+    bed = Bed()
+    hosts = [a.host for a in bed.view.attachments]
+    for source in hosts:
+        for target in hosts:
+            if source != target:
+                address = bed.view.attachment(target).address
+                assert [host for host, _ in bed.udp(source, address)] == [target]
+
+
+def test_arp_goes_to_the_controller_and_ipv6_is_dropped():
+    bed = Bed()
+    arp = bed.send("viewer1", eth_type=0x0806, eth_dst="ff:ff:ff:ff:ff:ff", arp_op=1,
+                   arp_tpa="10.0.0.4")
+    assert arp == [] and len(bed.datapath("s1").table.packet_ins) == 1
+    assert bed.send("viewer1", eth_type=0x86DD, eth_dst="33:33:00:00:00:02") == []
+
+
+def test_a_service_flow_is_punted_until_placed_then_rewritten_both_ways():
+    bed = Bed()
+    assert bed.udp("viewer1", VIDEO) == []
+    assert len(bed.datapath("s1").table.packet_ins) == 1  # the controller will place it
+    server = bed.place("viewer1")
+    server_end = bed.view.attachment(server)
+    [(host, delivered)] = bed.udp("viewer1", VIDEO)
+    assert host == server
+    assert delivered["ipv4_dst"] == server_end.address and delivered["eth_dst"] == server_end.mac
+    assert delivered["ipv4_src"] == bed.view.attachment("viewer1").address
+    # the server answers from port 5004: the client sees the service address
+    client = bed.view.attachment("viewer1")
+    [(host, answer)] = bed.send(server, eth_type=0x0800, ip_proto=UDP, ipv4_dst=client.address,
+                                eth_dst=client.mac, udp_src=5004, udp_dst=40000)
+    assert host == "viewer1"
+    assert answer["ipv4_src"] == VIDEO and answer["eth_src"] == bed.view.services["video"].mac
+    # other ports of the service address are not the service's
+    assert bed.udp("viewer1", VIDEO, dest_port=5005) == []
+
+
+def test_least_loaded_spreads_viewers_and_round_robin_takes_turns():
+    bed = Bed()
+    assert sorted(bed.place(v) for v in ("viewer1", "viewer2", "viewer3")) == [
+        "edge1", "edge2", "edge3"]
+    turns = Bed("round_robin")
+    assert [turns.place(v) for v in ("viewer1", "viewer2", "viewer3")] == [
+        "edge1", "edge2", "edge3"]
+
+
+def test_a_migrated_flow_reaches_its_new_server_and_only_its_switch_changes():
+    bed = Bed()
+    first = bed.place("viewer1")
+    target = "edge3" if first != "edge3" else "edge2"
+    outcome = bed.core.steer("viewer1/video", target)
+    assert outcome.switches == {"s1"}  # steering lives on the client's switch
+    # the outbound rewrite replaced in place; the answers' rule matches the new server's
+    # address, so it is added and the old one deleted
+    assert bed.sync(outcome.switches) == 3
+    [(host, _)] = bed.udp("viewer1", VIDEO)
+    assert host == target
+
+
+def link_index(bed: Bed, switch: str, port: int) -> int:
+    return next(t.link for t in bed.view.trunks if (switch, port) in ((t.a, t.a_port),
+                                                                      (t.b, t.b_port)))
+
+
+def test_fast_failover_moves_traffic_before_the_controller_hears_of_the_cut():
+    bed = Bed(fast_failover=True)
+    viewer1, edge1 = (bed.view.attachment(h).address for h in ("viewer1", "edge1"))
+    bed.cut("s1", 10, tell_controller=False)  # s1 - s2, the short way
+    assert [h for h, _ in bed.udp("viewer1", edge1)] == ["edge1"]
+    # Loop-free alternates protect against failures next to the switch only: s3 still sends
+    # toward s1 through s2, which has no alternate that would not come back (RFC 5286's
+    # coverage limit), so that direction waits for the controller.
+    assert bed.udp("edge1", viewer1) == []
+    bed.cut("s1", 10)
+    assert [h for h, _ in bed.udp("edge1", viewer1)] == ["viewer1"]
+
+
+def test_without_fast_failover_the_cut_drops_until_the_controller_reroutes():
+    bed = Bed(fast_failover=False)
+    edge1 = bed.view.attachment("edge1").address
+    bed.cut("s1", 10, tell_controller=False)
+    assert bed.udp("viewer1", edge1) == []
+    changed = bed.core.port_changed("s1", 10, False)
+    assert changed == set(bed.view.switches)
+    assert bed.core.down == frozenset({link_index(bed, "s1", 10)})
+    bed.sync(changed)
+    assert [h for h, _ in bed.udp("viewer1", edge1)] == ["edge1"]
+    assert bed.core.port_changed("s2", 10, False) == set()  # the same link: nothing new
+
+
+def test_loop_free_alternates_only_where_the_neighbour_does_not_come_back():
+    forwarding = rules.forwarding(view())
+    groups = {switch: {group_id: [bucket.watch_port for bucket in group.buckets]
+                       for group_id, group in state.groups.items()}
+              for switch, state in forwarding.items()}
+    ids = {name: index + 1 for index, name in enumerate(sorted(view().switches))}
+    # s1 reaches s3 via s2 (4 ms) and falls back on s4 (10 ms); s4 would send s1's traffic
+    # for s2 back through s1 (a tie), so s1 has no alternate toward s2 or s4.
+    assert groups["s1"] == {ids["s3"]: [10, 13]}
+    assert groups["s3"] == {ids["s1"]: [11, 12]}
+    assert rules.forwarding(view(), fast_failover=False)["s1"].groups == {}
+
+
+def test_a_pinned_path_survives_a_cut_of_the_path_it_left():
+    bed = Bed(fast_failover=False)
+    server = bed.place("viewer1")
+    outcome = bed.core.pin("viewer1/video", ("s4",))
+    bed.sync(outcome.switches)
+    bed.cut("s1", 10, tell_controller=False)  # the shortest path is gone, the pinned one not
+    [(host, _)] = bed.udp("viewer1", VIDEO)
+    assert host == server
+    with pytest.raises(ValueError, match="not a switch"):
+        bed.core.pin("viewer1/video", ("viewer2",))
+
+
+def test_leaving_removes_the_flow_rules_and_nothing_else():
+    bed = Bed()
+    bed.place("viewer1")
+    before = {s: len(bed.datapath(s).table.flows()) for s in bed.view.switches}
+    bed.sync(bed.core.leave("viewer1/video").switches)
+    after = {s: len(bed.datapath(s).table.flows()) for s in bed.view.switches}
+    assert before["s1"] - after["s1"] == 2 and all(
+        before[s] == after[s] for s in ("s2", "s3", "s4"))
+    assert bed.udp("viewer1", VIDEO) == []
+
+
+def test_resynchronising_an_unchanged_network_sends_nothing():
+    bed = Bed()
+    bed.place("viewer1")
+    assert bed.sync(bed.view.switches) == 0
+
+
+def test_a_restarted_controller_wants_exactly_what_the_switches_hold():
+    bed = Bed()
+    for viewer in ("viewer1", "viewer2"):
+        bed.place(viewer)
+    bed.core.steer("viewer1/video", "edge3")
+    bed.sync(bed.view.switches)
+    successor = ControllerCore(bed.view, create("least_loaded", {}))
+    successor.restore(bed.core.snapshot())
+    for switch in bed.view.switches:
+        assert not rules.diff(bed.installed[switch], successor.desired(switch))
+
+
+def test_a_policy_decision_for_a_server_outside_the_service_is_refused():
+    bed = Bed()
+    bed.place("viewer1")
+    with pytest.raises(ValueError, match="does not serve"):
+        bed.core.steer("viewer1/video", "viewer2")
+
+
+def test_a_client_has_one_flow_per_service():
+    bed = Bed()
+    bed.place("viewer1")
+    outcome = bed.core.place([bed.core.request_for("viewer1", "video", flow="viewer1/second")])
+    [rejection] = outcome.decision.rejections
+    assert "already has flow viewer1/video" in rejection.reason and not outcome.placed
+
+
+def test_a_server_reporting_overload_loses_a_flow_to_the_least_loaded_one():
+    bed = Bed(rebalance_threshold=0.3)
+    placed = {viewer: bed.place(viewer) for viewer in ("viewer1", "viewer2", "viewer3")}
+    assert not bed.core.rebalance().placed  # balanced: 3 of 20 Mbit/s each
+    busy = placed["viewer1"]
+    bed.core.report_load(busy, 18e6)  # something else loads it: 90%
+    outcome = bed.core.rebalance()
+    assert list(outcome.placed) == ["viewer1/video"] and outcome.placed["viewer1/video"] != busy
+    bed.sync(outcome.switches)
+    [(host, _)] = bed.udp("viewer1", VIDEO)
+    assert host == outcome.placed["viewer1/video"]
