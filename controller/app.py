@@ -79,7 +79,22 @@ class EdgebedController(App):
         self._decisions = self._open_table()
         self.control = ControlServer(self._control_sockets(), self.handle_control)
         self.control.start()
+        if self.config.get("period"):
+            threading.Thread(target=self._periods, name="periods", daemon=True).start()
         self._write_status()
+
+    def _periods(self) -> None:
+        """Every period, the policy decides every placed flow again (absolute deadlines, so
+        periods do not drift by the time a decision takes)."""
+        period = self.config["period"]
+        due = time.monotonic() + period
+        while True:
+            time.sleep(max(0.0, due - time.monotonic()))
+            due += period
+            with self.lock:
+                started = time.perf_counter_ns()
+                self._carry_out(self.core.reallocate(time.monotonic() - self.started), "period",
+                                started)
 
     # lifecycle
 

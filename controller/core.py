@@ -64,11 +64,14 @@ class ControllerCore:
                      for service in self.view.services.values()
                      for name, capacity in sorted(service.servers.items()))
 
-    def state(self, requests: tuple[Request, ...] = (), now: float = 0.0) -> State:
+    def state(self, requests: tuple[Request, ...] = (), now: float = 0.0,
+              reallocating: bool = False) -> State:
         clients = tuple(Client(a.host, a.address, self.view.labels.get(a.host, {}))
                         for a in self.view.attachments)
+        placed = tuple(record.placement for record in self.flows.values())
         return State(self.view.policy_graph(self.down), self.servers(), clients,
-                     tuple(record.placement for record in self.flows.values()), requests, now)
+                     () if reallocating else placed, requests, now,
+                     placed if reallocating else ())
 
     # what switches hold
 
@@ -162,6 +165,28 @@ class ControllerCore:
             self._migrate(migration, outcome)
         return outcome
 
+    def reallocate(self, now: float = 0.0) -> Outcome:
+        """A new period: every placed flow is decided again, with this period's placements as
+        the previous state (seed 000's model works in periods). A flow the policy puts on
+        another server migrates; one it gives another bitrate keeps its server with the new
+        bitrate; one it rejects keeps what it has (a period's decision never cuts a running
+        stream)."""
+        requests = tuple(record.placement.request for record in self.flows.values())
+        outcome = Outcome()
+        if not requests:
+            return outcome
+        outcome.decision = self.policy.decide(self.state(requests, now, reallocating=True))
+        for assignment in outcome.decision.assignments:
+            placement = self.flows[assignment.flow].placement
+            if assignment.server != placement.server:
+                self._migrate(Migration(assignment.flow, assignment.server, assignment.bitrate),
+                              outcome)
+            elif assignment.bitrate != placement.bitrate:
+                self.flows[assignment.flow].placement = Placement(
+                    placement.request, placement.server, assignment.bitrate)
+                outcome.placed[assignment.flow] = placement.server
+        return outcome
+
     def steer(self, flow: str, server: str) -> Outcome:
         """Move a placed flow to ``server`` by hand (an operator's or experiment's decision)."""
         if flow not in self.flows:
@@ -213,8 +238,8 @@ class ControllerCore:
         for item in snapshot.get("flows", []):
             if item["service"] not in self.view.services:
                 continue
-            request = Request(item["flow"], item["client"], item["service"], item["demand"],
-                              tuple(item["bitrates"]))
+            request = self.request_for(item["client"], item["service"], item["demand"],
+                                       tuple(item["bitrates"]), item["flow"])
             self.flows[item["flow"]] = FlowRecord(
                 Placement(request, item["server"], item["bitrate"]),
                 tuple(item["path"]) if item["path"] else None, item["migrations"])
@@ -229,7 +254,7 @@ class ControllerCore:
             raise KeyError(f"unknown service {service!r}")
         return Request(flow or f"{client}/{service}", client, service,
                        self.view.services[service].demand if demand is None else demand,
-                       tuple(bitrates))
+                       tuple(bitrates), dict(self.view.labels.get(client, {})))
 
     def client_of(self, address: str) -> str | None:
         attachment = self.view.by_address.get(address)

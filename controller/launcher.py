@@ -62,6 +62,10 @@ class ControllerProcess:
         return "127.0.0.1", self.config["loopback_control_port"]
 
     def start(self) -> None:
+        """Start a controller process. Each start listens at a port of its own: a switch that
+        is told a new target connects at once, where a switch that lost its controller backs
+        off up to 8 s before trying the old one again."""
+        self.config["openflow_port"] = free_port()
         self.directory.mkdir(parents=True, exist_ok=True)
         config_path = self.directory / "config.json"
         config_path.write_text(json.dumps(self.config, indent=1))
@@ -97,7 +101,9 @@ class ControllerProcess:
             time.sleep(0.05)
 
     def wait_listening(self) -> None:
-        self.wait_until(lambda status: not status.get("stopped"), "listening")
+        port = self.config["openflow_port"]
+        self.wait_until(lambda status: not status.get("stopped") and _listening(port),
+                        f"listening for switches on port {port}")
 
     def wait_synced(self, switches: int) -> dict:
         return self.wait_until(lambda status: len(status.get("synced", [])) >= switches,
@@ -117,6 +123,15 @@ class ControllerProcess:
             self.exits.append(self.process.wait(timeout=STOP_GRACE_S))
         except subprocess.TimeoutExpired:
             self.kill()
+
+
+def _listening(port: int) -> bool:
+    """Whether something listens on TCP ``port`` in this network namespace (from
+    /proc/net/tcp: local address, state 0A = LISTEN), without connecting to it."""
+    wanted = f":{port:04X}"
+    with open("/proc/net/tcp") as table:
+        return any(fields[1].endswith(wanted) and fields[3] == "0A"
+                   for fields in (line.split() for line in list(table)[1:]))
 
 
 def _serve(config_path: Path) -> None:

@@ -75,7 +75,10 @@ class State:
     """Everything a policy may look at. ``graph`` is a :class:`networkx.MultiDiGraph` of the
     scenario's nodes; each edge ``u -> v`` has ``delay`` (seconds, this direction), ``bw``
     (bits/s, 0 when unlimited) and ``up`` (bool). ``now`` is seconds since the controller
-    started (policies that work in periods use it)."""
+    started (policies that work in periods use it). ``placements`` hold capacity; ``previous``
+    is where the requests being decided were in the last period (a new period re-decides every
+    flow: they are requests again and hold no capacity, but switching server or dropping
+    bitrate may cost QoE)."""
 
     graph: nx.MultiDiGraph
     servers: tuple[Server, ...]
@@ -83,6 +86,7 @@ class State:
     placements: tuple[Placement, ...] = ()
     requests: tuple[Request, ...] = ()
     now: float = 0.0
+    previous: tuple[Placement, ...] = ()
 
     def servers_of(self, service: str) -> list[Server]:
         return [server for server in self.servers if server.service == service]

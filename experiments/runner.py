@@ -253,13 +253,12 @@ class Run:
             "out": str(directory), "view": NetworkView.from_scenario(self.scenario).to_json(),
             "policy": settings.policy, "policy_params": settings.policy_params,
             "fast_failover": settings.fast_failover, "control_port": settings.control_port,
-            "openflow_port": free_port(), "loopback_control_port": free_port(socket.SOCK_DGRAM),
+            "period": settings.period,
+            "loopback_control_port": free_port(socket.SOCK_DGRAM),
             "management": management and {"address": management.controller_address,
                                            "netns_pid": management.controller_pid}},
             self.names.prefix)
         self._controller_up()
-        self.network.use_controller(self.controller.openflow_target)
-        self.controller.wait_synced(len(self.scenario.switches))
         self.run_dir.update_manifest(controller={
             "openflow": self.controller.openflow_target,
             "control": (f"{management.controller_address}:{settings.control_port}"
@@ -267,8 +266,11 @@ class Run:
             "control_loopback": "{}:{}".format(*self.controller.control_address)})
 
     def _controller_up(self) -> None:
+        """Start a controller, point the switches at it, wait until they hold their rules."""
         self.controller.start()
         self.controller.wait_listening()
+        self.network.use_controller(self.controller.openflow_target)
+        self.controller.wait_synced(len(self.scenario.switches))
 
     def _controller_environment(self) -> dict[str, str]:
         """Where agents find the control protocol: on the management network."""
@@ -378,7 +380,9 @@ class Run:
             self.controller.kill()
         elif event.action == "controller_up":
             self._controller_up()
-            self.controller.wait_synced(len(self.scenario.switches))
+            self.run_dir.update_manifest(controller=dict(
+                self.run_dir.read_json("manifest.json")["controller"],
+                openflow=self.controller.openflow_target))
         elif event.action == "set":
             self.links.set(event.link, event.changes, event.directions)
         elif event.node is not None:

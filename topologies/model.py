@@ -237,6 +237,9 @@ class Controller(StrictModel):
                                           description="the policy's parameters")
     services: dict[str, Service] = Field(default_factory=dict,
                                          description="virtual IPs the controller steers")
+    period: Optional[PositiveDuration] = Field(
+        None, description="re-decide every placed flow this often (policies that work in "
+                          "periods, such as seed 000's); default: flows stay where placed")
     fast_failover: bool = Field(True, description="pre-install OpenFlow fast-failover backups "
                                                   "where a loop-free alternate exists; false: "
                                                   "reroute only when the controller hears of "

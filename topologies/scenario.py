@@ -825,7 +825,7 @@ class _Resolver:
         controller = self.document.controller
         path = ("controller",)
         if controller.app == "none":
-            for name in ("services", "policy", "policy_params"):
+            for name in ("services", "policy", "policy_params", "period"):
                 if name in controller.model_fields_set:
                     self.problem(path + (name,), f"{name} is set but no controller app runs",
                                  "set controller: {app: edgebed}", key=True)

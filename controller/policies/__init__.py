@@ -11,9 +11,10 @@ from __future__ import annotations
 from pydantic import BaseModel, ValidationError
 
 from controller.policies.baseline import LeastLoaded, RoundRobin
+from controller.policies.live_edge import LIVE_EDGE_POLICIES
 from controller.policy import Policy
 
-POLICIES = {policy.name: policy for policy in (RoundRobin, LeastLoaded)}
+POLICIES = {policy.name: policy for policy in (RoundRobin, LeastLoaded, *LIVE_EDGE_POLICIES)}
 
 
 def available() -> list[str]:

@@ -14,6 +14,7 @@ import json
 import random
 import signal
 import socket
+import subprocess
 import textwrap
 import time
 
@@ -292,3 +293,32 @@ def test_fuzzed_control_messages_leave_the_controller_working(tmp_path, state_be
     assert counters["received"] >= 10_000 and counters["handler_errors"] == 0, counters
     assert summary["controller"]["exits"] == [0]
     assert_nothing_left(state_before, summary["prefix"])
+
+
+def test_a_switch_that_lost_its_rules_gets_them_back_when_it_reconnects(tmp_path, state_before):
+    path = scenario(tmp_path, duration="10s", workload=steady("viewer1", "1s", "8s"))
+    runs = tmp_path / "runs"
+    process = start_edgebed("run", str(path), "--runs-dir", str(runs))
+    run_dir = wait_for_phase(runs, "network up", process)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    bridge = f"{manifest['prefix']}s0"  # s1, where viewer1 is
+    time.sleep(3)
+    # As if the switch restarted: no controller, no rules (fail secure: it drops everything).
+    for command in (["ovs-vsctl", "del-controller", bridge],
+                    ["ovs-ofctl", "-O", "OpenFlow13", "del-flows", bridge],
+                    ["ovs-ofctl", "-O", "OpenFlow13", "del-groups", bridge]):
+        subprocess.run(command, check=True)
+    time.sleep(1)
+    subprocess.run(["ovs-vsctl", "set-controller", bridge, manifest["controller"]["openflow"]],
+                   check=True)
+    output, _ = process.communicate(timeout=120)
+    assert process.returncode == 0, output
+    [stream] = flows_by_edge(run_dir).values()
+    seconds = {int(row["second"]): int(row["packets"]) for row in read_table(
+        run_dir, "flow_seconds") if row["node"].startswith("edge")}
+    # about a second without rules, then the stream runs again to its end
+    assert 400 < float(stream["gap_max_ms"]) < 5000, stream
+    assert seconds[max(seconds)] > 300 and seconds[max(seconds) - 1] > 400, seconds
+    log = (run_dir / "controller" / "controller.log").read_text()
+    assert log.count("switch s1 (0000000000000001) connected") == 2
+    assert_nothing_left(state_before, json.loads((run_dir / "summary.json").read_text())["prefix"])

@@ -257,3 +257,22 @@ def test_a_server_reporting_overload_loses_a_flow_to_the_least_loaded_one():
     bed.sync(outcome.switches)
     [(host, _)] = bed.udp("viewer1", VIDEO)
     assert host == outcome.placed["viewer1/video"]
+
+
+def test_a_new_period_decides_every_flow_again_with_the_last_as_previous_state():
+    bed = Bed()
+    for viewer in ("viewer1", "viewer2", "viewer3"):
+        bed.place(viewer)
+    seen = []
+    decide = bed.core.policy.decide
+    bed.core.policy.decide = lambda state: seen.append(state) or decide(state)
+    assert not bed.core.reallocate().placed  # nothing changed: nothing moves
+    [state] = seen
+    assert len(state.requests) == 3 and state.placements == () and len(state.previous) == 3
+    bed.core.report_load("edge1", 18e6)  # edge1 is busy with something else now
+    outcome = bed.core.reallocate()
+    bed.sync(outcome.switches)
+    assert "edge1" not in {r.placement.server for r in bed.core.flows.values()}
+    for viewer in ("viewer1", "viewer2", "viewer3"):
+        [(host, _)] = bed.udp(viewer, VIDEO)
+        assert host == bed.core.flows[f"{viewer}/video"].placement.server

@@ -277,8 +277,9 @@ def test_policies_leave_state_alone_and_repeat_themselves(policy_name):
 # Registry
 
 
-def test_registry_lists_and_creates_both_policies():
-    assert policies.available() == ["least_loaded", "round_robin"]
+def test_registry_lists_the_policies_and_creates_them():
+    assert policies.available() == ["df", "least_loaded", "lua", "mhcp", "optimal",
+                                    "random_allocation", "round_robin"]
     assert isinstance(policies.create("round_robin", {}), RoundRobin)
     created = policies.create("least_loaded", {"rebalance_threshold": 0.3, "max_migrations": 2})
     assert created.name == "least_loaded"
@@ -287,7 +288,8 @@ def test_registry_lists_and_creates_both_policies():
 
 def test_unknown_policy_is_named_with_the_valid_ones():
     for lookup in (lambda: policies.create("random", {}), lambda: policies.params_model("random")):
-        with pytest.raises(ValueError, match=r"unknown policy 'random'.*least_loaded, round_robin"):
+        with pytest.raises(ValueError,
+                           match=r"unknown policy 'random'.*least_loaded, lua, .*round_robin"):
             lookup()
 
 

@@ -1,0 +1,251 @@
+"""The live-edge user allocation policies of seed 000 (LUA and its baselines DF, MHCP, Random,
+Optimal) on the plain-Python policy interface.
+
+Each call allocates, service by service, the requests it is given as one period of the model in
+:mod:`controller.live_edge.model` (a reconstruction; its docstring has the formulas), with the
+allocator of the same name from :mod:`controller.live_edge.policies`. As
+:class:`~controller.policy.State` says, ``placements`` are flows that stay where they are and
+use up bandwidth and compute there, and ``previous`` is where the requests were last period
+(the controller's new period re-decides every flow), which the switch and drop penalties look
+at. Reported server loads are not used: in a new period they include the very flows being
+decided. The policies return no migrations: in a new period the controller moves the flows
+whose assignment changed. What each call saw and decided is kept in
+``last_period`` (service -> (instance, allocation)), for comparing the model's prediction with
+what the agents measure.
+
+**Building the instance from a** :class:`~controller.policy.State`:
+
+* servers: a server's ``capacity`` is its bandwidth D_m (bit/s), its ``vcpu`` label its compute
+  C_m (absent: unlimited);
+* delays: shortest-path delays over the links that are ``up`` in ``State.graph`` (an edge without
+  ``up`` counts as up), directed as the stream flows: T(m, v) from the server's host to the
+  viewer's, T(m_bv, m) from the streamer edge to the server, T(b_v, m_bv) from the streamer to
+  its edge; a server the stream cannot reach the viewer through does not cover it;
+* viewer labels, read from the request's labels, then from its client's host labels (so a
+  scenario can set them once on a group or kind of viewer hosts):
+
+  - ``preferred_bitrate``: R*_v, bit/s or a rate such as ``5Mbps``; default the request's best
+    ``bitrates`` entry, else the source bitrate;
+  - ``danmaku_rate``: F_v, messages per second (default 0); ``gifts``: p_v (default 0);
+  - ``covering``: M(v), server names as a list or comma-separated (default every server of the
+    service);
+  - ``streamer``: the host the viewer's streamer uploads from; ``streamer_edge``: the node its
+    stream enters the edge at (default the service's server nearest the streamer). With neither
+    the viewer's own server is the origin and the streamer-side legs count 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping
+from functools import cache
+from typing import Annotated
+
+import networkx as nx
+import numpy as np
+from pydantic import BeforeValidator, Field, model_validator
+
+from controller.live_edge.model import (DEFAULT_LADDER, SOURCE_BITRATE, Allocation, EdgeServer,
+                                        Instance, Viewer, Weights, check_ladder)
+from controller.live_edge.policies import Allocator, df, lua, mhcp, optimal, random_allocation
+from controller.policies.baseline import PolicyParams
+from controller.policy import Assignment, Decision, Rejection, Request, State
+from topologies import units
+
+Rate = Annotated[float, BeforeValidator(units.parse_rate), Field(gt=0)]
+
+
+class LiveEdgeParams(PolicyParams):
+    """The model's parameters, which every live-edge policy takes."""
+
+    weights: Weights = Field(default_factory=Weights,
+                             description="QoE weights and constants, SI units (see "
+                                         "controller.live_edge.model.Weights)")
+    ladder: tuple[Rate, ...] = Field(DEFAULT_LADDER, min_length=1,
+                                     description="bitrate ladder, ascending (bit/s or rates "
+                                                 "such as 2.5Mbps)")
+    source_bitrate: Rate = Field(SOURCE_BITRATE, description="the streamer's upload bitrate R")
+
+    @model_validator(mode="after")
+    def _ladder_fits_the_source(self) -> LiveEdgeParams:
+        check_ladder(self.ladder, self.source_bitrate)
+        return self
+
+
+class RandomParams(LiveEdgeParams):
+    """Random allocation's parameters: the model's and a seed."""
+
+    seed: int = Field(0, description="seed of the random choices; the policy's draws go on "
+                                     "from call to call")
+
+
+class OptimalParams(LiveEdgeParams):
+    """Optimal allocation's parameters: the model's and the MILP solver's limits."""
+
+    time_limit: float = Field(60.0, gt=0, description="seconds the MILP solver may take per "
+                                                      "service and call")
+    mip_rel_gap: float = Field(1e-6, ge=0, le=1, description="relative optimality gap at which "
+                                                             "the solver stops")
+
+
+def _label(labels: Mapping, key: str, default):
+    """``labels[key]``, or ``default`` when it is absent or null."""
+    return labels[key] if labels.get(key) is not None else default
+
+
+def instance_from_state(state: State, service: str, requests: list[Request],
+                        params: LiveEdgeParams) -> Instance:
+    """The period ``requests`` (of ``service``) pose, as the module docstring describes; viewers
+    are named by their flows."""
+    graph = state.graph
+    up = nx.subgraph_view(graph, filter_edge=lambda u, v, k: graph.edges[u, v, k].get("up", True))
+
+    @cache
+    def delays_from(node: str) -> dict[str, float]:
+        return nx.single_source_dijkstra_path_length(up, node, weight="delay") if node in up \
+            else {}
+
+    servers = sorted(state.servers_of(service), key=lambda server: server.name)
+    names = [server.name for server in servers]
+    hosts = {client.name: client for client in state.clients}
+    previous = {placement.request.flow: placement for placement in state.previous}
+    used = defaultdict(lambda: [0.0, 0.0])  # server -> [bandwidth, compute]
+    for placement in state.placements:
+        if placement.request.service == service:
+            bitrate = placement.bitrate
+            used[placement.server][0] += placement.request.demand if bitrate is None else bitrate
+            # A flow placed without a bitrate is not transcoded here.
+            used[placement.server][1] += 0.0 if bitrate is None else (
+                (params.source_bitrate - bitrate) * params.weights.H)
+
+    viewers = []
+    for request in requests:
+        client = hosts.get(request.client)
+        labels = {**(client.labels if client else {}), **request.labels}
+        covering = _label(labels, "covering", names)
+        if isinstance(covering, str):
+            covering = [name.strip() for name in covering.split(",")]
+        streamer = _label(labels, "streamer", None)
+        from_streamer = delays_from(streamer) if streamer is not None else {}
+        edge = _label(labels, "streamer_edge", min(
+            (name for name in names if name in from_streamer), key=from_streamer.get,
+            default=None))
+        before = previous.get(request.flow)
+        viewers.append(Viewer(
+            name=request.flow,
+            delays={name: delays_from(name)[request.client] for name in names
+                    if name in covering and request.client in delays_from(name)},
+            preferred=units.parse_rate(_label(labels, "preferred_bitrate", (
+                request.bitrates[0] if request.bitrates else params.source_bitrate))),
+            danmaku_rate=float(_label(labels, "danmaku_rate", 0.0)),
+            gifts=float(_label(labels, "gifts", 0.0)),
+            previous_server=before.server if before else None,
+            previous_bitrate=before.bitrate if before else None,
+            streamer_edge=edge,
+            streamer_delay=from_streamer.get(edge, math.inf) if streamer is not None else 0.0))
+    edges = {viewer.streamer_edge for viewer in viewers} - {None}
+    return Instance(
+        viewers=tuple(viewers),
+        servers=tuple(EdgeServer(
+            server.name, max(server.capacity - used[server.name][0], 0.0),
+            max(float(server.labels.get("vcpu", math.inf)) - used[server.name][1], 0.0),
+            {edge: delays_from(edge)[server.name] for edge in edges
+             if server.name in delays_from(edge)}) for server in servers),
+        ladder=tuple(params.ladder), source=params.source_bitrate, weights=params.weights)
+
+
+class LiveEdgePolicy:
+    """Base of the live-edge policies: builds each service's instance, runs ``allocator`` on it
+    and turns the allocation into assignments (with bitrates) and rejections."""
+
+    name: str
+    Params: type[LiveEdgeParams] = LiveEdgeParams
+    allocator: Allocator
+
+    def __init__(self, params: LiveEdgeParams | None = None) -> None:
+        self.params = params or self.Params()
+        # Only random allocation's parameters carry a seed; the other allocators draw nothing.
+        self.rng = np.random.default_rng(getattr(self.params, "seed", None))
+        self.last_period: dict[str, tuple[Instance, Allocation]] = {}
+
+    def decide(self, state: State) -> Decision:
+        decision = Decision()
+        self.last_period = {}
+        by_service: dict[str, list[Request]] = defaultdict(list)
+        for request in state.requests:
+            by_service[request.service].append(request)
+        for service, requests in by_service.items():
+            if not state.servers_of(service):
+                reason = f"service {service!r} has no servers"
+                decision.rejections += [Rejection(request.flow, reason) for request in requests]
+                continue
+            instance = instance_from_state(state, service, requests, self.params)
+            allocation = self._allocate(instance)
+            self.last_period[service] = (instance, allocation)
+            for viewer, covered in zip(instance.viewers, instance.tables.covered.any(axis=1)):
+                if viewer.name in allocation.assignment:
+                    server, bitrate = allocation.assignment[viewer.name]
+                    decision.assignments.append(Assignment(viewer.name, server, bitrate))
+                elif covered:
+                    decision.rejections.append(Rejection(
+                        viewer.name, f"no server of {service!r} covering it has bandwidth and "
+                                     f"compute left for any bitrate"))
+                else:
+                    decision.rejections.append(Rejection(
+                        viewer.name, f"no server of {service!r} covers it with the stream "
+                                     f"reaching it over links that are up"))
+        return decision
+
+    def _allocate(self, instance: Instance) -> Allocation:
+        return type(self).allocator(instance, self.rng)
+
+
+class Lua(LiveEdgePolicy):
+    """LUA, the paper's greedy: viewers heaviest gift weight first, each to the covering server
+    where the bitrate that fits gives the highest QoE (see
+    ``controller.live_edge.policies.lua``)."""
+
+    name = "lua"
+    allocator = lua
+
+
+class DelayFirst(LiveEdgePolicy):
+    """Delay first: each viewer to the covering server with the lowest network delay, at the
+    fitting bitrate nearest its preference (see ``controller.live_edge.policies.df``)."""
+
+    name = "df"
+    allocator = df
+
+
+class Mhcp(LiveEdgePolicy):
+    """MHCP: each viewer to the covering server with the most remaining space, at the highest
+    bitrate that fits (see ``controller.live_edge.policies.mhcp``)."""
+
+    name = "mhcp"
+    allocator = mhcp
+
+
+class RandomAllocation(LiveEdgePolicy):
+    """Random: each viewer to a random covering server at a random bitrate, among those that
+    fit, seeded (see ``controller.live_edge.policies.random_allocation``)."""
+
+    name = "random_allocation"
+    Params = RandomParams
+    allocator = random_allocation
+
+
+class Optimal(LiveEdgePolicy):
+    """Optimal: the exact MILP allocation, the most viewers served and then the highest
+    objective (see ``controller.live_edge.policies.optimal``); the solver's status and gap are
+    in ``last_period[service][1].solver``."""
+
+    name = "optimal"
+    Params = OptimalParams
+
+    def _allocate(self, instance: Instance) -> Allocation:
+        return optimal(instance, self.rng, time_limit=self.params.time_limit,
+                       mip_rel_gap=self.params.mip_rel_gap)
+
+
+LIVE_EDGE_POLICIES = (Lua, DelayFirst, Mhcp, RandomAllocation, Optimal)
