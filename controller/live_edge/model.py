@@ -63,6 +63,7 @@ SOURCE_BITRATE = 8.0 * MBPS
 # Slack on every capacity, a millionth of it: covers float rounding of sums of bitrates and the
 # MILP solver's feasibility tolerance, far below any bitrate step.
 SLACK = 1e-6
+QOE_BLOCK = 1024  # viewers per block when tabulating QoE (1024 x 100 servers x 5 rungs: 4 MB)
 
 Weight = Annotated[float, Field(ge=0)]
 
@@ -312,6 +313,21 @@ class Tables:
         switch = switch_penalty(server, self.previous_server[viewer])
         return Terms(lat, interaction, quality, drop, switch,
                      qoe(interaction, quality, drop, switch, w))
+
+    @cached_property
+    def qoe_table(self) -> np.ndarray:
+        """QoE for every viewer, server and rung (V x M x K; -inf where m does not cover v),
+        computed once, a block of viewers at a time to bound the temporaries: a greedy pass
+        then looks its choices up instead of evaluating the model per viewer."""
+        viewers, servers, rungs = len(self.preferred), len(self.bandwidth), len(self.ladder)
+        table = np.empty((viewers, servers, rungs))
+        server = np.arange(servers)[None, :, None]
+        for first in range(0, viewers, QOE_BLOCK):
+            viewer = np.arange(first, min(first + QOE_BLOCK, viewers))[:, None, None]
+            table[first:first + QOE_BLOCK] = self.terms(viewer, server,
+                                                        self.ladder[None, None, :]).qoe
+        table[~self.covered] = -np.inf
+        return table
 
     def rung_at_least(self, bitrate) -> np.ndarray:
         """The index of the lowest rung at or above ``bitrate`` (the top rung above the

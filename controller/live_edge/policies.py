@@ -109,9 +109,9 @@ def lua(instance: Instance, rng: np.random.Generator) -> Allocation:
     order = np.argsort(-tables.weight, kind="stable")
     start = tables.rung_at_least(np.fmax(tables.preferred, tables.previous_bitrate))
     servers = np.arange(len(tables.bandwidth))
+    qoe = tables.qoe_table
     return greedy(tables, order, nearest_fitting(start),
-                  lambda viewer, rungs, loads: tables.terms(viewer, servers,
-                                                            tables.ladder[rungs]).qoe)
+                  lambda viewer, rungs, loads: qoe[viewer, servers, rungs])
 
 
 def df(instance: Instance, rng: np.random.Generator) -> Allocation:

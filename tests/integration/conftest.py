@@ -34,6 +34,11 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
 
 
+# Open vSwitch's own device for each datapath type: it comes with the first bridge of that
+# type and goes with the last, whoever made them (another run side by side, say).
+OVS_DATAPATH_DEVICES = frozenset({"ovs-netdev", "ovs-system"})
+
+
 @dataclass(frozen=True)
 class SystemState:
     """What a run may create: namespaces, root links, OVS bridges, run processes."""
@@ -53,7 +58,7 @@ class SystemState:
     def new_since(self, before: "SystemState", ignore_prefixes=()) -> dict:
         """Objects present now that were not before, except those of other runs' prefixes."""
         def ours(name):
-            return prefix_of(name) not in ignore_prefixes
+            return prefix_of(name) not in ignore_prefixes and name not in OVS_DATAPATH_DEVICES
         return {
             "netns": sorted(self.netns - before.netns),
             "links": sorted(n for n in self.links - before.links if ours(n)),
