@@ -11,8 +11,8 @@ import typing
 
 from pydantic import BaseModel
 
-AGENTS = ("streamer", "camera", "viewer", "chat_collector", "edge_forwarder", "ai_terminal",
-          "ai_receiver", "request_client", "request_server", "iperf")
+AGENTS = ("streamer", "camera", "viewer", "chat_collector", "edge_forwarder", "live_edge",
+          "ai_terminal", "ai_receiver", "request_client", "request_server", "iperf")
 COMMAND = "command"  # runs a program given in the scenario; no module, no params
 
 

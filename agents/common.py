@@ -95,6 +95,11 @@ TABLE_COLUMNS = {
     # agents.request_server and agents.request_client: one row per request.
     "requests_served": ("node", "agent", "request", "client", "queued_ms", "service_ms"),
     "responses": ("node", "agent", "request", "content", "response_ms", "bytes"),
+    # agents.live_edge: one row per session (a viewer's pulls of one stream at one bitrate).
+    "live_sessions": ("node", "agent", "viewer", "port", "flow", "bitrate_bps", "started_s",
+                      "ended_s", "frames", "packets", "refused"),
+    # agents.viewer in pull mode: one row per decision it followed.
+    "live_decisions": ("node", "agent", "time_s", "server", "bitrate_bps", "migrated", "flow"),
     # agents.iperf: one row per side (sent, received) of each test, one per reporting interval.
     "iperf": ("node", "agent", "role", "protocol", "test", "side", "seconds", "bytes",
               "bits_per_second", "retransmits", "jitter_ms", "lost_percent"),

@@ -30,10 +30,17 @@ request                   8  request u32, client u32, content u32, send_ns u64,
                              response_bytes u32
 response                  9  request u32, server u32, content u32, request_send_ns u64,
                              service_ns u64, then padding to the size asked for
+pull                     10  stream u32, delivered_stream u32, user u32, send_ns u64,
+                             bitrate_kbps u32, rung u8
 =====================  ====  ===========================================================
 
 A tail whose size a fixed field gives (text_length, length, port_count, count) ends there;
 bytes after it are padding and ignored. Loads above 10000 mean more than full.
+
+A pull is a viewer asking an edge for a live stream (:mod:`agents.live_edge`), sent again
+every few hundred milliseconds for as long as it wants it: source ``stream`` transcoded to
+``bitrate_kbps`` (ladder index ``rung``), its media packets carrying ``delivered_stream`` as
+their stream id, so that a viewer can measure each of its decisions as a flow of its own.
 """
 
 from __future__ import annotations
@@ -113,9 +120,12 @@ REQUEST = MessageFormat("request", 8, (
 RESPONSE = MessageFormat("response", 9, (
     ("request", "I"), ("server", "I"), ("content", "I"), ("request_send_ns", "Q"),
     ("service_ns", "Q")), "payload", "payload")
+PULL = MessageFormat("pull", 10, (
+    ("stream", "I"), ("delivered_stream", "I"), ("user", "I"), ("send_ns", "Q"),
+    ("bitrate_kbps", "I"), ("rung", "B")))
 
 FORMATS = {f.type: f for f in (MEDIA, DANMAKU, GIFT, AI_DATA, AI_LOAD, AI_ACCESS, AI_NACK,
-                               REQUEST, RESPONSE)}
+                               REQUEST, RESPONSE, PULL)}
 FRAME_TYPES = {1: "I", 2: "P"}
 LOAD_SCALE = 10_000  # loads travel as u16 in 1/10000 of full
 

@@ -2,7 +2,8 @@
 :mod:`agents.formats`, for building templates, dissecting captures and fuzzing listeners.
 
 One class per message (:data:`Media`, :data:`Danmaku`, :data:`Gift`, :data:`AiData`,
-:data:`AiLoad`, :data:`AiAccess`, :data:`AiNack`, :data:`Request`, :data:`Response`), made by
+:data:`AiLoad`, :data:`AiAccess`, :data:`AiNack`, :data:`Request`, :data:`Response`,
+:data:`Pull`), made by
 :func:`message_layer` from the table: the common bytes (magic, version, type), then the fixed
 fields (struct ``I``/``H``/``B``/``Q`` as Scapy's unsigned Int/Short/Byte/Long fields, ``4s`` as
 an IPv4 address), then the tail:
@@ -90,7 +91,8 @@ def message_layer(message: formats.MessageFormat) -> type[Packet]:
 
 LAYERS: dict[int, type[Packet]] = {code: message_layer(message)
                                    for code, message in formats.FORMATS.items()}
-(Media, Danmaku, Gift, AiData, AiLoad, AiAccess, AiNack, Request, Response) = LAYERS.values()
+(Media, Danmaku, Gift, AiData, AiLoad, AiAccess, AiNack, Request, Response,
+ Pull) = LAYERS.values()
 
 
 def dissect(data: bytes) -> Packet | None:

@@ -19,6 +19,21 @@ free port). The viewer stops on SIGTERM or SIGINT, after ``duration``, or half a
 their send times are Poisson processes of ``danmaku_rate`` and ``gift_rate`` per second, their
 lateness goes to ``sender_lateness``.
 
+**Pull mode** (``pull``, seed 000): the viewer asks for its stream instead of waiting for it.
+It subscribes to the controller named by ``$EDGEBED_CONTROLLER`` and joins ``service`` with its
+preferred bitrate as demand and the ``bitrates`` of the ladder up to it, hears a decision
+(server and bitrate; no bitrate means the preferred one), and sends a pull
+(:data:`agents.formats.PULL`) for source stream ``pull_stream`` to ``pull`` (the service
+address, which the controller steers to the chosen edge) every ``pull_interval`` from its media
+socket, so the edge's answer comes back to it. A decision the controller pushes later (a new
+period: another server, another bitrate) changes what it pulls at once. Without ``service`` or
+without a controller it pulls at its preferred bitrate. Each decision's media arrive under a
+stream id of their own, the decision's number (1, 2, ...), so each is measured as a flow of its
+own (``stream-<number>``: its goodput, delay and loss are that decision's). Every decision is a
+row of ``live_decisions``: when it was heard (seconds since the epoch, CLOCK_REALTIME, as the
+controller's ``decisions``), the server and bitrate, whether the server changed (migrated), and
+its flow. A decision that changes neither server nor bitrate is not a new one.
+
 :class:`MediaMeter`, :func:`listen` and :func:`datagrams` are shared with the edge forwarder
 and the chat collector.
 """
@@ -26,6 +41,7 @@ and the chat collector.
 from __future__ import annotations
 
 import math
+import os
 import random
 import socket
 import statistics
@@ -38,11 +54,13 @@ from typing import Callable, Iterator, Literal, Optional
 
 from pydantic import Field, model_validator
 
-from agents.common import (WAKE_EARLY_NS, Agent, AgentParams, FlowStats, MalformedLog, NodeRef,
-                           Pacer, percentile, receive, receiving_socket)
-from agents.formats import DANMAKU, FRAME_TYPES, GIFT, MAGIC, MEDIA, VERSION
+from agents.common import (WAKE_EARLY_NS, Agent, AgentParams, FlowStats, MalformedLog,
+                           NodeRef, Pacer, percentile, receive, receiving_socket)
+from agents.control import ControlClient, ControlError
+from agents.formats import DANMAKU, FRAME_TYPES, GIFT, MAGIC, MEDIA, PULL, VERSION
 from agents.streamer import flow_name
-from topologies.model import Duration
+from controller import protocol
+from topologies.model import Duration, PositiveDuration, Rate
 
 GRACE_S = 0.5  # listening on after the expected packets arrived, for stragglers and duplicates
 DATAGRAM_BUFFER = 65536  # larger than any UDP payload
@@ -180,6 +198,22 @@ def chat_flow(kind: str, user: int) -> str:
     return f"{kind}-{user}"
 
 
+def epoch_seconds(ns: int) -> str:
+    """A time in seconds since the epoch as a table writes it: to the microsecond (the
+    tables' default of six significant digits would leave whole minutes)."""
+    return f"{ns / 1e9:.6f}"
+
+
+def controller_client(node: str) -> ControlClient | None:
+    """A control-protocol client of the controller ``$EDGEBED_CONTROLLER`` (``host:port``)
+    speaking for ``node``, or None when the run has no controller."""
+    where = os.environ.get("EDGEBED_CONTROLLER")
+    if not where:
+        return None
+    host, port = where.rsplit(":", 1)
+    return ControlClient((host, int(port)), node=node)
+
+
 @dataclass
 class PoissonMessages:
     """Messages of one kind sent at the times of a Poisson process of ``rate`` per second;
@@ -216,12 +250,51 @@ class Params(AgentParams):
     room: int = Field(0, ge=0, le=U32_MAX)
     user: Optional[int] = Field(None, ge=0, le=U32_MAX,
                                 description="user id; default: the CRC-32 of the node's name")
+    pull: Optional[NodeRef] = Field(None, description="pull mode: the service (or edge) to "
+                                                      "pull a live stream from")
+    pull_port: int = Field(5004, ge=1, le=65535, description="the port pulls go to")
+    pull_stream: int = Field(0, ge=0, le=U32_MAX, description="the source stream to pull")
+    pull_interval: PositiveDuration = Field(0.2, description="how often to pull")
+    service: Optional[protocol.Name] = Field(None, description="pull mode: the controller "
+                                                              "service to join for a server "
+                                                              "and bitrate")
+    bitrates: list[Rate] = Field(default_factory=list, max_length=16,
+                                 description="pull mode: the bitrate ladder, best first")
+    preferred_bitrate: Optional[Rate] = Field(None, description="pull mode: the bitrate the "
+                                                                "viewer wants; default: the "
+                                                                "ladder's best")
 
     @model_validator(mode="after")
     def _chat_has_a_collector(self) -> "Params":
         if (self.danmaku_rate or self.gift_rate) and self.danmaku_to is None:
             raise ValueError("danmaku_rate and gift_rate need danmaku_to, the chat collector")
         return self
+
+    @model_validator(mode="after")
+    def _pull_mode_is_complete(self) -> "Params":
+        pull_only = [name for name in ("service", "bitrates", "preferred_bitrate")
+                     if getattr(self, name)]
+        if self.pull is None:
+            if pull_only:
+                raise ValueError(f"{', '.join(pull_only)} need pull, the service to pull from")
+            return self
+        if any(lower >= higher for higher, lower in zip(self.bitrates, self.bitrates[1:])):
+            raise ValueError("bitrates must be strictly descending (best first)")
+        # A pull carries kbit/s; less than 1 would ask for nothing.
+        if min(self.bitrates + [self.preferred]) < 1e3:
+            raise ValueError("pull mode needs preferred_bitrate or bitrates, each at least "
+                             "1kbps")
+        return self
+
+    @property
+    def preferred(self) -> float:
+        """The bitrate the viewer wants: ``preferred_bitrate``, else the ladder's best."""
+        return self.preferred_bitrate or (self.bitrates[0] if self.bitrates else 0.0)
+
+
+def user_id(agent: Agent, params: Params) -> int:
+    """The viewer's user id in its danmaku, gifts and pulls."""
+    return params.user if params.user is not None else zlib.crc32(agent.node.encode())
 
 
 class ChatSender(threading.Thread):
@@ -232,7 +305,7 @@ class ChatSender(threading.Thread):
         super().__init__(name="chat", daemon=True)
         self.agent = agent
         self.address = (params.danmaku_to, params.danmaku_port)
-        self.user = params.user if params.user is not None else zlib.crc32(agent.node.encode())
+        self.user = user_id(agent, params)
         self.done = threading.Event()
         self.rng = random.Random(agent.seed)
         text = (DANMAKU_TEXT * params.danmaku_bytes)[:params.danmaku_bytes].encode()
@@ -284,14 +357,130 @@ class ChatSender(threading.Thread):
                 for source in self.sources}
 
 
+@dataclass(frozen=True)
+class LiveDecision:
+    """A server and bitrate the viewer pulled at: when it heard of them, and the stream id its
+    media arrive under."""
+
+    heard_ns: int
+    server: str | None  # None: no controller decided
+    bitrate: float
+    migrated: bool
+    delivered: int
+
+
+class Puller(threading.Thread):
+    """Pull mode, from a thread of its own while the main thread receives media: joins the
+    service, follows the decisions the controller pushes and pulls at the decided bitrate."""
+
+    def __init__(self, agent: Agent, params: Params, sock: socket.socket):
+        super().__init__(name="pull", daemon=True)
+        self.agent = agent
+        self.params = params
+        self.sock = sock
+        self.target = (params.pull, params.pull_port)
+        self.user = user_id(agent, params)
+        self.flow = f"{agent.node}/{params.service}"
+        self.done = threading.Event()
+        self.decisions: list[LiveDecision] = []
+        self.pulls = self.send_errors = 0
+        self.refusal: str | None = None  # why the viewer got no decision
+
+    def run(self) -> None:
+        control = controller_client(self.agent.node) if self.params.service else None
+        try:
+            if control is None:
+                self._decided(None, self.params.preferred)
+            elif not self._join(control):
+                return
+            due = time.monotonic()
+            while not (self.agent.stopping or self.done.is_set()):
+                if time.monotonic() >= due:
+                    self._pull()
+                    due = max(due + self.params.pull_interval, time.monotonic())
+                wait_s = max(0.0, due - time.monotonic())
+                if control is None:
+                    self.done.wait(wait_s)
+                    continue
+                pushed = next(control.decisions(timeout=wait_s), None)
+                if isinstance(pushed, protocol.Decision) and pushed.flow == self.flow:
+                    if self._decided(pushed.server, pushed.bitrate or self.params.preferred):
+                        due = time.monotonic()  # the new server or bitrate at once
+                elif isinstance(pushed, protocol.Rejected) and pushed.flow == self.flow:
+                    print(f"viewer on {self.agent.node}: {pushed.flow} rejected: "
+                          f"{pushed.reason}", file=sys.stderr, flush=True)
+        finally:
+            if control is not None:
+                control.close()
+
+    def _join(self, control: ControlClient) -> bool:
+        """Subscribe, then join (in that order, so that no period's decision falls between
+        the two); whether a decision came."""
+        ladder = [rate for rate in self.params.bitrates if rate <= self.params.preferred]
+        try:
+            control.subscribe()
+            answer = control.join(self.params.service, demand=self.params.preferred,
+                                  bitrates=ladder or self.params.bitrates[-1:])
+        except ControlError as error:
+            self.refusal = str(error)
+        else:
+            if isinstance(answer, protocol.Decision):
+                self._decided(answer.server, answer.bitrate or self.params.preferred)
+                return True
+            self.refusal = answer.reason
+        print(f"viewer on {self.agent.node}: no stream: {self.refusal}", file=sys.stderr,
+              flush=True)
+        return False
+
+    def _decided(self, server: str | None, bitrate: float) -> bool:
+        """Follow a decision; whether it changed anything."""
+        last = self.decisions[-1] if self.decisions else None
+        if last is not None and (last.server, last.bitrate) == (server, bitrate):
+            return False
+        self.decisions.append(LiveDecision(time.time_ns(), server, bitrate,
+                                           last is not None and last.server != server,
+                                           len(self.decisions) + 1))
+        return True
+
+    def _pull(self) -> None:
+        decision = self.decisions[-1]
+        # The rung counts from the lowest, as the streamer's does.
+        rung = min(255, sum(1 for rate in self.params.bitrates if rate < decision.bitrate))
+        pull = PULL.pack(stream=self.params.pull_stream, delivered_stream=decision.delivered,
+                         user=self.user, send_ns=time.time_ns(),
+                         bitrate_kbps=max(1, round(decision.bitrate / 1e3)), rung=rung)
+        try:
+            self.sock.sendto(pull, self.target)
+            self.pulls += 1
+        except OSError:
+            self.send_errors += 1  # the edge's session outlives a lost pull or two
+
+    def stop(self) -> None:
+        self.done.set()
+        self.join()
+
+    def write(self, agent: Agent) -> dict:
+        """The rows of ``live_decisions``; returns what was decided and pulled."""
+        for decision in self.decisions:
+            agent.row("live_decisions", epoch_seconds(decision.heard_ns), decision.server,
+                      decision.bitrate, decision.migrated, flow_name(decision.delivered))
+        return {"flow": self.flow if self.params.service else None,
+                "decisions": len(self.decisions),
+                "migrations": sum(d.migrated for d in self.decisions),
+                "refusal": self.refusal, "pulls": self.pulls,
+                "send_errors": self.send_errors}
+
+
 def main(argv: list[str] | None = None) -> int:
     agent = Agent("viewer", argv)
     params = Params.model_validate(agent.params)
     sock = listen(params.port)
     meter = MediaMeter(sock.getsockname()[1])
     chat = ChatSender(agent, params) if params.danmaku_to is not None else None
-    if chat is not None:
-        chat.start()
+    puller = Puller(agent, params, sock) if params.pull is not None else None
+    for thread in (chat, puller):
+        if thread is not None:
+            thread.start()
     buffer = bytearray(DATAGRAM_BUFFER)
     enough = (lambda: meter.unique >= params.expect) if params.expect is not None else None
     try:
@@ -299,12 +488,15 @@ def main(argv: list[str] | None = None) -> int:
                                                     enough):
             meter.add(buffer, size, received_ns, address)
     finally:
-        sock.close()
-        if chat is not None:
-            chat.stop()
+        for thread in (chat, puller):
+            if thread is not None:
+                thread.stop()
+        sock.close()  # after the puller, which sends from it
     summary = meter.write(agent, params.expect)
     if chat is not None:
         summary["chat"] = chat.write(agent)
+    if puller is not None:
+        summary["pull"] = puller.write(agent)
     agent.finish(summary)
     return 0
 

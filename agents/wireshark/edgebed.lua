@@ -124,6 +124,9 @@ local MESSAGES = {
         {"request", "u32"}, {"server", "u32"}, {"content", "u32"},
         {"request_send_ns", "time"}, {"service_ns", "u64"}},
         tail = {"payload", "bytes"}},
+    [10] = {name = "pull", fields = {
+        {"stream", "u32"}, {"delivered_stream", "u32"}, {"user", "u32"}, {"send_ns", "time"},
+        {"bitrate_kbps", "u32"}, {"rung", "u8"}}},
 }
 -- The probe's packets (magic "EBPR" instead of the common four bytes), zero padding after.
 local PROBE = {name = "probe", fields = {{"flow", "u32"}, {"sequence", "u64"},

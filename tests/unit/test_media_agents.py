@@ -179,7 +179,8 @@ def test_the_catalog_finds_the_agents_and_their_node_references():
         assert name in catalog.available()
     assert catalog.node_reference_fields(catalog.params_model("streamer")) == ["to"]
     assert catalog.node_reference_fields(catalog.params_model("edge_forwarder")) == ["to"]
-    assert catalog.node_reference_fields(catalog.params_model("viewer")) == ["danmaku_to"]
+    assert catalog.node_reference_fields(catalog.params_model("viewer")) == ["danmaku_to",
+                                                                             "pull"]
 
 
 # The agents over loopback.

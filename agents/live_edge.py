@@ -1,0 +1,450 @@
+"""A viewer-side edge server of seed 000 (live streaming at the edge): receives a live source
+stream and serves the viewers that pull it, each transcoded down to the bitrate it pulls, within
+a compute budget.
+
+    python -m agents.live_edge --node NAME --out RUN_DIR --params JSON [--seed N]
+
+**Source.** Media packets of the source streams arrive on ``source_port``, typically from the
+streamer-side edge's ``edge_forwarder``; their headers give the source bitrate R. They are
+measured like a viewer's input (:class:`agents.viewer.MediaMeter`: ``flows``, ``flow_seconds``,
+``frames``, ``malformed``) and gathered into frames. A frame is transcoded when its last
+fragment arrives or, when one was lost, when a later frame of its stream begins (a transcoder
+cannot wait for what never comes); fragments of frames already transcoded are not used.
+
+**Sessions.** Pulls (:data:`agents.formats.PULL`) arrive on the service ``port``. Under edgebed's
+controller a viewer pulls from the service address and the controller steers its pulls here;
+what the edge sends from this same port goes back through the controller's reverse rewrite, so
+it reaches the viewer from the service address. A pull opens a session for its sender (address
+and port) or refreshes it; a pull asking for another stream, delivered stream, bitrate or rung
+ends that session and opens a new one. A session ends ``pull_timeout`` after its last pull.
+
+**Transcoding.** For every source frame of S bytes and every admitted session of its stream at
+bitrate R_v, the edge sends a frame of S * R_v / R bytes (S when R_v >= R), cut into packets of
+at most ``payload`` bytes as the streamer cuts its frames, G * (R - R_v) after the source frame
+was complete (seed 000's transcoding delay), its packets spread evenly over the time the source
+frame took to arrive, so the output is paced as the source was. The packets carry the source
+frame's number and type and the send time of its first fragment (a viewer's one-way delay then
+runs from the streamer, transcoding included), the pull's delivered stream id and rung, R_v,
+and sequence numbers of the session's own; a session that follows one on the same delivered
+stream numbers on from it, so the viewer's loss count holds across a bitrate change. Frames of a
+session still being transcoded when it ends are dropped.
+
+**Compute.** A session costs (R - R_v) * H vCPU (nothing when R_v >= R), and the admitted
+sessions together may use ``vcpu`` (C_m). A session whose cost would exceed what is left is not
+admitted: its pull is refused and counted, and the viewer gets nothing from this edge until a
+later pull finds room. Refusing the newcomer, rather than serving it below the bitrate it asked
+for or slowing every session down, is admission control as a transcoding service does it: the
+sessions already served keep their quality, and the overload stays visible in the table (the
+controller's policy is meant to keep it from happening). A session is admitted at its first
+pull after the stream's bitrate is known; until the first source packet it waits, uncounted.
+
+**Load.** Every ``report_period``, when ``$EDGEBED_CONTROLLER`` names the controller, the edge
+reports to it the bitrates it serves (bit/s, the sum over admitted sessions), the sessions and
+the compute used as a fraction of ``vcpu``.
+
+**Tables.** ``live_sessions``, one row per session: the viewer's address and port, the flow
+its media arrive as (``stream-<delivered stream>``), R_v, when it started (first pull) and
+ended (seconds since the epoch, CLOCK_REALTIME, which every host of a run shares), frames and
+packets sent, and pulls refused. ``sender_lateness`` says per session how late packets left.
+Datagrams on either port that are not what it listens for are counted in ``malformed``.
+
+It announces its ports like the viewer (``listening on PORT`` on stderr, the service port
+first) and stops on SIGTERM or SIGINT or after ``duration``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import select
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+from pydantic import Field, model_validator
+
+from agents.common import (POLL_S, SPIN_NS, Agent, AgentParams, MalformedLog, Pacer,
+                           receive)
+from agents.formats import MAGIC, MEDIA, PULL, VERSION
+from agents.streamer import (MAX_PAYLOAD, MIN_FRAME_SIZE, PER_PACKET, PER_PACKET_OFFSET,
+                             flow_name, fragment_sizes)
+from agents.viewer import (DATAGRAM_BUFFER, MediaMeter, controller_client, epoch_seconds,
+                           listen)
+from controller import protocol
+from topologies.model import Duration, PositiveDuration, Size
+
+MBPS = 1e6
+
+
+class Params(AgentParams):
+    """Where the edge listens, how it transcodes, what it can compute, whom it reports to."""
+
+    port: int = Field(5004, ge=0, le=65535, description="service port: pulls arrive here and "
+                                                        "media leave from here; 0: any free "
+                                                        "port")
+    source_port: int = Field(5008, ge=0, le=65535, description="where the source stream "
+                                                               "arrives; 0: any free port")
+    pull_timeout: PositiveDuration = Field(1.0, description="a session ends this long after "
+                                                            "its last pull")
+    transcoding_delay: Duration = Field(0.05, description="G: delay per Mbit/s taken off the "
+                                                          "source bitrate (seed 000: 50ms)")
+    transcoding_vcpu: float = Field(0.5, ge=0, description="H: vCPU per Mbit/s taken off the "
+                                                           "source bitrate (seed 000: 0.5)")
+    vcpu: float = Field(15.0, ge=0, description="C_m: vCPU the admitted sessions may use "
+                                                "together (seed 000: 15)")
+    payload: Size = Field(1200, description=f"largest UDP payload of a packet sent, "
+                                            f"{2 * MEDIA.header_size} to {MAX_PAYLOAD} bytes")
+    service: Optional[protocol.Name] = Field(None, description="the controller service the "
+                                                              "load reports are about")
+    report_period: PositiveDuration = Field(1.0, description="how often to report the load to "
+                                                             "the controller")
+    duration: Optional[Duration] = Field(None, description="default: until stopped")
+
+    @model_validator(mode="after")
+    def _packets_fit(self) -> "Params":
+        # As the streamer's: a frame cut in two or more packets never yields one smaller than
+        # its own header.
+        if not 2 * MEDIA.header_size <= self.payload <= MAX_PAYLOAD:
+            raise ValueError(f"payload must be {2 * MEDIA.header_size} to {MAX_PAYLOAD} bytes, "
+                             f"not {self.payload:g}")
+        return self
+
+
+@dataclass(slots=True)
+class SourceFrame:
+    """What arrived of one source frame."""
+
+    number: int
+    frame_type: int
+    fragments: int
+    bitrate: float  # R, bit/s, as its packets say
+    send_ns: int  # its first fragment's send time
+    first_received_ns: int
+    last_received_ns: int
+    size: int = 0  # bytes received, media headers included
+    seen: set[int] = field(default_factory=set)
+    transcoded: bool = False
+
+    def add(self, fragment: int, size: int, send_ns: int, received_ns: int) -> None:
+        self.seen.add(fragment)
+        self.size += size
+        self.send_ns = min(self.send_ns, send_ns)
+        self.first_received_ns = min(self.first_received_ns, received_ns)
+        self.last_received_ns = max(self.last_received_ns, received_ns)
+
+
+@dataclass
+class Session:
+    """One viewer's pull of one stream at one bitrate, and what it was sent."""
+
+    viewer: str
+    port: int
+    stream: int
+    delivered: int
+    bitrate: float  # R_v, bit/s
+    rung: int
+    started_ns: int
+    last_pull_ns: int
+    packet: bytearray  # the header template, then room for the payload
+    sequence: int = 0  # the next packet's
+    admitted: bool = False
+    cost: float = 0.0  # vCPU, once admitted
+    refused: int = 0
+    frames: int = 0
+    packets: int = 0
+    ended_ns: int | None = None
+    pacer: Pacer = field(default_factory=Pacer)
+
+    @property
+    def wants(self) -> tuple:
+        return self.stream, self.delivered, self.bitrate, self.rung
+
+    @property
+    def flow(self) -> str:
+        return flow_name(self.delivered)
+
+
+@dataclass(slots=True)
+class Transcoded:
+    """A transcoded frame on its way out: its packets' sizes and when the next one is due."""
+
+    session: Session
+    frame: int
+    frame_type: int
+    send_ns: int
+    sizes: list[int]
+    start_ns: int  # monotonic: when its first packet is due
+    spacing_ns: float
+    next: int = 0
+
+    @property
+    def due_ns(self) -> int:
+        return self.start_ns + round(self.next * self.spacing_ns)
+
+
+class LiveEdge:
+    """The edge's state: source frames being gathered, sessions, frames on their way out."""
+
+    def __init__(self, params: Params, service: socket.socket):
+        self.params = params
+        self.service = service
+        self.service_port = service.getsockname()[1]
+        self.timeout_ns = round(params.pull_timeout * 1e9)
+        self.source_bitrates: dict[int, float] = {}  # stream -> R, bit/s
+        self.gathering: dict[int, SourceFrame] = {}  # stream -> its latest frame
+        self.sessions: dict[tuple, Session] = {}  # (viewer address, port) -> session
+        self.ended: list[Session] = []
+        self.used_vcpu = 0.0
+        self.departures: list[tuple[int, int, Transcoded]] = []  # heap: (due ns, order, frame)
+        self._order = itertools.count()
+        self.malformed_pulls = MalformedLog()
+        self.send_errors = 0
+
+    # pulls and sessions
+
+    def pull(self, buffer: bytearray, size: int, received_ns: int, address: tuple) -> None:
+        """Open or refresh the session a pull asks for, or log the datagram as malformed."""
+        if size < PULL.header_size:
+            self.malformed_pulls.add(self.service_port, memoryview(buffer)[:size])
+            return
+        (magic, version, kind, stream, delivered, _user, _send_ns, bitrate_kbps,
+         rung) = PULL.struct.unpack_from(buffer)
+        if magic != MAGIC or version != VERSION or kind != PULL.type or bitrate_kbps == 0:
+            self.malformed_pulls.add(self.service_port, memoryview(buffer)[:size])
+            return
+        wants = (stream, delivered, bitrate_kbps * 1e3, rung)
+        session = self.sessions.get(address)
+        sequence = 0
+        if session is not None and session.wants != wants:
+            self._end(session, received_ns)
+            sequence = session.sequence if session.delivered == delivered else 0
+            session = None
+        if session is None:
+            session = self.sessions[address] = Session(
+                address[0], address[1], *wants, started_ns=received_ns,
+                last_pull_ns=received_ns, packet=self._template(delivered, bitrate_kbps, rung),
+                sequence=sequence)
+        session.last_pull_ns = received_ns
+        if not session.admitted:
+            self._admit(session)
+
+    def _template(self, delivered: int, bitrate_kbps: int, rung: int) -> bytearray:
+        packet = bytearray(int(self.params.payload))
+        MEDIA.struct.pack_into(packet, 0, MAGIC, VERSION, MEDIA.type, delivered, 0, 0, 0, 0,
+                               rung, 0, 0, bitrate_kbps)
+        return packet
+
+    def _admit(self, session: Session) -> None:
+        source = self.source_bitrates.get(session.stream)
+        if not source:
+            return  # no source packet yet: the cost is not known
+        cost = max(0.0, source - session.bitrate) / MBPS * self.params.transcoding_vcpu
+        # A millionth of slack: a budget filled exactly by ladder steps must not be refused
+        # for float rounding.
+        if self.used_vcpu + cost > self.params.vcpu * (1 + 1e-6):
+            session.refused += 1
+            return
+        session.admitted, session.cost = True, cost
+        self.used_vcpu += cost
+
+    def _end(self, session: Session, at_ns: int) -> None:
+        session.ended_ns = at_ns
+        del self.sessions[session.viewer, session.port]
+        self.ended.append(session)
+        if session.admitted:
+            self.used_vcpu -= session.cost
+
+    def expire(self, now_ns: int) -> None:
+        """End the sessions whose last pull is older than the pull timeout."""
+        for session in list(self.sessions.values()):
+            if now_ns - session.last_pull_ns > self.timeout_ns:
+                self._end(session, session.last_pull_ns + self.timeout_ns)
+
+    def load(self) -> tuple[float, int]:
+        """The bitrates served (bit/s) and the sessions admitted."""
+        served = [min(s.bitrate, self.source_bitrates[s.stream])
+                  for s in self.sessions.values() if s.admitted]
+        return sum(served), len(served)
+
+    # the source
+
+    def source_packet(self, buffer: bytearray, size: int, received_ns: int) -> None:
+        """Gather a media packet (already checked by the meter) into its frame; transcode the
+        frames it completes or leaves behind."""
+        (_, _, _, stream, _, send_ns, number, frame_type, _, fragment, fragments,
+         bitrate_kbps) = MEDIA.struct.unpack_from(buffer)
+        self.source_bitrates[stream] = bitrate_kbps * 1e3
+        frame = self.gathering.get(stream)
+        if frame is None or number > frame.number:
+            if frame is not None and not frame.transcoded:
+                self._transcode(stream, frame)
+            frame = self.gathering[stream] = SourceFrame(
+                number, frame_type, fragments, bitrate_kbps * 1e3, send_ns, received_ns,
+                received_ns)
+        elif number < frame.number or fragment in frame.seen or frame.transcoded:
+            return
+        frame.add(fragment, size, send_ns, received_ns)
+        if len(frame.seen) >= frame.fragments:
+            self._transcode(stream, frame)
+
+    def _transcode(self, stream: int, frame: SourceFrame) -> None:
+        frame.transcoded = True
+        if not frame.bitrate:
+            return  # a source that does not say its bitrate cannot be scaled
+        now_ns = time.monotonic_ns()
+        for session in self.sessions.values():
+            if session.stream != stream or not session.admitted:
+                continue
+            reduction = max(0.0, frame.bitrate - session.bitrate)
+            size = max(MIN_FRAME_SIZE, round(frame.size * min(1.0, session.bitrate
+                                                                / frame.bitrate)))
+            sizes = fragment_sizes(size, int(self.params.payload))
+            delay_ns = round(self.params.transcoding_delay * reduction / MBPS * 1e9)
+            arrival_span_ns = frame.last_received_ns - frame.first_received_ns
+            self._schedule(Transcoded(session, frame.number, frame.frame_type, frame.send_ns,
+                                      sizes, now_ns + delay_ns, arrival_span_ns / len(sizes)))
+
+    # sending
+
+    def _schedule(self, transcoded: Transcoded) -> None:
+        heapq.heappush(self.departures, (transcoded.due_ns, next(self._order), transcoded))
+
+    def next_due_ns(self) -> int | None:
+        return self.departures[0][0] if self.departures else None
+
+    def send_next(self) -> None:
+        """Send the packet due first, on its due time (spun to), and schedule the one after."""
+        due_ns, _, transcoded = heapq.heappop(self.departures)
+        session = transcoded.session
+        if session.ended_ns is not None:
+            return
+        session.pacer.wait_until(due_ns)
+        index, count = transcoded.next, len(transcoded.sizes)
+        PER_PACKET.pack_into(session.packet, PER_PACKET_OFFSET, session.sequence,
+                             transcoded.send_ns, transcoded.frame, transcoded.frame_type,
+                             session.rung, index, count)
+        session.sequence += 1
+        try:
+            self.service.sendto(memoryview(session.packet)[:transcoded.sizes[index]],
+                                (session.viewer, session.port))
+            session.packets += 1
+        except OSError:
+            self.send_errors += 1  # a full queue: the viewer sees the gap in the sequence
+        transcoded.next += 1
+        if transcoded.next < count:
+            self._schedule(transcoded)
+        else:
+            session.frames += 1
+
+    def write(self, agent: Agent, now_ns: int) -> dict:
+        """Every session's rows of ``live_sessions`` and ``sender_lateness`` and the malformed
+        pulls' rows; returns the summary."""
+        unsent = sum(1 for _, _, transcoded in self.departures
+                     if transcoded.session.ended_ns is None)
+        for session in list(self.sessions.values()):
+            self._end(session, now_ns)
+        for session in self.ended:
+            agent.row("live_sessions", session.viewer, session.port, session.flow,
+                      session.bitrate, epoch_seconds(session.started_ns),
+                      epoch_seconds(session.ended_ns), session.frames, session.packets,
+                      session.refused)
+            if session.packets:
+                session.pacer.report(agent, f"{session.viewer}:{session.port}/{session.flow}")
+        self.malformed_pulls.write(agent)
+        return {"sessions": sum(1 for s in self.ended if s.admitted),
+                "refused": sum(s.refused for s in self.ended),
+                "frames_sent": sum(s.frames for s in self.ended),
+                "packets_sent": sum(s.packets for s in self.ended),
+                "frames_unsent": unsent,
+                "send_errors": self.send_errors,
+                "malformed_pulls": self.malformed_pulls.count}
+
+
+class LoadReporter:
+    """Load reports to the controller named by ``$EDGEBED_CONTROLLER`` (host:port), every
+    ``report_period``; nothing without it."""
+
+    def __init__(self, agent: Agent, params: Params):
+        self.params = params
+        self.control = controller_client(agent.node)
+        self.due = time.monotonic()
+        self.sent = self.errors = 0
+
+    def tick(self, edge: LiveEdge) -> None:
+        if self.control is None or time.monotonic() < self.due:
+            return
+        self.due += self.params.report_period
+        served, sessions = edge.load()
+        cpu = edge.used_vcpu / self.params.vcpu if self.params.vcpu else None
+        try:
+            self.control.report_load(served, service=self.params.service,
+                                     cpu=None if cpu is None else min(1.0, cpu),
+                                     sessions=sessions)
+            self.sent += 1
+        except OSError:
+            self.errors += 1  # the management network is down; the next report may pass
+
+    def close(self) -> dict:
+        if self.control is not None:
+            self.control.close()
+        return {"sent": self.sent, "errors": self.errors}
+
+
+def serve(agent: Agent, params: Params, service: socket.socket, source: socket.socket,
+          meter: MediaMeter) -> dict:
+    """Serve until stopped; returns the summary."""
+    edge = LiveEdge(params, service)
+    reports = LoadReporter(agent, params)
+    buffer = bytearray(DATAGRAM_BUFFER)
+    end = math.inf if params.duration is None else time.monotonic() + params.duration
+    housekeeping_ns = time.monotonic_ns()
+    try:
+        while not agent.stopping and time.monotonic() < end:
+            now_ns = time.monotonic_ns()
+            if now_ns >= housekeeping_ns:
+                housekeeping_ns = now_ns + round(POLL_S * 1e9)
+                edge.expire(time.time_ns())
+                reports.tick(edge)
+            wait_s = (housekeeping_ns - now_ns) / 1e9
+            due_ns = edge.next_due_ns()
+            if due_ns is not None:
+                if due_ns - now_ns <= SPIN_NS:
+                    # Departures first, so that a flood of arrivals cannot hold them back; the
+                    # last stretch is spun, which select() would overshoot now and then.
+                    edge.send_next()
+                    continue
+                wait_s = min(wait_s, (due_ns - now_ns - SPIN_NS) / 1e9)
+            for sock in select.select([service, source], [], [], wait_s)[0]:
+                arrival = receive(sock, buffer)
+                if arrival is None:
+                    continue
+                if sock is service:
+                    edge.pull(buffer, *arrival)
+                elif meter.add(buffer, *arrival) is not None:
+                    edge.source_packet(buffer, arrival[0], arrival[1])
+    finally:
+        control = reports.close()
+    return edge.write(agent, time.time_ns()) | {"load_reports": control}
+
+
+def main(argv: list[str] | None = None) -> int:
+    agent = Agent("live_edge", argv)
+    params = Params.model_validate(agent.params)
+    service = listen(params.port)
+    source = listen(params.source_port)
+    ports = {"port": service.getsockname()[1], "source_port": source.getsockname()[1]}
+    meter = MediaMeter(ports["source_port"])
+    try:
+        summary = serve(agent, params, service, source, meter)
+    finally:
+        service.close()
+        source.close()
+    agent.finish(ports | {"input": meter.write(agent)} | summary)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,388 @@
+"""Seed 000's live-edge agents over loopback (no root needed): the edge server (agents.live_edge)
+serving pulls with transcoded frames, sessions expiring and refused over the compute budget,
+load reports, hostile datagrams; the viewer's pull mode following a controller's decisions.
+
+The test plays the source (media frames it builds), the viewers (sockets sending pulls) and the
+controller (a socket speaking the control protocol) where it needs to see every byte. Bounds
+come from the model (sizes, delays as lower bounds, the budget); none is a timing guess.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import socket
+import subprocess
+import time
+import zlib
+
+import pytest
+from pydantic import ValidationError
+
+from agents import catalog, live_edge, pcap, streamer, viewer
+from agents.formats import MAGIC, MEDIA, PULL, VERSION
+from agents.protocols import Pull, fuzzed_datagrams
+from controller import protocol
+from tests.conftest import ROOT
+from tests.unit.test_agents_fuzz import DATAGRAMS, bound
+from tests.unit.test_media_agents import (HANG_GUARD_S, LOOPBACK, agent_argv, listening_port,
+                                          start, summary_of, table)
+
+SOURCE_KBPS = 8000  # R
+FRAGMENT_BYTES = 1000
+FRAGMENTS = 5
+WAIT_S = 0.5  # how long a socket waits for a datagram that should come, or should not
+
+
+class Source:
+    """The source stream as the streamer-side edge would forward it: frames of FRAGMENTS
+    packets of FRAGMENT_BYTES, numbered, to the edge's source port."""
+
+    def __init__(self, port: int, stream: int = 3):
+        self.address = (LOOPBACK, port)
+        self.stream = stream
+        self.frame = self.sequence = 0
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+
+    def send(self, fragments=range(FRAGMENTS)) -> int:
+        """Send the next frame (only ``fragments`` of it); returns its first send time."""
+        send_ns = time.time_ns()
+        for fragment in range(FRAGMENTS):
+            if fragment in fragments:
+                header = MEDIA.pack(stream=self.stream, sequence=self.sequence,
+                                    send_ns=send_ns + fragment, frame=self.frame,
+                                    frame_type=1 if self.frame == 0 else 2, rung=3,
+                                    fragment=fragment, fragments=FRAGMENTS,
+                                    bitrate_kbps=SOURCE_KBPS)
+                self.sock.sendto(header.ljust(FRAGMENT_BYTES, b"\0"), self.address)
+            self.sequence += 1
+        self.frame += 1
+        return send_ns
+
+
+class Viewer:
+    """A viewer's socket: pulls from it, the edge's media come back to it."""
+
+    def __init__(self, edge_port: int, bitrate_kbps: int, delivered: int = 1, rung: int = 1):
+        self.edge = (LOOPBACK, edge_port)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind((LOOPBACK, 0))
+        self.sock.settimeout(WAIT_S)
+        self.pull_bytes = PULL.pack(stream=3, delivered_stream=delivered, user=1, send_ns=0,
+                                    bitrate_kbps=bitrate_kbps, rung=rung)
+        self.pulls = 0
+        self.last_pull_ns = 0
+
+    def pull(self) -> None:
+        self.last_pull_ns = time.time_ns()
+        self.sock.sendto(self.pull_bytes, self.edge)
+        self.pulls += 1
+
+    def packets(self) -> list[dict]:
+        """The media packets that arrive until none comes for WAIT_S."""
+        arrived = []
+        while True:
+            try:
+                data = self.sock.recv(2048)
+                arrived.append(MEDIA.unpack(data) | {"size": len(data),
+                                                     "arrived_ns": time.time_ns()})
+            except TimeoutError:
+                return arrived
+
+    def served(self, source: Source) -> list[dict]:
+        """Pull, with a source frame after each pull, until media arrive (a session is admitted
+        once the edge knows the source bitrate); returns the first frame's packets."""
+        for _ in range(20):
+            self.pull()
+            source.send()
+            arrived = self.packets()
+            if arrived:
+                return arrived
+        pytest.fail("the edge never served the pulls")
+
+
+def start_edge(tmp_path, env=None, **params) -> tuple[subprocess.Popen, int, int]:
+    """The live_edge agent on free ports: (process, service port, source port)."""
+    process = subprocess.Popen(agent_argv("live_edge", "e", tmp_path,
+                                          {"port": 0, "source_port": 0} | params),
+                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=env)
+    return process, listening_port(process), listening_port(process)
+
+
+def sessions(tmp_path) -> list[dict]:
+    return table(tmp_path, "live_sessions", "e", "live_edge")
+
+
+def test_the_agents_and_their_node_references_are_in_the_catalog():
+    assert "live_edge" in catalog.available()
+    assert catalog.node_reference_fields(catalog.params_model("live_edge")) == []
+    assert "pull" in catalog.node_reference_fields(catalog.params_model("viewer"))
+
+
+def test_a_pull_is_served_frame_by_frame_scaled_and_delayed(tmp_path):
+    edge, port, source_port = start_edge(tmp_path, transcoding_delay="20ms", payload=1200)
+    source = Source(source_port)
+    watcher = Viewer(port, bitrate_kbps=2000, delivered=9, rung=1)
+    watcher.served(source)
+    watcher.pull()  # the session outlives the edge's pull timeout (1 s) through the test
+    sent_ns = source.send()
+    frame = watcher.packets()
+    # 5000 bytes at a quarter of the bitrate: 1250 bytes, in two near-equal packets as the
+    # streamer cuts frames
+    assert [(p["fragment"], p["size"]) for p in frame] == [(0, 625), (1, 625)]
+    assert {(p["stream"], p["frame"], p["frame_type"], p["rung"], p["fragments"],
+             p["bitrate_kbps"], p["send_ns"]) for p in frame} == {
+        (9, source.frame - 1, 2, 1, 2, 2000, sent_ns)}
+    assert frame[1]["sequence"] == frame[0]["sequence"] + 1
+    # Nothing leaves before the transcoding delay G * (R - R_v) = 20 ms * 6 has passed.
+    assert min(p["arrived_ns"] for p in frame) - sent_ns >= 120e6
+
+    # A frame missing a fragment is transcoded from what arrived, once the next one begins.
+    source.send(fragments={0, 1, 2, 4})
+    watcher.pull()
+    source.send(fragments={0})
+    [partial] = watcher.packets()
+    assert (partial["frame"], partial["fragments"], partial["size"]) == (source.frame - 2, 1,
+                                                                        1000)
+    summary = summary_of(edge, stop=True)
+    assert (summary["sessions"], summary["refused"]) == (1, 0)
+    [row] = sessions(tmp_path)
+    assert (row["viewer"], int(row["port"]), row["flow"], float(row["bitrate_bps"])) == (
+        LOOPBACK, watcher.sock.getsockname()[1], "stream-9", 2e6)
+    assert int(row["packets"]) == summary["packets_sent"]
+
+
+def test_the_sizes_sent_are_the_bytes_that_arrived_scaled(tmp_path):
+    edge, port, source_port = start_edge(tmp_path, transcoding_delay=0)
+    source = Source(source_port)
+    watcher = Viewer(port, bitrate_kbps=3000)
+    watcher.served(source)
+    for fragments in ({0, 1, 2, 3, 4}, {1, 3}, {0, 1, 2, 3}):
+        source.send(fragments)
+        watcher.pull()
+    source.send({0})
+    arrived = watcher.packets()
+    summary_of(edge, stop=True)
+    by_frame: dict[int, int] = {}
+    for packet in arrived:
+        by_frame[packet["frame"]] = by_frame.get(packet["frame"], 0) + packet["size"]
+    assert list(by_frame.values()) == [round(count * FRAGMENT_BYTES * 3000 / SOURCE_KBPS)
+                                       for count in (5, 2, 4)]
+
+
+def test_a_session_ends_when_the_pulls_stop_and_a_new_pull_opens_another(tmp_path):
+    timeout_s = 0.3
+    edge, port, source_port = start_edge(tmp_path, pull_timeout=timeout_s, transcoding_delay=0)
+    source = Source(source_port)
+    watcher = Viewer(port, bitrate_kbps=4000)
+    watcher.served(source)
+    last_pull_ns = watcher.last_pull_ns
+    time.sleep(timeout_s)
+    source.send()
+    assert watcher.packets() == []  # expired: nothing more without a pull
+    watcher.served(source)
+    summary_of(edge, stop=True)
+    # Sessions opened before the edge knew the source's bitrate waited and expired unserved.
+    first, second = [row for row in sessions(tmp_path) if int(row["frames"])]
+    assert first["flow"] == second["flow"] == "stream-1"
+    assert float(first["ended_s"]) >= (last_pull_ns / 1e9 + timeout_s) - 1e-6
+    assert float(second["started_s"]) > float(first["ended_s"])
+
+
+def test_a_session_over_the_compute_budget_is_refused_until_there_is_room(tmp_path):
+    # R = 8 Mbit/s, H = 0.5 vCPU per Mbit/s: 2 Mbit/s costs 3 vCPU, all there is; 5 Mbit/s
+    # would cost 1.5 more.
+    edge, port, source_port = start_edge(tmp_path, vcpu=3, transcoding_vcpu=0.5,
+                                         transcoding_delay=0, pull_timeout=1)
+    source = Source(source_port)
+    first = Viewer(port, bitrate_kbps=2000)
+    first.served(source)
+    second = Viewer(port, bitrate_kbps=5000)
+    for _ in range(3):
+        second.pull()
+    source.send()
+    assert second.packets() == []
+    second.served(source)  # once the first's pulls stop and its session ends
+    summary = summary_of(edge, stop=True)
+    rows = {int(row["port"]): row for row in sessions(tmp_path)}
+    served_first = rows[first.sock.getsockname()[1]]
+    served_second = rows[second.sock.getsockname()[1]]
+    assert int(served_first["refused"]) == 0 and int(served_first["frames"]) >= 1
+    assert 3 <= int(served_second["refused"]) < second.pulls
+    assert int(served_second["frames"]) >= 1
+    assert summary["refused"] == int(served_second["refused"])
+
+
+class FakeController:
+    """A socket speaking the control protocol as the controller does, for one test."""
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind((LOOPBACK, 0))
+        self.sock.settimeout(HANG_GUARD_S)
+
+    @property
+    def environment(self) -> dict:
+        return os.environ | {"EDGEBED_CONTROLLER": "%s:%d" % self.sock.getsockname()}
+
+    def receive(self, kind: type[protocol.Message]) -> tuple[protocol.Message, tuple]:
+        """The next message of ``kind`` and where it came from (others are skipped)."""
+        while True:
+            data, sender = self.sock.recvfrom(protocol.MAX_DATAGRAM)
+            message = protocol.decode(data, protocol.TO_CONTROLLER)
+            if isinstance(message, kind):
+                return message, sender
+
+    def send(self, message: protocol.Message, to: tuple) -> None:
+        self.sock.sendto(protocol.encode(message), to)
+
+
+def decision(request_id: int, server: str, bitrate: float | None,
+             migrated: bool = False) -> protocol.Decision:
+    return protocol.Decision(id=request_id, flow="v/live", client="v", service="live",
+                             server=server, address="10.0.0.1", bitrate=bitrate,
+                             migrated=migrated)
+
+
+def pulls_until(edge: socket.socket, delivered: int) -> dict:
+    """The first pull for ``delivered`` to arrive at ``edge``."""
+    while True:
+        pull = PULL.unpack(edge.recv(2048))
+        if pull["delivered_stream"] == delivered:
+            return pull
+
+
+def test_the_viewer_joins_and_follows_pushed_decisions_in_its_pulls(tmp_path):
+    controller = FakeController()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as edge:
+        edge.bind((LOOPBACK, 0))
+        edge.settimeout(HANG_GUARD_S)
+        watching = subprocess.Popen(
+            agent_argv("viewer", "v", tmp_path, {
+                "port": 0, "pull": LOOPBACK, "pull_port": edge.getsockname()[1],
+                "service": "live", "bitrates": ["8Mbps", "5Mbps", "2.5Mbps", "1Mbps"],
+                "preferred_bitrate": "2.5Mbps", "pull_interval": "50ms"}),
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=controller.environment)
+        subscribe, control_address = controller.receive(protocol.Subscribe)
+        controller.send(protocol.Ack(id=subscribe.id), control_address)
+        join, _ = controller.receive(protocol.Join)
+        assert (join.node, join.service, join.demand, join.bitrates) == (
+            "v", "live", 2.5e6, (2.5e6, 1e6))
+        controller.send(decision(join.id, "edge1", 2.5e6), control_address)
+        first = pulls_until(edge, 1)
+        controller.send(decision(0, "edge2", None, migrated=True), control_address)
+        moved = pulls_until(edge, 2)
+        controller.send(decision(0, "edge2", 2.5e6), control_address)  # changes nothing
+        controller.send(decision(0, "edge2", 1e6), control_address)
+        lowered = pulls_until(edge, 3)
+        pulled = summary_of(watching, stop=True)["pull"]
+
+    user = zlib.crc32(b"v")
+    assert [(p["user"], p["stream"], p["bitrate_kbps"], p["rung"]) for p in (
+        first, moved, lowered)] == [(user, 0, 2500, 1), (user, 0, 2500, 1), (user, 0, 1000, 0)]
+    rows = table(tmp_path, "live_decisions", "v", "viewer")
+    assert [(r["server"], float(r["bitrate_bps"]), r["migrated"], r["flow"]) for r in rows] == [
+        ("edge1", 2.5e6, "False", "stream-1"), ("edge2", 2.5e6, "True", "stream-2"),
+        ("edge2", 1e6, "False", "stream-3")]
+    heard = [float(row["time_s"]) for row in rows]
+    assert heard == sorted(heard) and abs(heard[0] - time.time()) < HANG_GUARD_S
+    assert (pulled["flow"], pulled["decisions"], pulled["migrations"]) == ("v/live", 3, 1)
+
+
+def test_a_pulling_viewer_gets_the_streamers_frames_scaled_to_its_bitrate(tmp_path):
+    edge, port, source_port = start_edge(tmp_path, transcoding_delay="20ms")
+    watching = start("viewer", "v", tmp_path, {
+        "port": 0, "pull": LOOPBACK, "pull_port": port,
+        "pull_stream": 3, "bitrates": ["8Mbps", "5Mbps", "2.5Mbps", "1Mbps"],
+        "preferred_bitrate": "2.5Mbps"})
+    listening_port(watching)
+    stream = {"bitrate": "8Mbps", "duration": 2, "stream": 3}
+    sent = summary_of(start("streamer", "s", tmp_path, {"to": LOOPBACK, "port": source_port}
+                            | stream, seed=5))
+    time.sleep(WAIT_S)  # the last frames' transcoding delay is 110 ms
+    served = summary_of(edge, stop=True)
+    received = summary_of(watching, stop=True)
+
+    [source] = served["input"]["streams"]
+    assert (source["unique"], source["lost"]) == (sent["packets"], 0)
+    [flow] = received["streams"]
+    assert (flow["flow"], flow["lost"], flow["duplicates"]) == ("stream-1", 0, 0)
+    assert flow["delay_p50_ms"] >= 20 * (8 - 2.5)
+    frames = table(tmp_path, "frames", "v", "viewer")
+    assert {row["rung"] for row in frames} == {"1"}
+    assert all(row["complete"] == "True" for row in frames)
+    # Every frame the viewer got is its source frame (the streamer's model, replayed) scaled.
+    params = streamer.Params.model_validate({"to": LOOPBACK} | stream)
+    sizes = streamer.FrameSizes(params, random.Random(5))
+    source_sizes = [sizes.frame(number)[1] for number in range(math.ceil(2 * params.fps))]
+    assert flow["bytes"] == sum(max(streamer.MIN_FRAME_SIZE,
+                                    round(source_sizes[int(row["frame"])] * 2.5 / 8))
+                                for row in frames)
+    [row] = sessions(tmp_path)
+    assert (int(row["frames"]), int(row["packets"]), int(row["refused"])) == (
+        len(frames), flow["unique"], 0)
+    [decided] = table(tmp_path, "live_decisions", "v", "viewer")
+    assert (decided["server"], float(decided["bitrate_bps"]), decided["flow"]) == (
+        "", 2.5e6, "stream-1")
+
+
+def test_the_edge_reports_what_it_serves_to_the_controller(tmp_path):
+    controller = FakeController()
+    edge, port, source_port = start_edge(tmp_path, env=controller.environment, service="live",
+                                         report_period="100ms", transcoding_delay=0)
+    source = Source(source_port)
+    Viewer(port, bitrate_kbps=2000).served(source)
+    while (report := controller.receive(protocol.Load)[0]).sessions != 1:
+        pass
+    summary = summary_of(edge, stop=True)
+    assert (report.node, report.service, report.load) == ("e", "live", 2e6)
+    assert report.cpu == pytest.approx((8 - 2) * 0.5 / 15)
+    assert summary["load_reports"]["sent"] >= 1
+
+
+def test_the_edge_survives_fuzzing_on_both_ports(tmp_path):
+    ports = (47021, 47022)
+    edge = start("live_edge", "fuzzed", tmp_path, {"port": ports[0], "source_port": ports[1]})
+    try:
+        assert listening_port(edge) == ports[0] and listening_port(edge) == ports[1]
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+            for port in ports:
+                for index, datagram in enumerate(fuzzed_datagrams(DATAGRAMS, seed=port)):
+                    sender.sendto(datagram, (LOOPBACK, port))
+                    if index % 500 == 0:
+                        time.sleep(0.001)  # a burst larger than the receive buffer is not fuzz
+        time.sleep(WAIT_S)
+        assert edge.poll() is None, f"live_edge died under fuzzing: {edge.communicate()}"
+        assert all(bound(port) for port in ports)
+    finally:
+        summary = summary_of(edge, stop=True)
+    assert summary["malformed_pulls"] > 0 and summary["input"]["malformed"] > 0
+    counted = table(tmp_path, "malformed", "fuzzed", "live_edge")
+    assert {int(row["port"]) for row in counted} == set(ports)
+
+
+@pytest.mark.parametrize("params, problem", [
+    ({"service": "live"}, "need pull"),
+    ({"bitrates": ["1Mbps"]}, "need pull"),
+    ({"pull": "10.0.0.200"}, "needs preferred_bitrate or bitrates"),
+    ({"pull": "10.0.0.200", "bitrates": ["1Mbps", "2Mbps"]}, "strictly descending"),
+    ({"pull": "10.0.0.200", "preferred_bitrate": "500bps"}, "at least 1kbps"),
+])
+def test_the_viewer_refuses_an_incomplete_pull_mode(params, problem):
+    with pytest.raises(ValidationError, match=problem):
+        viewer.Params.model_validate(params)
+
+
+def test_the_edge_refuses_packets_it_cannot_cut():
+    with pytest.raises(ValidationError, match="payload must be"):
+        live_edge.Params.model_validate({"payload": 30})
+
+
+def test_captures_summarize_pulls_per_user():
+    name, fields = pcap.message_fields(bytes(Pull(stream=3, delivered_stream=2, user=77,
+                                                  bitrate_kbps=2500, rung=1)))
+    assert (name, fields[pcap.FLOW_KEYS[name]], fields["bitrate_kbps"]) == ("pull", 77, 2500)
+    assert bytes(Pull(stream=1))[:4] == MAGIC + bytes([VERSION, PULL.type])
