@@ -25,6 +25,7 @@ bench: setup
 	$(VENV)/bin/python benchmarks/impairment.py
 	$(VENV)/bin/python benchmarks/agents.py
 	$(VENV)/bin/python benchmarks/controller.py
+	$(VENV)/bin/python benchmarks/policies.py
 
 # Removes what crashed runs left behind (by prefix); run directories under runs/ stay.
 clean: setup

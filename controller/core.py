@@ -25,6 +25,9 @@ class FlowRecord:
     placement: Placement
     path: tuple[str, ...] | None = None  # waypoint switches, when pinned
     migrations: int = 0
+    # Servers the flow was moved away from: their answers still in flight (or sent before they
+    # learn of the move) keep coming back from the service address until the flow leaves.
+    former_servers: tuple[str, ...] = ()
 
 
 @dataclass
@@ -101,6 +104,10 @@ class ControllerCore:
         server = self.view.attachment(record.placement.server)
         switch, steering = rules.steering(self.view, service, client, server)
         placed = [(switch, rule) for rule in steering]
+        for former in record.former_servers:
+            _, (_, answers) = rules.steering(self.view, service, client,
+                                             self.view.attachment(former))
+            placed.append((switch, answers))
         if record.path:
             outbound = dict(steering[0].match) | {"ipv4_dst": server.address}
             try:
@@ -210,6 +217,9 @@ class ControllerCore:
     def _migrate(self, migration: Migration, outcome: Outcome) -> None:
         record = self.flows[migration.flow]
         self._check_server(record.placement.request.service, migration.server)
+        if migration.server != record.placement.server:
+            record.former_servers = tuple(sorted(
+                (set(record.former_servers) | {record.placement.server}) - {migration.server}))
         record.placement = Placement(record.placement.request, migration.server,
                                      migration.bitrate if migration.bitrate is not None
                                      else record.placement.bitrate)
@@ -230,7 +240,7 @@ class ControllerCore:
                            "bitrates": list(r.placement.request.bitrates),
                            "server": r.placement.server, "bitrate": r.placement.bitrate,
                            "path": list(r.path) if r.path else None,
-                           "migrations": r.migrations}
+                           "migrations": r.migrations, "former_servers": list(r.former_servers)}
                           for flow, r in self.flows.items()],
                 "loads": dict(self.loads)}
 
@@ -242,7 +252,8 @@ class ControllerCore:
                                        tuple(item["bitrates"]), item["flow"])
             self.flows[item["flow"]] = FlowRecord(
                 Placement(request, item["server"], item["bitrate"]),
-                tuple(item["path"]) if item["path"] else None, item["migrations"])
+                tuple(item["path"]) if item["path"] else None, item["migrations"],
+                tuple(item.get("former_servers", ())))
             self._refresh(item["flow"])
         self.loads.update({k: v for k, v in snapshot.get("loads", {}).items()
                            if isinstance(v, (int, float)) and math.isfinite(v)})

@@ -264,6 +264,49 @@ def command_pcap_summarize(arguments: argparse.Namespace) -> int:
     return print_summaries(arguments.files, arguments.json, console, errors)
 
 
+def command_experiment(arguments: argparse.Namespace) -> int:
+    """Run an experiment file's cells (resuming from its results.csv), then write its report."""
+    from . import report
+    from .sweeps import experiment as experiment_module
+    from .sweeps.runner import ResultsMismatch, run
+
+    try:
+        loaded = experiment_module.load(arguments.file)
+    except ScenarioInvalid as error:
+        return _report_invalid(error)
+    if arguments.quick:
+        loaded = loaded.quick_version()
+    out = Path(arguments.out or Path("reports") / loaded.name)
+    try:
+        outcome = run(loaded, out, fresh=arguments.fresh, console=console)
+    except ResultsMismatch as error:
+        errors.print(str(error), markup=False)
+        return EXIT_INVALID
+    except KeyboardInterrupt:
+        errors.print(f"interrupted; the finished cells are in {out / 'results.csv'}: run the "
+                     "same command again to go on from there", markup=False, soft_wrap=True)
+        return 130
+    # soft_wrap: paths stay whole, to be copied
+    console.print(f"{loaded.name}: {outcome.ran} cells run, {outcome.reused} already in "
+                  f"{out / 'results.csv'}", markup=False, soft_wrap=True)
+    written = report.write(loaded, out)
+    if written.left_out:
+        console.print(f"{written.left_out} rows of results.csv belong to cells not in this "
+                      "experiment (other parameters, or a fuller run): left out", markup=False,
+                      soft_wrap=True)
+    if written.headlines:
+        table = Table(title="the paper's results beside ours", title_justify="left")
+        for column in ("result", "sweep", "ours", "paper", "agreement"):
+            table.add_column(column)
+        for headline in written.headlines:
+            table.add_row(headline.label, headline.sweep, headline.ours, headline.paper,
+                          headline.agreement)
+        console.print(table)
+    console.print(f"report: {written.path}; summary.csv and plots/ beside it", markup=False,
+                  soft_wrap=True)
+    return 0
+
+
 def _duration(text: str) -> float:
     try:
         value = parse_duration(text)
@@ -312,6 +355,20 @@ def parser() -> argparse.ArgumentParser:
     schema = commands.add_parser("schema", help="print the scenario JSON Schema")
     schema.add_argument("--output", "-o", help="write to this file instead of stdout")
     schema.set_defaults(handler=command_schema)
+
+    experiment = commands.add_parser(
+        "experiment", help="run an experiment file's sweeps (resumable) and write its report; "
+                           "exit 2 if the file is invalid")
+    experiment.add_argument("file", metavar="FILE")
+    experiment.add_argument("--out", metavar="DIR",
+                            help="where results.csv, summary.csv, plots/ and report.md go "
+                                 "(default: reports/<name>)")
+    experiment.add_argument("--fresh", action="store_true",
+                            help="discard the results of earlier runs instead of resuming")
+    experiment.add_argument("--quick", action="store_true",
+                            help="smoke run: a couple of repetitions, each sweep's first and "
+                                 "last value")
+    experiment.set_defaults(handler=command_experiment)
 
     pcap = commands.add_parser("pcap", help="look into packet captures of edgebed traffic")
     pcap_commands = pcap.add_subparsers(dest="pcap_command", required=True, metavar="COMMAND")

@@ -231,14 +231,14 @@ def resolve(data: object, source_map: SourceMap) -> Scenario:
 def _schema_problems(error: ValidationError, data: object, source_map: SourceMap) -> list[Problem]:
     problems: dict[tuple, Problem] = {}
     for item in error.errors(include_url=False):
-        path = _data_path(item["loc"], data)
+        path = data_path(item["loc"], data)
         if path in problems:
             continue  # a union reports once per member; the first says enough
-        problems[path] = _schema_problem(item, path, source_map)
+        problems[path] = schema_problem(item, path, source_map)
     return list(problems.values())
 
 
-def _data_path(loc: tuple, data: object) -> tuple:
+def data_path(loc: tuple, data: object) -> tuple:
     """Pydantic's location with union and validator tags removed, keeping a missing last key."""
     path: list = []
     current = data
@@ -254,7 +254,7 @@ def _data_path(loc: tuple, data: object) -> tuple:
     return tuple(path)
 
 
-def _schema_problem(item: dict, path: tuple, source_map: SourceMap) -> Problem:
+def schema_problem(item: dict, path: tuple, source_map: SourceMap) -> Problem:
     kind = item["type"]
     message = item["msg"].removeprefix("Value error, ")
     hint = ""
@@ -738,8 +738,8 @@ class _Resolver:
                 params = model.model_validate(entry.params)
             except ValidationError as error:
                 for item in error.errors(include_url=False):
-                    where = path + ("params",) + _data_path(item["loc"], entry.params)
-                    problem = _schema_problem(item, where, self.source_map)
+                    where = path + ("params",) + data_path(item["loc"], entry.params)
+                    problem = schema_problem(item, where, self.source_map)
                     if item["type"] == "extra_forbidden":
                         problem = Problem(problem.position, problem.path, problem.message,
                                           did_you_mean(where[-1], model.model_fields))

@@ -14,6 +14,7 @@ import yaml
 
 from agents import live_edge, streamer
 from controller.view import NetworkView
+from experiments.live_edge_emulation import viewer_qoe
 from experiments.measurements import read_table
 from tests.conftest import ROOT
 from tests.integration.conftest import assert_nothing_left, edgebed, only_run_dir
@@ -107,6 +108,16 @@ def test_every_viewer_is_served_by_the_edge_and_at_the_bitrate_the_controller_ch
         off_by = {candidate: abs(measured_delays[viewer] - shared - expected)
                   for candidate, expected in expected_delays[viewer].items()}
         assert min(off_by, key=off_by.get) == placed[viewer]["server"], (viewer, off_by)
+    # QoE both ways: the model's prediction for the decisions carried out, and with what was
+    # measured put in; the measured latency includes the model's and what it leaves out.
+    qoe = {row["viewer"]: row for row in viewer_qoe(run_dir)}
+    assert sorted(qoe) == viewers
+    for viewer, row in qoe.items():
+        assert (row["server"], row["bitrate_bps"]) == (placed[viewer]["server"],
+                                                       placed[viewer]["bitrate"])
+        assert row["latency_model_ms"] <= row["latency_measured_ms"] <= (
+            row["latency_model_ms"] + 1e3 * (2 / source.fps + SLACK_S)), row
+        assert row["qoe_measured"] <= row["qoe_model"], row
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["controller"]["status"]["control"]["handler_errors"] == 0
     assert_nothing_left(state_before, summary["prefix"])

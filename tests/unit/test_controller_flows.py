@@ -139,11 +139,20 @@ def test_a_migrated_flow_reaches_its_new_server_and_only_its_switch_changes():
     target = "edge3" if first != "edge3" else "edge2"
     outcome = bed.core.steer("viewer1/video", target)
     assert outcome.switches == {"s1"}  # steering lives on the client's switch
-    # the outbound rewrite replaced in place; the answers' rule matches the new server's
-    # address, so it is added and the old one deleted
-    assert bed.sync(outcome.switches) == 3
+    # the outbound rewrite replaced in place; the new server's answers get a rule of their own
+    # and the old server's keeps its (its packets in flight still come from the service)
+    assert bed.sync(outcome.switches) == 2
     [(host, _)] = bed.udp("viewer1", VIDEO)
     assert host == target
+    client = bed.view.attachment("viewer1")
+    for server in (first, target):
+        [(host, answer)] = bed.send(server, eth_type=0x0800, ip_proto=UDP,
+                                    ipv4_dst=client.address, eth_dst=client.mac, udp_src=5004,
+                                    udp_dst=40000)
+        assert (host, answer["ipv4_src"]) == ("viewer1", VIDEO)
+    # leaving removes them all
+    bed.sync(bed.core.leave("viewer1/video").switches)
+    assert not [f for f in bed.datapath("s1").table.flows() if f.priority == rules.PRIORITY_STEER]
 
 
 def link_index(bed: Bed, switch: str, port: int) -> int:

@@ -1,0 +1,355 @@
+"""The report of an experiment, from its ``results.csv``: ``summary.csv``, plots and
+``report.md``.
+
+Only the rows of the experiment's current cells count (a row of a cell run under other
+parameters, or of a fuller run than a ``--quick`` one, is left out and counted). A cell's
+metrics are first averaged over its periods, so the repetitions are the independent samples:
+``summary.csv`` has, per sweep, value, policy and metric, their count, mean, standard deviation
+and the half-width of the 95% Student-t confidence interval of the mean. The plots (one per
+sweep and plotted metric, PNG and SVG, under ``plots/``) draw one line per policy with those
+intervals as error bars; they are drawn with matplotlib's Figure API, which renders with Agg
+and needs no display. ``report.md`` says what was run, compares the kind's claims with the
+paper's numbers the file cites, and tabulates every plotted metric.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from scipy import stats
+
+from experiments.sweeps.experiment import Experiment, PaperEntry, Sweep
+from experiments.sweeps.kinds import Claim, Kind
+from experiments.sweeps.runner import RESULTS, read_results
+
+GROUP = ["sweep", "parameter", "value", "policy"]
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class Headline:
+    """One claim of the paper beside ours: the claim's key and label, the sweep measured on,
+    ours pooled over it (and per value), the paper's number, how they compare, why they differ
+    when the model tells, and the claim along the kind's ablation sweeps."""
+
+    key: str
+    label: str
+    sweep: str
+    ours: str
+    per_value: str
+    paper: str
+    agreement: str
+    why: str
+    ablation: str
+
+
+@dataclass(frozen=True)
+class Report:
+    """What :func:`write` made: the report's path, the headlines, and how many rows of
+    ``results.csv`` belong to no cell of this experiment."""
+
+    path: Path
+    headlines: list[Headline]
+    left_out: int
+
+
+def cell_means(experiment: Experiment, results: pd.DataFrame) -> pd.DataFrame:
+    """One row per cell: its metrics averaged over its periods, in the experiment's order
+    (sweep, value, policy, repetition)."""
+    metrics = [metric.name for metric in experiment.kind.metrics]
+    cells = results.groupby([*GROUP, "repetition"], sort=False)[metrics].mean().reset_index()
+    rank = {(sweep.name, label): (i, j) for i, sweep in enumerate(experiment.sweeps)
+            for j, label in enumerate(sweep.labels)}
+    policy_rank = {policy: i for i, policy in enumerate(experiment.kind.policies)}
+    order = sorted(range(len(cells)), key=lambda row: (
+        rank[cells.at[row, "sweep"], cells.at[row, "value"]],
+        policy_rank[cells.at[row, "policy"]], cells.at[row, "repetition"]))
+    return cells.iloc[order].reset_index(drop=True)
+
+
+def summarize(cells: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
+    """Per sweep, value, policy and metric: n, mean, std, ``ci95`` (the half-width of the
+    Student-t 95% interval of the mean over the cells, NaN for fewer than two), low, high."""
+    long = cells.melt(id_vars=[*GROUP, "repetition"], value_vars=metrics, var_name="metric",
+                      value_name="x")
+    summary = (long.groupby([*GROUP, "metric"], sort=False)["x"]
+               .agg(n="count", mean="mean", std="std").reset_index())
+    with np.errstate(invalid="ignore", divide="ignore"):
+        sem = summary["std"] / np.sqrt(summary["n"])
+        summary["ci95"] = stats.t.ppf((1 + CONFIDENCE) / 2, summary["n"] - 1) * sem
+    summary["low"] = summary["mean"] - summary["ci95"]
+    summary["high"] = summary["mean"] + summary["ci95"]
+    return summary
+
+
+def compare(ours: float, theirs: float, relative: bool) -> float:
+    """``ours`` against ``theirs``: the change in percent of |theirs| (so that more is a rise
+    even from a negative baseline; infinite from a baseline of 0), or the difference."""
+    if not relative:
+        return ours - theirs
+    if theirs == 0:
+        return math.copysign(math.inf, ours) if ours else math.nan
+    return (ours - theirs) / abs(theirs) * 100
+
+
+@dataclass(frozen=True)
+class Measure:
+    """A claim measured on one sweep: the means of its two sides pooled over the values it
+    takes, their comparison, and the comparison value by value (empty for a claim across
+    values)."""
+
+    ours: float
+    theirs: float
+    change: float
+    by_value: pd.Series
+
+
+def measure(claim: Claim, cells: pd.DataFrame, sweep: Sweep) -> Measure:
+    """``claim`` on ``sweep``."""
+    data = cells[cells["sweep"] == sweep.name]
+
+    def mean(policy: str, labels: list[str]) -> float:
+        chosen = data[(data["policy"] == policy) & data["value"].isin(labels)]
+        return chosen[claim.metric].mean()
+
+    first, last = sweep.labels[0], sweep.labels[-1]
+    if claim.values == "last-vs-first":
+        sides, by_value = (mean(claim.policy, [last]), mean(claim.versus, [first])), {}
+    else:
+        labels = list(sweep.labels) if claim.values == "all" else [last]
+        sides = mean(claim.policy, labels), mean(claim.versus, labels)
+        by_value = {label: compare(mean(claim.policy, [label]), mean(claim.versus, [label]),
+                                   claim.relative) for label in labels}
+    return Measure(*sides, compare(*sides, claim.relative), pd.Series(by_value, dtype=float))
+
+
+def agreement(ours: float, paper: PaperEntry) -> str:
+    """Whether ours goes the paper's way: within its range, the same direction (stronger or
+    weaker), or the opposite one."""
+    low, high = paper.range
+    if math.isnan(ours):
+        return "not measured"
+    if low <= ours <= high:
+        return "within the paper's range" if low < high else "as the paper"
+    if np.sign(ours) == np.sign(low) == np.sign(high):
+        stronger = abs(ours) > max(abs(low), abs(high))
+        return f"same direction, {'stronger' if stronger else 'weaker'}"
+    return "opposite direction"
+
+
+def headlines(experiment: Experiment, cells: pd.DataFrame) -> list[Headline]:
+    """The claims the experiment file cites, ours beside the paper's."""
+    kind = experiment.kind
+    found = []
+    for key, entry in experiment.paper.items():
+        claim = kind.claims[key]
+        sweep = experiment.sweep(entry.sweep)
+        measured = measure(claim, cells, sweep)
+        unit = "%" if claim.relative else kind.metric(claim.metric).unit
+        label = claim.label + (f" ({sweep.parameter} {sweep.labels[-1]} against "
+                               f"{sweep.labels[0]})" if claim.values == "last-vs-first" else "")
+        verdict = agreement(measured.change, entry)
+        why = [claim.why] if verdict not in ("within the paper's range", "as the paper") else []
+        difference = measured.ours - measured.theirs
+        if claim.relative and abs(measured.theirs) < abs(difference):
+            why.append(f"The baseline's mean ({measured.theirs:.3g}) is small next to the "
+                       f"difference ({difference:+.3g}), which makes the percentage large.")
+        per_value = [_signed(change, unit) for change in measured.by_value]
+        found.append(Headline(
+            key, label, sweep.name, ours=_signed(measured.change, unit),
+            per_value=", ".join(per_value) if len(per_value) > 1 else "",
+            paper=_paper(entry, unit), agreement=verdict, why=" ".join(why),
+            ablation=_along_ablation(experiment, claim, cells, unit)))
+    return found
+
+
+def _along_ablation(experiment: Experiment, claim: Claim, cells: pd.DataFrame,
+                    unit: str) -> str:
+    """``claim`` value by value on each sweep of the kind's ablation parameter that runs both
+    its policies (a claim across values or at one value has no meaning there)."""
+    if claim.values != "all":
+        return ""
+    return "; ".join(
+        f"{sweep.name}: " + ", ".join(f"{sweep.parameter} = {value}: {_signed(change, unit)}"
+                                      for value, change in
+                                      measure(claim, cells, sweep).by_value.items())
+        for sweep in experiment.sweeps if sweep.parameter == experiment.kind.ablation
+        and {claim.policy, claim.versus} <= set(sweep.policies))
+
+
+def _paper(entry: PaperEntry, unit: str) -> str:
+    low, high = entry.range
+    if high == math.inf:
+        return f"≥ {_signed(low, unit)}"
+    if low == -math.inf:
+        return f"≤ {_signed(high, unit)}"
+    return " to ".join(dict.fromkeys(_signed(x, unit) for x in (low, high)))
+
+
+def _signed(value: float, unit: str) -> str:
+    if math.isnan(value):
+        return "n/a"
+    return f"{value:+.0f}%" if unit == "%" else f"{value:+.3g} {unit}".rstrip()
+
+
+def plot(experiment: Experiment, summary: pd.DataFrame, directory: Path) -> list[Path]:
+    """One figure per sweep and plotted metric, PNG and SVG; returns the PNG paths."""
+    directory.mkdir(parents=True, exist_ok=True)
+    kind = experiment.kind
+    made = []
+    for sweep in experiment.sweeps:
+        positions = (np.array(sweep.values, dtype=float) if sweep.numeric
+                     else np.arange(len(sweep.labels), dtype=float))
+        span = np.ptp(positions) or 1.0
+        for name in kind.plots:
+            metric = kind.metric(name)
+            figure = Figure(figsize=(6.4, 4.2))
+            # Fixed margins: a layout engine would measure every label of every figure.
+            figure.subplots_adjust(left=0.12, right=0.97, bottom=0.13, top=0.92)
+            axes = figure.subplots()
+            for i, policy in enumerate(sweep.policies):
+                rows = (summary[(summary["sweep"] == sweep.name) & (summary["metric"] == name)
+                                & (summary["policy"] == policy)]
+                        .set_index("value").reindex(list(sweep.labels)))
+                # Side by side, so the policies' error bars do not hide one another.
+                shift = (i - (len(sweep.policies) - 1) / 2) * 0.012 * span
+                axes.errorbar(positions + shift, rows["mean"], yerr=rows["ci95"], label=policy,
+                              marker="o", markersize=4, capsize=3, linewidth=1.2)
+            if not sweep.numeric:
+                axes.set_xticks(positions, sweep.labels)
+            axes.set_xlabel(_parameter_label(kind, sweep.parameter))
+            axes.set_ylabel(metric.axis)
+            axes.set_title(f"{experiment.name}: {sweep.name}", fontsize=10)
+            axes.grid(alpha=0.3)
+            axes.legend(fontsize=8)
+            stem = directory / f"{sweep.name}-{name}"
+            figure.savefig(stem.with_suffix(".png"), dpi=120)
+            # No date, element ids from a fixed salt: the same results give the same SVG.
+            with matplotlib.rc_context({"svg.hashsalt": experiment.name}):
+                figure.savefig(stem.with_suffix(".svg"), metadata={"Date": None})
+            made.append(stem.with_suffix(".png"))
+    return made
+
+
+def _parameter_label(kind: Kind, parameter: str) -> str:
+    description = kind.parameters.model_fields[parameter].description
+    return f"{parameter}: {description}" if description else parameter
+
+
+def write(experiment: Experiment, out: Path) -> Report:
+    """``summary.csv``, ``plots/`` and ``report.md`` in ``out`` from ``out``/results.csv."""
+    kind = experiment.kind
+    results = read_results(out / RESULTS, kind)
+    cell_ids = {cell.id for cell in experiment.cells()}
+    current = results["cell"].isin(cell_ids)
+    results = results[current]
+    cells = cell_means(experiment, results)
+    summary = summarize(cells, [metric.name for metric in kind.metrics])
+    summary.to_csv(out / "summary.csv", index=False)
+    plot(experiment, summary, out / "plots")
+    found = headlines(experiment, cells)
+    text = _markdown(experiment, results, summary, found, len(cell_ids), int((~current).sum()))
+    (out / "report.md").write_text(text)
+    return Report(out / "report.md", found, int((~current).sum()))
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    # A markdown table by hand: pandas' to_markdown needs the tabulate package for this alone.
+    lines = [header, ["---"] * len(header), *rows]
+    return "\n".join("| " + " | ".join(cell.replace("|", "\\|") for cell in line) + " |"
+                     for line in lines)
+
+
+def _markdown(experiment: Experiment, results: pd.DataFrame, summary: pd.DataFrame,
+              found: list[Headline], cells: int, left_out: int) -> str:
+    kind = experiment.kind
+    base = experiment.base.model_dump(mode="json")
+    parts = [f"# {experiment.name}", "", kind.about, ""]
+    if experiment.quick:
+        parts += ["**A quick run** (`--quick`): fewer repetitions and only each sweep's first "
+                  "and last value; for checking the pipeline, not for conclusions.", ""]
+    parts += [
+        "## What was run", "",
+        f"Experiment file `{experiment.file}`, kind `{kind.name}`, seed {experiment.seed}, "
+        f"{experiment.repetitions} repetitions, {cells} cells (sweep × value × policy × "
+        f"repetition), {len(results)} rows (a row per cell and period) in `results.csv`. "
+        "A repetition's seed is derived from (seed, sweep, value, repetition) by numpy's "
+        "SeedSequence, so all policies of a repetition see the same instance; each cell's "
+        "seed is in `results.csv`.", "",
+        "Base parameters (the kind's defaults with the file's `base`):", "",
+        _table(["parameter", "value", "meaning"],
+               [[name, _value(value), kind.parameters.model_fields[name].description or ""]
+                for name, value in base.items()]), "",
+        _table(["sweep", "varies", "values", "policies", "overrides"],
+               [[sweep.name, sweep.parameter, ", ".join(sweep.labels), ", ".join(sweep.policies),
+                 ", ".join(f"{k} = {_value(v)}" for k, v in sweep.overrides.items()) or "–"]
+                for sweep in experiment.sweeps]), ""]
+    if left_out:
+        parts += [f"{left_out} rows of `results.csv` belong to cells not in this experiment "
+                  "(other parameters, or a fuller run) and are left out.", ""]
+    if found:
+        parts += _headline_section(experiment, found)
+    remarks = kind.remarks(results)
+    if remarks:
+        parts += ["## Remarks", "", *(f"- {remark}" for remark in remarks), ""]
+    for sweep in experiment.sweeps:
+        parts += _sweep_section(experiment, sweep, summary)
+    return "\n".join(parts)
+
+
+def _headline_section(experiment: Experiment, found: list[Headline]) -> list[str]:
+    parts = ["## The paper's results beside ours", "",
+             "Ours is pooled over the sweep's values (the range over the values alone "
+             "beside it); a relative comparison is the change in percent of the second "
+             "term's magnitude.", "",
+             _table(["result", "sweep", "ours", "ours per value", "paper", "agreement"],
+                    [[h.label, h.sweep, h.ours, h.per_value or "–", h.paper, h.agreement]
+                     for h in found]), ""]
+    parts += [f"- **{h.label}**: ours {h.ours}, the paper's {h.paper}. {h.why}"
+              for h in found if h.why]
+    kind = experiment.kind
+    along = [h for h in found if h.ablation]
+    if along:
+        parts += ["", f"The same comparisons along the sweeps of {kind.ablation} "
+                      f"({_parameter_label(kind, kind.ablation)}), an ablation showing where "
+                      "the paper's ordering appears:", ""]
+        parts += [f"- {h.label}: {h.ablation}" for h in along]
+    return parts + [""]
+
+
+def _sweep_section(experiment: Experiment, sweep: Sweep, summary: pd.DataFrame) -> list[str]:
+    kind = experiment.kind
+    parts = [f"## Sweep `{sweep.name}`: {_parameter_label(kind, sweep.parameter)}", ""]
+    data = summary[summary["sweep"] == sweep.name]
+    for name in kind.plots:
+        metric = kind.metric(name)
+        table = data[data["metric"] == name].set_index(["value", "policy"])
+        rows = [[label] + [_estimate(table, label, policy) for policy in sweep.policies]
+                for label in sweep.labels]
+        parts += [f"### {metric.axis}", "",
+                  f"![{sweep.name} {name}](plots/{sweep.name}-{name}.png)", "",
+                  _table([sweep.parameter, *sweep.policies], rows), ""]
+    return parts
+
+
+def _estimate(table: pd.DataFrame, label: str, policy: str) -> str:
+    if (label, policy) not in table.index:
+        return "–"
+    mean, half = table.loc[(label, policy), ["mean", "ci95"]]
+    if math.isnan(mean):
+        return "n/a"
+    if math.isnan(half) or half == 0:
+        return f"{mean:.4g}"
+    # The mean to the interval's precision: its two significant digits.
+    decimals = max(0, 1 - math.floor(math.log10(half)))
+    return f"{mean:.{decimals}f} ± {half:.{decimals}f}"
+
+
+def _value(value: object) -> str:
+    return ", ".join(map(str, value)) if isinstance(value, list) else str(value)

@@ -1,0 +1,6 @@
+"""Experiments: sweeps of a parameter, each cell run by a registered kind.
+
+:mod:`.kinds` is what a kind provides, :mod:`.experiment` reads an experiment file into its
+cells (and holds the registry of kinds), :mod:`.runner` runs the cells into ``results.csv``,
+resumably; the report is :mod:`experiments.report`.
+"""

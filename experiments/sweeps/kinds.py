@@ -1,0 +1,107 @@
+"""What a kind of experiment is: the contract between the sweep runner and the code that runs
+one cell.
+
+A kind has a parameters model (a pydantic model; unknown keys are errors), the policies it can
+compare, a function running one :class:`Cell` and returning one row of metrics per period,
+the metrics those rows hold, and what the report should make of them. Registering a kind is
+listing it in :data:`experiments.sweeps.experiment.KINDS`; for an emulated kind (one
+``edgebed run`` of a scenario per cell, its ``${VAR}`` values set from the cell's parameters)
+that is a :class:`Kind` around one such function.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import pandas as pd
+from pydantic import BaseModel
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run of one policy: a sweep's ``parameter`` at one value (``value``, its label), one
+    repetition with its ``seed``, and the full validated ``parameters`` of the kind."""
+
+    experiment: str
+    sweep: str
+    parameter: str
+    value: str
+    policy: str
+    repetition: int
+    seed: int
+    parameters: BaseModel
+
+    @property
+    def id(self) -> str:
+        """A digest of everything that decides the cell's outcome (kind parameters, policy,
+        seed): a results row whose cell id is no longer among the experiment's cells was made
+        under other parameters."""
+        text = json.dumps([self.policy, self.seed, self.parameters.model_dump(mode="json")],
+                          sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A column of the rows a kind returns: its name, a label for tables and plot axes, and its
+    unit (empty for a pure number)."""
+
+    name: str
+    label: str
+    unit: str = ""
+
+    @property
+    def axis(self) -> str:
+        return f"{self.label} ({self.unit})" if self.unit else self.label
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A result the paper reports, as a comparison ours can be measured by on one sweep:
+    ``metric`` of ``policy`` against ``versus`` (another policy, or the same one for a
+    comparison across values), as a relative change in percent or a difference in the metric's
+    unit. ``values`` says which of the sweep's values count: ``all`` pooled (and each one
+    alone, for the range), ``last`` only, or ``last-vs-first`` (``policy`` at the last value
+    against ``versus`` at the first). ``why`` is the reason, read off the model, to give when
+    ours goes the other way."""
+
+    label: str
+    metric: str
+    policy: str
+    versus: str
+    relative: bool
+    values: Literal["all", "last", "last-vs-first"] = "all"
+    why: str = ""
+
+
+CellRunner = Callable[[Cell], Sequence[Mapping[str, object]]]
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A kind of experiment cell.
+
+    ``run`` runs one cell and returns its rows, one per period, each holding ``metrics``
+    (missing ones are left empty). ``plots`` names the metrics the report plots and tabulates.
+    ``claims`` are the paper's results an experiment file's ``paper:`` section may cite by
+    key; ``ablation`` names a parameter whose sweeps every claim is also measured along, value
+    by value. ``about`` is markdown opening the report (what a cell is, caveats), ``remarks``
+    further markdown lines from the results."""
+
+    name: str
+    parameters: type[BaseModel]
+    policies: tuple[str, ...]
+    run: CellRunner
+    metrics: tuple[Metric, ...]
+    plots: tuple[str, ...]
+    claims: Mapping[str, Claim] = field(default_factory=dict)
+    ablation: str | None = None
+    about: str = ""
+    remarks: Callable[[pd.DataFrame], list[str]] = lambda results: []
+
+    def metric(self, name: str) -> Metric:
+        return next(metric for metric in self.metrics if metric.name == name)

@@ -1,0 +1,115 @@
+"""Running an experiment's cells into ``results.csv``, one cell at a time, resumably.
+
+``results.csv`` is tidy: one row per cell and period, the columns :data:`KEYS` then the kind's
+metrics. A cell's rows are appended with a single ``write(2)`` as soon as it finishes, so a
+Ctrl-C (which Python raises between calls, never inside one) leaves only whole cells behind.
+A rerun skips the cells whose rows are there: ``cell`` is a digest of the cell's policy, seed
+and parameters, so a cell whose parameters changed in the file runs again. A write cut short
+by SIGKILL or a crash is repaired on the next run: the partial line and the incomplete cell
+(fewer rows than its ``periods``) are dropped.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                           TimeElapsedColumn, TimeRemainingColumn)
+
+from .experiment import Experiment
+from .kinds import Cell, Kind
+
+RESULTS = "results.csv"
+KEYS = ("experiment", "sweep", "parameter", "value", "policy", "repetition", "seed", "cell",
+        "period", "periods")
+# Read back as text: a label such as "1e-05" or a digest of digits must not become a number.
+TEXT_KEYS = {"experiment": str, "sweep": str, "parameter": str, "value": str, "policy": str,
+             "cell": str}
+
+
+class ResultsMismatch(Exception):
+    """``results.csv`` exists with other columns than this experiment's kind writes."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a run did: cells run now, cells already in ``results.csv``."""
+
+    ran: int
+    reused: int
+
+
+def columns(kind: Kind) -> list[str]:
+    return [*KEYS, *(metric.name for metric in kind.metrics)]
+
+
+def read_results(source: Path | io.StringIO, kind: Kind) -> pd.DataFrame:
+    """``results.csv`` as a DataFrame: the label columns as text, as written (no "NA" or
+    "None" taken for missing), the metrics as numbers, empty ones NaN."""
+    return pd.read_csv(source, dtype=TEXT_KEYS, keep_default_na=False,
+                       na_values={metric.name: [""] for metric in kind.metrics})
+
+
+def run(experiment: Experiment, out: Path, *, fresh: bool = False,
+        console: Console | None = None) -> Outcome:
+    """Run every cell of ``experiment`` not yet in ``out``/results.csv (all of them with
+    ``fresh``), with a progress bar on ``console``."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / RESULTS
+    if fresh:
+        path.unlink(missing_ok=True)
+    header = columns(experiment.kind)
+    done = _completed_cells(path, experiment.kind)
+    cells = list(experiment.cells())
+    todo = [cell for cell in cells if cell.id not in done]
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+                        console=console, transient=False)
+    with progress, open(path, "ab") as results:
+        if results.tell() == 0:
+            os.write(results.fileno(), (",".join(header) + "\n").encode())
+        task = progress.add_task(experiment.name, total=len(cells),
+                                 completed=len(cells) - len(todo))
+        for cell in todo:
+            progress.update(task, description=f"{cell.sweep}: {cell.parameter}={cell.value} "
+                                              f"{cell.policy} #{cell.repetition + 1}")
+            rows = experiment.kind.run(cell)
+            if not rows:
+                raise ValueError(f"kind {experiment.kind.name} returned no rows for {cell}")
+            os.write(results.fileno(), _cell_rows(cell, rows, header).encode())
+            progress.advance(task)
+        progress.update(task, description=experiment.name)
+    return Outcome(ran=len(todo), reused=len(cells) - len(todo))
+
+
+def _cell_rows(cell: Cell, rows: Sequence[Mapping[str, object]], header: list[str]) -> str:
+    """A cell's rows as CSV lines, numbered by period from 1."""
+    keys = {"experiment": cell.experiment, "sweep": cell.sweep, "parameter": cell.parameter,
+            "value": cell.value, "policy": cell.policy, "repetition": cell.repetition,
+            "seed": cell.seed, "cell": cell.id, "periods": len(rows)}
+    table = pd.DataFrame([keys | {"period": period} | dict(row)
+                          for period, row in enumerate(rows, start=1)], columns=header)
+    return table.to_csv(header=False, index=False)
+
+
+def _completed_cells(path: Path, kind: Kind) -> set[str]:
+    """The ids of the cells ``path`` holds whole, after repairing a write cut short."""
+    text = path.read_text() if path.exists() else ""
+    whole = text[:text.rfind("\n") + 1]
+    if not whole:
+        path.unlink(missing_ok=True)  # not even the header made it
+        return set()
+    results = read_results(io.StringIO(whole), kind)
+    if list(results.columns) != columns(kind):
+        raise ResultsMismatch(f"{path} has the columns of another kind of experiment; "
+                              "use --fresh to start over or --out for another directory")
+    complete = results.groupby("cell")["period"].transform("size") == results["periods"]
+    if whole != text or not complete.all():
+        results[complete].to_csv(path, index=False)
+    return set(results.loc[complete, "cell"])

@@ -1,0 +1,370 @@
+"""Experiment files and sweeps: validation with positions, cells and paired seeds, the
+resumable runner, confidence intervals, the report, and the live_edge_model cell runner."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from pydantic import BaseModel, ConfigDict
+
+from controller.live_edge.model import MBPS, MS, evaluate
+from controller.live_edge.policies import ALLOCATORS
+from experiments import live_edge, report
+from experiments.cli import main
+from experiments.sweeps import experiment as experiments
+from experiments.sweeps.kinds import Claim, Kind, Metric
+from experiments.sweeps.runner import RESULTS, read_results, run
+from topologies.problems import ScenarioInvalid
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class FakeParameters(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    x: float = 1.0
+    periods: int = 2
+
+
+def fake_run(cell):
+    """y = x, doubled for policy p; one row per period."""
+    y = cell.parameters.x * (2 if cell.policy == "p" else 1)
+    return [{"y": y + cell.repetition, "z": period} for period in range(cell.parameters.periods)]
+
+
+FAKE = Kind(name="fake", parameters=FakeParameters, policies=("p", "q"), run=fake_run,
+            metrics=(Metric("y", "y", "units"), Metric("z", "z")), plots=("y",),
+            claims={"p_over_q": Claim("p's y against q's", "y", "p", "q", relative=True,
+                                      why="p doubles y.")},
+            ablation="x", about="A fake kind for tests.")
+
+FAKE_FILE = """\
+name: tiny
+kind: fake
+seed: 7
+repetitions: 3
+policies: [p, q]
+base: {periods: 2}
+sweeps:
+  - name: along-x
+    vary: x
+    values: [1, 2, 4]
+  - name: one-policy
+    vary: x
+    values: [3]
+    policies: [q]
+paper:
+  p_over_q: {sweep: along-x, value: [90, 110]}
+"""
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    monkeypatch.setitem(experiments.KINDS, "fake", FAKE)
+    return experiments.loads(FAKE_FILE, "tiny.yaml")
+
+
+def problems(text: str) -> list:
+    with pytest.raises(ScenarioInvalid) as raised:
+        experiments.loads(text, "bad.yaml")
+    return raised.value.problems
+
+
+# Validation
+
+
+def test_the_papers_experiment_file_is_valid():
+    loaded = experiments.load(ROOT / "experiments" / "live-edge-model.yaml")
+    assert loaded.repetitions >= 5
+    assert {"viewers", "servers", "danmaku", "a", "G"} <= {s.parameter for s in loaded.sweeps}
+    small = [s for s in loaded.sweeps if "optimal" in s.policies]
+    assert small and all(s.parameters[0].servers == 2 for s in small)
+    assert all("optimal" not in s.policies for s in loaded.sweeps if s not in small)
+
+
+@pytest.mark.parametrize("text, line, column, field, message, hint", [
+    ("name: x\nkind: live_edge_model\nrepetitions: 1\npolicies: [lua]\nseeed: 3\n"
+     "sweeps: [{name: s, vary: viewers, values: [1]}]\n",
+     5, 1, "seeed", "unknown key 'seeed'", "did you mean 'seed'?"),
+    ("name: x\nkind: live_edge\nrepetitions: 1\npolicies: [lua]\n"
+     "sweeps: [{name: s, vary: viewers, values: [1]}]\n",
+     2, 7, "kind", "unknown kind 'live_edge'", "did you mean 'live_edge_model'?"),
+    ("name: x\nkind: live_edge_model\nrepetitions: 0\npolicies: [lua]\n"
+     "sweeps: [{name: s, vary: viewers, values: [1]}]\n",
+     3, 14, "repetitions", "greater than or equal to 1", ""),
+    ("name: x\nkind: live_edge_model\nrepetitions: 1\npolicies: [lua, dff]\n"
+     "sweeps: [{name: s, vary: viewers, values: [1]}]\n",
+     4, 17, "policies[1]", "no policy 'dff'", "did you mean 'df'?"),
+    ("name: x\nkind: live_edge_model\nrepetitions: 1\npolicies: [lua]\nbase:\n"
+     "  viewers: 10\n  bandwith: 20\nsweeps: [{name: s, vary: servers, values: [1]}]\n",
+     7, 3, "base.bandwith", "unknown key 'bandwith'", "did you mean 'bandwidth'?"),
+    ("name: x\nkind: live_edge_model\nrepetitions: 1\npolicies: [lua]\nsweeps:\n"
+     "  - name: s\n    vary: viewers\n    values: [10, 0, 20]\n",
+     8, 18, "sweeps[0].values[1]", "greater than or equal to 1", ""),
+    ("name: x\nkind: live_edge_model\nrepetitions: 1\npolicies: [lua]\nsweeps:\n"
+     "  - name: s\n    vary: viewer\n    values: [10]\n",
+     7, 11, "sweeps[0].vary", "no parameter 'viewer'", "did you mean 'viewers'?"),
+    ("name: x\nkind: live_edge_model\nrepetitions: 1\npolicies: [lua]\nsweeps:\n"
+     "  - name: s\n    vary: danmaku\n    values: [[2, 1]]\n",
+     8, 14, "sweeps[0].values[0]", "a range is written [low, high]", ""),
+    ("name: x\nkind: live_edge_model\nrepetitions: 1\npolicies: [lua]\nsweeps:\n"
+     "  - name: s\n    vary: G\n    values: [5]\n    base: {bandwidth: 40 Mbps/s}\n",
+     9, 23, "sweeps[0].base.bandwidth", "unknown unit", ""),
+    ("name: x\nkind: live_edge_model\nrepetitions: 1\npolicies: [lua]\nsweeps:\n"
+     "  - name: s\n    vary: G\n    values: [5]\npaper:\n  lua_vs_optimal: {sweep: s, value: 1}\n",
+     10, 27, "paper.lua_vs_optimal.sweep", "which sweep 's' does not run", "add optimal"),
+    ("name: x\nkind: live_edge_model\nrepetitions: 1\npolicies: [lua]\nsweeps:\n"
+     "  - name: s\n    vary: G\n    values: [5]\n"
+     "paper:\n  qoe_lua_over_dff: {sweep: s, value: 1}\n",
+     10, 3, "paper.qoe_lua_over_dff", "no claim 'qoe_lua_over_dff'",
+     "did you mean 'qoe_lua_over_df'?"),
+])
+def test_a_bad_file_is_refused_with_position_field_and_hint(text, line, column, field,
+                                                            message, hint):
+    found = problems(text)
+    assert len(found) == 1, found
+    problem = found[0]
+    assert (problem.position.line, problem.position.column) == (line, column)
+    assert problem.field == field and message in problem.message and hint in problem.hint
+
+
+def test_every_problem_is_reported_once():
+    # A mistake in base reaches every cell; it is one problem all the same.
+    head = "name: x\nkind: live_edge_model\nrepetitions: 1\npolicies: [lua]\n"
+    text = (head + "base: {servers: 0}\nsweeps:\n  - {name: a, vary: viewers, values: [1, 2]}\n"
+            "  - {name: a, vary: G, values: [5, 20]}\n")
+    found = {(p.position.line, p.field, p.message) for p in problems(text)}
+    assert found == {(5, "base.servers", "Input should be greater than or equal to 1"),
+                     (8, "sweeps[1].name", "sweep 'a' is defined twice")}
+    text = head + "sweeps:\n  - {name: a, vary: G, values: [5, 20, 5.0]}\n"
+    assert [(p.position.line, p.field, p.message) for p in problems(text)] == [
+        (6, "sweeps[0].values[2]", "value 5 is listed twice")]
+
+
+def test_the_command_exits_2_naming_file_line_and_column(tmp_path, capsys):
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: x\nkind: live_edge_model\nrepetitions: 1\npolicies: [lua]\n"
+                    "sweeps: [{name: s, vary: viewers, values: [1]}]\nsedd: 3\n")
+    assert main(["experiment", str(path), "--out", str(tmp_path / "out")]) == 2
+    assert f"{path}:6:1: sedd: unknown key 'sedd'" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_parameters_take_the_papers_units_or_strings_with_units():
+    parameters = live_edge.Parameters(G=50, bandwidth="20Mbps", beta="0.25s",
+                                      access_delay=("1ms", 3), k=0.2)
+    weights = parameters.pool(0).weights
+    assert (weights.G, weights.beta, weights.k) == pytest.approx((50 * MS / MBPS, 0.25,
+                                                                  0.2 / MBPS))
+    assert parameters.pool(0).servers[0].bandwidth == 20 * MBPS
+    assert parameters.access_delay == (1.0, 3.0)
+    defaults = live_edge.Parameters()
+    assert (defaults.G, defaults.bandwidth, defaults.beta, defaults.k) == (50, 40, 300, 0.2)
+
+
+# Cells and seeds
+
+
+def test_cells_are_sweep_value_policy_repetition_with_seeds_shared_by_policies(fake):
+    cells = list(fake.cells())
+    assert len(cells) == 3 * 2 * 3 + 1 * 1 * 3
+    assert len({cell.id for cell in cells}) == len(cells)
+    by_instance: dict = {}
+    for cell in cells:
+        by_instance.setdefault((cell.sweep, cell.value, cell.repetition), set()).add(cell.seed)
+    assert all(len(seeds) == 1 for seeds in by_instance.values())  # paired
+    seeds = [seeds.pop() for seeds in by_instance.values()]
+    assert len(set(seeds)) == len(seeds)  # every value and repetition its own instance
+    assert experiments.repetition_seed(7, "along-x", "2", 1) == next(
+        cell.seed for cell in cells if (cell.sweep, cell.value, cell.repetition)
+        == ("along-x", "2", 1))
+    assert experiments.repetition_seed(7, "along-x", "2", 1) != experiments.repetition_seed(
+        8, "along-x", "2", 1)
+
+
+def test_a_quick_run_is_a_subset_of_the_full_one(fake):
+    quick = list(fake.quick_version().cells())
+    assert {(cell.sweep, cell.value) for cell in quick} == {
+        ("along-x", "1"), ("along-x", "4"), ("one-policy", "3")}
+    assert max(cell.repetition for cell in quick) == 1
+    assert {cell.id for cell in quick} <= {cell.id for cell in fake.cells()}
+
+
+def test_value_labels():
+    assert [experiments.value_label(v) for v in (50, 50.0, 0.1, [1.0, 2.5], True)] == [
+        "50", "50", "0.1", "(1, 2.5)", "True"]
+
+
+# The runner
+
+
+def test_an_interrupted_run_resumes_without_duplicates(fake, tmp_path):
+    calls = []
+
+    def interrupted(cell):
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        calls.append(cell.id)
+        return fake_run(cell)
+
+    with pytest.raises(KeyboardInterrupt):
+        run(dataclasses.replace(fake, kind=dataclasses.replace(FAKE, run=interrupted)),
+            tmp_path)
+    first = read_results(tmp_path / RESULTS, FAKE)
+    assert sorted(set(first["cell"])) == sorted(calls)
+    assert len(first) == 5 * 2
+
+    outcome = run(fake, tmp_path)
+    results = read_results(tmp_path / RESULTS, FAKE)
+    all_ids = {cell.id for cell in fake.cells()}
+    assert (outcome.ran, outcome.reused) == (len(all_ids) - 5, 5)
+    assert set(results["cell"]) == all_ids
+    assert not results.duplicated(["cell", "period"]).any()
+    assert run(fake, tmp_path).ran == 0
+    assert run(fake, tmp_path, fresh=True).ran == len(all_ids)
+
+
+def test_a_write_cut_short_is_repaired_on_the_next_run(fake, tmp_path):
+    run(fake, tmp_path)
+    path = tmp_path / RESULTS
+    lines = path.read_text().splitlines(keepends=True)
+    # The last cell lost its last row and half of the one before.
+    path.write_text("".join(lines[:-2]) + lines[-2][:20])
+    outcome = run(fake, tmp_path)
+    assert (outcome.ran, outcome.reused) == (1, len(list(fake.cells())) - 1)
+    results = read_results(path, FAKE)
+    assert len(results) == 2 * len(list(fake.cells()))
+    assert not results.duplicated(["cell", "period"]).any()
+
+
+def test_the_command_resumes_and_says_where(fake, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "out"
+    source = tmp_path / "tiny.yaml"
+    source.write_text(FAKE_FILE)
+    calls = []
+
+    def interrupted(cell):
+        if calls:
+            raise KeyboardInterrupt
+        calls.append(cell)
+        return fake_run(cell)
+
+    monkeypatch.setitem(experiments.KINDS, "fake", dataclasses.replace(FAKE, run=interrupted))
+    assert main(["experiment", str(source), "--out", str(out)]) == 130
+    assert "run the same command again" in capsys.readouterr().err
+    monkeypatch.setitem(experiments.KINDS, "fake", FAKE)
+    assert main(["experiment", str(source), "--out", str(out)]) == 0
+    assert f"20 cells run, 1 already in {out / RESULTS}" in capsys.readouterr().out
+
+
+# Statistics and the report
+
+
+def test_confidence_interval_by_hand():
+    cells = pd.DataFrame({"sweep": "s", "parameter": "x", "value": ["1"] * 3 + ["2"],
+                          "policy": "p", "repetition": [0, 1, 2, 0], "y": [1.0, 2.0, 3.0, 5.0]})
+    summary = report.summarize(cells, ["y"]).set_index("value")
+    # mean 2, sd 1, t(0.975, 2 df) = 4.302653: half-width 4.302653 / sqrt(3).
+    assert summary.loc["1", ["n", "mean", "std"]].tolist() == [3, 2.0, 1.0]
+    assert summary.loc["1", "ci95"] == pytest.approx(4.302653 / math.sqrt(3), rel=1e-6)
+    assert summary.loc["1", "low"] == pytest.approx(2 - 2.484138, rel=1e-6)
+    assert summary.loc["2", "n"] == 1 and math.isnan(summary.loc["2", "ci95"])
+
+
+def test_compare_and_agreement():
+    assert report.compare(1.2, 1.0, relative=True) == pytest.approx(20)
+    assert report.compare(-0.5, -1.0, relative=True) == pytest.approx(50)  # a rise
+    assert report.compare(1.0, 0.0, relative=True) == math.inf
+    assert report.compare(3.0, 1.0, relative=False) == 2.0
+    paper = experiments.PaperEntry(sweep="s", value=(-56, -49))
+    assert report.agreement(-50, paper) == "within the paper's range"
+    assert report.agreement(-80, paper) == "same direction, stronger"
+    assert report.agreement(-10, paper) == "same direction, weaker"
+    assert report.agreement(10, paper) == "opposite direction"
+
+
+def test_the_report_has_its_files_tables_and_claims(fake, tmp_path):
+    run(fake, tmp_path)
+    written = report.write(fake, tmp_path)
+    for sweep in ("along-x", "one-policy"):
+        for suffix in (".png", ".svg"):
+            assert (tmp_path / "plots" / f"{sweep}-y{suffix}").stat().st_size > 1000
+    summary = pd.read_csv(tmp_path / "summary.csv", dtype={"value": str})
+    # y = 2x + repetition for p: repetitions 0, 1, 2 at x = 4 give mean 9.
+    row = summary[(summary["value"] == "4") & (summary["policy"] == "p")
+                  & (summary["metric"] == "y")].iloc[0]
+    assert (row["n"], row["mean"], row["std"]) == (3, 9.0, 1.0)
+    (headline,) = written.headlines
+    # p's mean y over along-x: 2·(7/3) + 1; q's: 7/3 + 1.
+    expected = (2 * 7 / 3 + 1) / (7 / 3 + 1) * 100 - 100
+    assert headline.ours == f"{expected:+.0f}%" == "+70%"
+    assert (headline.paper, headline.agreement) == ("+90% to +110%", "same direction, weaker")
+    assert headline.ablation == "along-x: x = 1: +50%, x = 2: +67%, x = 4: +80%"
+    text = written.path.read_text()
+    assert "A fake kind for tests." in text and "p doubles y." in text
+    assert "| 4 | 9.0 ± 2.5 | 5.0 ± 2.5 |" in text
+    assert "plots/along-x-y.png" in text
+    assert "seed 7, 3 repetitions, 21 cells" in text
+
+
+def test_the_report_leaves_out_rows_of_other_cells(fake, tmp_path):
+    run(fake, tmp_path)
+    quick = fake.quick_version()
+    written = report.write(quick, tmp_path)
+    assert written.left_out == 2 * (len(list(fake.cells())) - len(list(quick.cells())))
+    assert "quick run" in written.path.read_text()
+
+
+# The live_edge_model cell runner
+
+
+def tiny_cell(policy: str, **parameters):
+    values = {"viewers": 12, "servers": 2, "periods": 3, "churn": 0.25} | parameters
+    return next(cell for cell in experiments.Experiment(
+        "t.yaml", "t", live_edge.KIND, 3, 1, live_edge.Parameters(**values),
+        (experiments.Sweep("s", "viewers", (12,), ("12",), (policy,),
+                           (live_edge.Parameters(**values),), {}),), {}).cells())
+
+
+@pytest.mark.parametrize("policy", ["lua", "df", "mhcp", "random"])
+def test_the_runner_reports_what_evaluate_says_period_by_period(policy):
+    cell = tiny_cell(policy)
+    rows = live_edge.run_cell(cell)
+    assert len(rows) == 3
+    pool = cell.parameters.pool(cell.seed)
+    rng = np.random.default_rng([cell.seed, 1])
+    history = {v.name: (v.previous_server, v.previous_bitrate) for v in pool.viewers}
+    for period, row in enumerate(rows):
+        # Three viewers leave and three arrive each period; the rest keep their history.
+        watching = []
+        for viewer in pool.viewers[3 * period:3 * period + 12]:
+            server, bitrate = history.get(viewer.name, (None, None))
+            watching.append(dataclasses.replace(viewer, previous_server=server,
+                                                previous_bitrate=bitrate))
+        instance = dataclasses.replace(pool, viewers=tuple(watching))
+        allocation = ALLOCATORS[policy](instance, rng)
+        judged = evaluate(instance, allocation)
+        assert row["objective"] == pytest.approx(judged.objective)
+        assert row["mean_latency_ms"] == pytest.approx(judged.mean_latency / MS)
+        assert row["mean_bitrate_mbps"] == pytest.approx(judged.mean_bitrate / MBPS)
+        assert (row["switches"], row["drops"], row["served"], row["unassigned"]) == (
+            judged.switches, judged.drops, judged.served, judged.unassigned)
+        assert row["solver_status"] is None and row["decision_ms"] > 0
+        history = {v.name: allocation.assignment.get(v.name, (None, None)) for v in watching}
+
+
+def test_later_periods_carry_the_allocation_forward():
+    # A viewer kept on its server at its rung pays neither penalty: with no churn and no
+    # scarcity LUA repeats itself and period 2 has no switch and no drop.
+    rows = live_edge.run_cell(tiny_cell("lua", churn=0.0, bandwidth=1000, compute=1000))
+    assert rows[0]["switches"] > 0  # the generator's history
+    assert all(row["switches"] == 0 and row["drops"] == 0 for row in rows[1:])
+
+
+def test_the_optimal_cell_reports_its_solver():
+    (row,) = live_edge.run_cell(tiny_cell("optimal", periods=1))
+    assert row["solver_status"] == 0 and row["solver_gap"] == pytest.approx(0, abs=1e-6)
