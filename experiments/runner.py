@@ -342,6 +342,7 @@ class Run:
         if skipped:
             self.warnings.append(f"the run ends at {duration:g}s, before: {'; '.join(skipped)}")
         self.options.on_phase(f"running for {duration:g}s")
+        self.run_dir.update_manifest(timeline_started=iso(utc_now()))
         origin = time.monotonic()
         self.cpu.sample()
         for at, description, action in actions:
