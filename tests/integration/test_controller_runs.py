@@ -87,6 +87,14 @@ def scenario(tmp_path, duration="8s", policy="least_loaded", fast_failover="true
     return path
 
 
+def start(tmp_path, path):
+    """``edgebed run`` of ``path`` in the background; returns the process and, once the
+    network and its controller are up, the run directory."""
+    runs = tmp_path / "runs"
+    process = start_edgebed("run", str(path), "--runs-dir", str(runs))
+    return process, wait_for_phase(runs, "network up", process)
+
+
 def run(tmp_path, path):
     runs = tmp_path / "runs"
     result = edgebed("run", str(path), "--runs-dir", str(runs))
@@ -170,9 +178,7 @@ def test_clients_reach_service_addresses_and_land_on_the_chosen_servers(tmp_path
 
 def test_a_live_flow_migrates_to_another_server(tmp_path, state_before):
     path = scenario(tmp_path, duration="9s", workload=steady("viewer1", "1s", "6s"))
-    runs = tmp_path / "runs"
-    process = start_edgebed("run", str(path), "--runs-dir", str(runs))
-    run_dir = wait_for_phase(runs, "network up", process)
+    process, run_dir = start(tmp_path, path)
     time.sleep(3.5)  # the stream has run for about two seconds
     with control_client(run_dir) as client:
         [placement] = client.query().placements
@@ -271,10 +277,8 @@ def fuzzed(rng: random.Random) -> bytes:
 
 def test_fuzzed_control_messages_leave_the_controller_working(tmp_path, state_before):
     path = scenario(tmp_path, duration="30s")
-    runs = tmp_path / "runs"
-    process = start_edgebed("run", str(path), "--runs-dir", str(runs))
+    process, run_dir = start(tmp_path, path)
     try:
-        run_dir = wait_for_phase(runs, "network up", process)
         with control_client(run_dir, node="viewer3") as client:
             rng = random.Random(5)
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
@@ -297,9 +301,7 @@ def test_fuzzed_control_messages_leave_the_controller_working(tmp_path, state_be
 
 def test_a_switch_that_lost_its_rules_gets_them_back_when_it_reconnects(tmp_path, state_before):
     path = scenario(tmp_path, duration="10s", workload=steady("viewer1", "1s", "8s"))
-    runs = tmp_path / "runs"
-    process = start_edgebed("run", str(path), "--runs-dir", str(runs))
-    run_dir = wait_for_phase(runs, "network up", process)
+    process, run_dir = start(tmp_path, path)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     bridge = f"{manifest['prefix']}s0"  # s1, where viewer1 is
     time.sleep(3)
