@@ -105,10 +105,7 @@ class EdgebedController(App):
             LOG.info("took over %d placed flows from %s", len(self.core.flows), state)
 
     def _save(self) -> None:
-        state = self.out / "state.json"
-        temporary = state.with_suffix(".tmp")
-        temporary.write_text(json.dumps(self.core.snapshot()))
-        temporary.replace(state)
+        _replace(self.out / "state.json", self.core.snapshot())
 
     def _open_table(self):
         path = self.out.parent / "records" / "decisions" / "controller-controller.csv"
@@ -144,10 +141,7 @@ class EdgebedController(App):
                   "connected": sorted(self.datapaths), "synced": sorted(self.synced),
                   "flows": len(self.core.flows), "links_down": sorted(self.core.down),
                   "control": self.control.counters()}
-        path = self.out / "status.json"
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(status))
-        temporary.replace(path)
+        _replace(self.out / "status.json", status)
 
     # switches
 
@@ -467,6 +461,14 @@ class EdgebedController(App):
                                  path=list(record.path) if record.path else None,
                                  migrated=migrated)
 
+
+
+def _replace(path: Path, data: dict) -> None:
+    """Write ``data`` as JSON in place of ``path`` in one step: a reader (the runner, a
+    restarted controller) never sees half a file."""
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(data))
+    temporary.replace(path)
 
 
 def _reason(problem) -> str:
