@@ -1,0 +1,147 @@
+"""First- and last-mile access in seed 001: where a client is believed to be, which media nodes
+the dispatch center offers it, and which one the client takes after probing them.
+
+The dispatch center places a client with an IP-location database (:class:`LocationDatabase`:
+seeded and synthetic, wrong for a configurable share of clients) and answers a ranked list of
+candidates (:func:`rank`): nearest by the database first, then least loaded, cheapest, most
+preferred. The client probes the candidates with real packets and takes the best by what it
+measured (:func:`choose_by_probe`), which corrects the database's mistakes as far as the list
+reaches.
+
+Places are *sites* (a city, or the switch a group of hosts hangs off); a :class:`Geography`
+knows each site's region and the one-way delay from every site to every media node, read off
+the network graph in the controller (:meth:`Geography.from_graph`) or made up by a model.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import networkx as nx
+import numpy as np
+
+from .quality import VIA, PathQuality, Thresholds
+
+
+@dataclass(frozen=True)
+class MediaNode:
+    """A media node (SFU-like) as the dispatch center knows it: where it is, its capacity in
+    downstream streams, its last reported load, a cost per stream (bandwidth price) and an
+    operator's preference (higher is preferred)."""
+
+    name: str
+    region: str
+    room: str
+    site: str
+    capacity: float
+    load: float = 0.0
+    cost: float = 0.0
+    preference: float = 0.0
+
+    @property
+    def utilization(self) -> float:
+        return self.load / self.capacity if self.capacity > 0 else math.inf
+
+
+@dataclass(frozen=True)
+class Geography:
+    """Sites (name -> region) and the one-way delay in seconds from each site to each media
+    node it reaches (a missing pair: unreachable)."""
+
+    regions: Mapping[str, str]
+    delays: Mapping[tuple[str, str], float]
+
+    def delay(self, site: str, node: str) -> float:
+        return self.delays.get((site, node), math.inf)
+
+    @classmethod
+    def from_graph(cls, graph: nx.MultiDiGraph, regions: Mapping[str, str],
+                   nodes: Sequence[str]) -> Geography:
+        """Delays along shortest paths (edge attribute ``delay``) over the links that are up,
+        from each site (a node of ``graph``) to each of ``nodes``."""
+        up = nx.subgraph_view(graph, filter_edge=lambda u, v, k: graph.edges[u, v, k].get(
+            "up", True))
+        delays = {}
+        for site in regions:
+            if site not in up:
+                continue
+            reach = nx.single_source_dijkstra_path_length(up, site, weight="delay")
+            delays.update({(site, node): reach[node] for node in nodes if node in reach})
+        return cls(dict(regions), delays)
+
+
+class LocationDatabase:
+    """A synthetic IP-location database: it puts a client at its true site, except for a
+    share of clients it puts at another site drawn uniformly from the rest. The share is
+    ``error_share`` for clients of ``home_region`` (in-country; with no home region, for
+    everyone) and ``abroad_error_share`` for the others (default: the same).
+
+    Whether a client is misplaced, and where to, depends only on the seed and the client's
+    name, so every dispatch center and every call gives the same answer, in any order."""
+
+    def __init__(self, geography: Geography, error_share: float, *,
+                 abroad_error_share: float | None = None, home_region: str | None = None,
+                 seed: int = 0):
+        for label, share in (("error_share", error_share),
+                             ("abroad_error_share", abroad_error_share)):
+            if share is not None and not 0 <= share <= 1:
+                raise ValueError(f"{label} must be within 0..1, not {share!r}")
+        self.sites = sorted(geography.regions)
+        self.regions = geography.regions
+        self.error_share = error_share
+        self.abroad_error_share = error_share if abroad_error_share is None \
+            else abroad_error_share
+        self.home_region = home_region
+        self.seed = seed
+
+    def share_wrong(self, site: str) -> float:
+        home = self.home_region is None or self.regions.get(site) == self.home_region
+        return self.error_share if home else self.abroad_error_share
+
+    def locate(self, client: str, site: str) -> str:
+        """Where the database puts ``client``, whose true site is ``site``."""
+        if site not in self.regions:
+            raise KeyError(f"client {client!r} is at unknown site {site!r}")
+        rng = np.random.default_rng([self.seed, zlib.crc32(client.encode())])
+        wrong, pick = rng.random(2)
+        others = [other for other in self.sites if other != site]
+        if wrong >= self.share_wrong(site) or not others:
+            return site
+        return others[int(pick * len(others))]
+
+
+def rank(nodes: Sequence[MediaNode], site: str, geography: Geography, *,
+         has_room: Callable[[MediaNode], bool] = lambda node: node.load < node.capacity,
+         near_band: float = 0.020, load_step: float = 0.1) -> list[MediaNode]:
+    """``nodes`` ranked for a client believed at ``site``: nodes with room before full ones
+    (``has_room`` says; tickets or shared capacity decide it), then nearest by estimated delay
+    (in bands of ``near_band`` seconds, so nodes about as near compare by what follows), then
+    least utilized (in steps of ``load_step``), cheapest, most preferred, nearest exactly, by
+    name. Unreachable nodes are left out."""
+
+    def key(node: MediaNode) -> tuple:
+        delay = geography.delay(site, node.name)
+        return (not has_room(node), math.floor(delay / near_band),
+                math.floor(node.utilization / load_step) if load_step else node.utilization,
+                node.cost, -node.preference, delay, node.name)
+
+    return sorted((node for node in nodes if math.isfinite(geography.delay(site, node.name))),
+                  key=key)
+
+
+def choose_by_probe(candidates: Sequence[str], probes: Mapping[str, PathQuality | None],
+                    thresholds: Thresholds = VIA) -> str | None:
+    """The candidate the client takes after probing: the best measured path (not poor before
+    poor, then least bad by ``thresholds``), the ranking's order breaking ties. A candidate
+    that did not answer (missing or None) is never taken; None if none answered."""
+    best: str | None = None
+    for name in candidates:
+        quality = probes.get(name)
+        if quality is None:
+            continue
+        if best is None or thresholds.better(quality, probes[best]):
+            best = name
+    return best

@@ -1,0 +1,66 @@
+"""Path quality as seed 001 judges it: RTT, loss and jitter, VIA's thresholds for a poor
+session, and what a path through a relay is worth given its two legs.
+
+VIA (Jiang et al., SIGCOMM 2016, the study the talk's relay argument rests on) calls a call
+poor when its RTT exceeds 320 ms, its loss 1.2% or its jitter 12 ms; those are the defaults of
+:class:`Thresholds`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PathQuality:
+    """What a probe measured on a path: round-trip time and jitter in seconds, loss as a
+    fraction 0..1."""
+
+    rtt: float
+    loss: float = 0.0
+    jitter: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.rtt) and self.rtt >= 0):
+            raise ValueError(f"rtt must be a finite number >= 0, not {self.rtt!r}")
+        if not 0 <= self.loss <= 1:
+            raise ValueError(f"loss must be within 0..1, not {self.loss!r}")
+        if not (math.isfinite(self.jitter) and self.jitter >= 0):
+            raise ValueError(f"jitter must be a finite number >= 0, not {self.jitter!r}")
+
+    def then(self, other: PathQuality) -> PathQuality:
+        """This path followed by ``other`` (a relay's two legs): delays add, a packet survives
+        only if it survives both legs, and the legs' jitters, independent, add in quadrature."""
+        return PathQuality(self.rtt + other.rtt, 1 - (1 - self.loss) * (1 - other.loss),
+                           math.hypot(self.jitter, other.jitter))
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Where a session turns poor (VIA's defaults)."""
+
+    rtt: float = 0.320
+    loss: float = 0.012
+    jitter: float = 0.012
+
+    def poor(self, quality: PathQuality) -> bool:
+        return (quality.rtt > self.rtt or quality.loss > self.loss
+                or quality.jitter > self.jitter)
+
+    def badness(self, quality: PathQuality) -> float:
+        """How far ``quality`` is from the thresholds, as one number to rank paths by: the sum
+        of each measure over its threshold (so 1 on every axis is 3; a poor path has some term
+        above 1). Ranking by it puts lossy paths behind long ones in the proportion VIA's
+        thresholds set."""
+        return (quality.rtt / self.rtt + quality.loss / self.loss
+                + quality.jitter / self.jitter)
+
+    def better(self, quality: PathQuality, than: PathQuality) -> bool:
+        """``quality`` is the better path: not poor where ``than`` is, else lower badness."""
+        if self.poor(quality) != self.poor(than):
+            return not self.poor(quality)
+        return self.badness(quality) < self.badness(than)
+
+
+VIA = Thresholds()
