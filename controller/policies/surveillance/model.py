@@ -1,0 +1,304 @@
+"""Seed 004 at model level: the paper's test as a discrete-event simulation (SimPy).
+
+**The test** (the paper's section 4): heterogeneous node servers behind one balancer;
+``cameras`` emulated cameras of which the first ``hot`` are requested ``hot_factor`` times as
+often as the others; ``requests`` requests at uniformly random times within ``horizon_s``
+(the paper: 1,000 in 10 minutes), each a client watching one camera for a session drawn from an
+exponential distribution of mean ``session_mean_s`` (the paper does not say how long a client
+watches; 60 s puts the cluster at about 60% of its bandwidth on average, so the queues and the
+heavy threshold are reached). The paper's Table 1 (the nodes' hardware) is lost; the default
+:data:`PAPER_NODES` are three nodes of about 1x, 2x and 4x capacity.
+
+**A node's resources**, from the streams it carries: every stream it receives (from the camera
+at the origin, or as a cascade copy) and every copy it sends (to a client, or to the next node
+of a cascade) is ``bitrate_mbps``. ``I_bw`` is the busier direction over the link rate; ``I_cpu``
+costs ``cpu_ghz_per_mbps`` per Mbit/s received or sent, over the node's CPU (clock x count);
+``I_mem`` is ``memory_gb_base`` plus ``memory_gb_per_stream`` per session and stream received,
+over its memory; no video is stored (the paper's own simplification), so disk is not an
+indicator (see :mod:`controller.policies.surveillance.load`). A node refuses a client whose
+stream would put its CPU or link past 1 (it cannot send it), and so does the feeder of a new
+cascade: such a request is rejected by the node, as one a balancer refuses is rejected by the
+balancer.
+
+**Reports**: every node reports its L every ``period_s``; a balancer with active notification
+also gets a report at once when a node's L passes the heavy threshold. The balancer knows the
+tasks it gave (T) exactly. Utilisation is sampled every ``sample_s``.
+
+The simulation is deterministic for a seed: the trace is drawn from it, the balancer's own
+draws (power of two choices) from it too.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import simpy
+from pydantic import BaseModel, ConfigDict, Field
+
+from controller.policies.surveillance.balancer import (BALANCERS, Balancer, Choice, Cluster,
+                                                       PowerOfTwoChoices, Refusal)
+from controller.policies.surveillance.load import (HEAVY_ABOVE, LIGHT_BELOW, Hardware,
+                                                   LoadWeights, Usage, node_load, node_weights)
+
+# About 1x, 2x and 4x: CPU clock x count (GHz), memory (GB), link (Mbit/s), disk (GB).
+PAPER_NODES = (Hardware(2 * 2.4, 4, 100, 500), Hardware(4 * 2.8, 8, 200, 1000),
+               Hardware(8 * 3.2, 16, 400, 2000))
+
+
+class Workload(BaseModel):
+    """The test's parameters (see the module's docstring)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    nodes: int = Field(3, ge=1, description="node servers, cycling through PAPER_NODES' kinds")
+    cameras: int = Field(100, ge=1, description="cameras")
+    hot: int = Field(10, ge=0, description="hot cameras")
+    hot_factor: float = Field(10.0, ge=1, description="how much likelier a hot camera is "
+                                                      "requested")
+    requests: int = Field(1000, ge=1, description="client requests")
+    horizon_s: float = Field(600.0, gt=0, description="requests arrive within this time (s)")
+    session_mean_s: float = Field(60.0, gt=0, description="mean session (exponential, s)")
+    bitrate_mbps: float = Field(4.0, gt=0, description="a camera stream's bitrate (Mbit/s)")
+    cpu_ghz_per_mbps: float = Field(0.04, ge=0, description="CPU per Mbit/s received or sent")
+    memory_gb_base: float = Field(0.5, ge=0, description="a node's memory when idle (GB)")
+    memory_gb_per_stream: float = Field(0.01, ge=0, description="memory per session and "
+                                                                "stream received (GB)")
+    period_s: float = Field(5.0, gt=0, description="load report period (s)")
+    sample_s: float = Field(1.0, gt=0, description="utilisation sampling interval (s)")
+    weights: LoadWeights = Field(default_factory=LoadWeights, description="R1..R4")
+    shift: float = Field(1.0, gt=0, description="MAXL* = MAXL - min MAXL + shift")
+    light_below: float = Field(LIGHT_BELOW, gt=0, le=1, description="light queue: L below")
+    heavy_above: float = Field(HEAVY_ABOVE, gt=0, description="heavy queue: L above")
+    max_depth: int = Field(4, ge=0, description="the improved algorithm's deepest cascade")
+
+    def hardware(self) -> list[Hardware]:
+        return [PAPER_NODES[i % len(PAPER_NODES)] for i in range(self.nodes)]
+
+
+@dataclass(frozen=True)
+class Trace:
+    """The requests: arrival time (s), camera index, session length (s), in arrival order."""
+
+    arrival_s: np.ndarray
+    camera: np.ndarray
+    session_s: np.ndarray
+
+
+def draw_trace(workload: Workload, seed: int) -> Trace:
+    """The same requests for every balancer given the same seed."""
+    rng = np.random.default_rng(seed)
+    popularity = np.ones(workload.cameras)
+    popularity[:workload.hot] = workload.hot_factor
+    return Trace(np.sort(rng.uniform(0, workload.horizon_s, workload.requests)),
+                 rng.choice(workload.cameras, workload.requests, p=popularity / popularity.sum()),
+                 rng.exponential(workload.session_mean_s, workload.requests))
+
+
+def make_balancer(name: str, workload: Workload, seed: int) -> Balancer:
+    """A fresh balancer ``name`` for one run."""
+    kind = BALANCERS[name]
+    if kind is PowerOfTwoChoices:
+        return kind(seed)
+    if name == "improved_feedback":
+        return kind(workload.max_depth)
+    return kind()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A run: ``samples`` one row per sample and node (time_s, node, cpu, memory, bandwidth,
+    load: the true indicators and L), ``metrics`` the run's figures (see :func:`simulate`)."""
+
+    samples: pd.DataFrame
+    metrics: dict[str, float]
+
+
+class _Nodes:
+    """The nodes' true resource use, kept from the streams the cluster carries."""
+
+    def __init__(self, workload: Workload, names: list[str]) -> None:
+        self.workload = workload
+        self.hardware = dict(zip(names, workload.hardware()))
+        self.received = dict.fromkeys(names, 0)  # streams in: camera or cascade
+        self.feeds = dict.fromkeys(names, 0)  # cascade copies out
+        self.sessions = dict.fromkeys(names, 0)
+
+    def usage(self, name: str, sessions: int = 0, received: int = 0, feeds: int = 0) -> Usage:
+        """The node's indicators, with the given streams added."""
+        w, hw = self.workload, self.hardware[name]
+        inbound = w.bitrate_mbps * (self.received[name] + received)
+        outbound = w.bitrate_mbps * (self.sessions[name] + sessions + self.feeds[name] + feeds)
+        held = self.sessions[name] + sessions + self.received[name] + received
+        return Usage(cpu=w.cpu_ghz_per_mbps * (inbound + outbound) / hw.cpu_ghz,
+                     memory=(w.memory_gb_base + w.memory_gb_per_stream * held) / hw.memory_gb,
+                     bandwidth=max(inbound, outbound) / hw.bandwidth_mbps)
+
+    def load(self, name: str) -> float:
+        return node_load(self.usage(name), self.workload.weights)
+
+    def fits(self, name: str, **added: int) -> bool:
+        usage = self.usage(name, **added)
+        return usage.cpu <= 1 and usage.bandwidth <= 1
+
+
+def simulate(workload: Workload, balancer_name: str, seed: int,
+             clock: Callable[[], float] = time.perf_counter) -> Outcome:
+    """One run of the test with balancer ``balancer_name``. Metrics:
+
+    ``cv_load``, ``cv_cpu``, ``cv_bandwidth``: the coefficient of variation across nodes of L,
+    I_cpu, I_bw at each sample, averaged over the samples with any load; ``peak_load``,
+    ``peak_cpu``, ``peak_bandwidth``: the highest of any node at any sample; ``overloads``:
+    times a node's L passed the heavy threshold; ``heavy_max_s``: the longest time a node stayed
+    heavy; ``heavy_unnoticed_max_s``: the longest time a node was heavy while the balancer still
+    had it in another queue (what active notification shortens); ``notifications``: reports sent
+    at once; ``rejected``, ``rejected_by_balancer``, ``rejected_by_node``; ``clients_per_stream``:
+    sessions per camera streaming, averaged over the samples; ``cascades``: helpers added;
+    ``max_depth``, ``mean_depth``: cascade hops from the origin to the serving node, deepest and
+    averaged over the sessions; ``cascade_mbps``: cascade copies' bandwidth averaged over time,
+    ``cascade_share``: as a share of what the nodes sent to clients; ``decision_us``: the
+    balancer's mean time per decision on this machine."""
+    trace = draw_trace(workload, seed)
+    names = [f"node{i + 1}" for i in range(workload.nodes)]
+    weights = node_weights(workload.hardware(), workload.weights, workload.shift)
+    cluster = Cluster.of(dict(zip(names, weights)), light_below=workload.light_below,
+                         heavy_above=workload.heavy_above)
+    balancer = make_balancer(balancer_name, workload, seed)
+    nodes = _Nodes(workload, names)
+    env = simpy.Environment()
+    counts = dict.fromkeys(("rejected_by_balancer", "rejected_by_node", "overloads",
+                            "notifications", "cascades"), 0)
+    depths: list[int] = []
+    decision_s = 0.0
+    heavy_since: dict[str, float | None] = dict.fromkeys(names)
+    unnoticed_since: dict[str, float | None] = dict.fromkeys(names)
+    spells = {"heavy_max_s": 0.0, "heavy_unnoticed_max_s": 0.0}
+
+    def watch(name: str) -> None:
+        """After ``name``'s streams changed: overload spells, active notification."""
+        load = nodes.load(name)
+        heavy = load > workload.heavy_above
+        if heavy and heavy_since[name] is None:
+            heavy_since[name] = env.now
+            counts["overloads"] += 1
+            if balancer.active_notification:
+                cluster.report(name, load)
+                counts["notifications"] += 1
+        elif not heavy and heavy_since[name] is not None:
+            spells["heavy_max_s"] = max(spells["heavy_max_s"], env.now - heavy_since[name])
+            heavy_since[name] = None
+        unnoticed = heavy and cluster.nodes[name].load <= workload.heavy_above
+        if unnoticed and unnoticed_since[name] is None:
+            unnoticed_since[name] = env.now
+        elif not unnoticed and unnoticed_since[name] is not None:
+            spells["heavy_unnoticed_max_s"] = max(spells["heavy_unnoticed_max_s"],
+                                                  env.now - unnoticed_since[name])
+            unnoticed_since[name] = None
+
+    def session(camera: str, node: str, length: float):
+        yield env.timeout(length)
+        chain = cluster.chain(camera)
+        before = list(chain)
+        cluster.release(camera, node)
+        nodes.sessions[node] -= 1
+        after = cluster.chain(camera)
+        for gone in before[len(after):]:
+            nodes.received[gone] -= 1
+            feeder = before[before.index(gone) - 1] if before.index(gone) else None
+            if feeder is not None:
+                nodes.feeds[feeder] -= 1
+        for name in set(before):
+            watch(name)
+
+    def arrivals():
+        nonlocal decision_s
+        for at, index, length in zip(trace.arrival_s, trace.camera, trace.session_s):
+            yield env.timeout(at - env.now)
+            camera = f"camera{index + 1}"
+            started = clock()
+            choice = balancer.choose(camera, cluster)
+            decision_s += clock() - started
+            if isinstance(choice, Refusal):
+                counts["rejected_by_balancer"] += 1
+                continue
+            joining = choice.node in cluster.chain(camera)
+            if not nodes.fits(choice.node, sessions=1, received=0 if joining else 1) or (
+                    choice.feeder is not None and not nodes.fits(choice.feeder, feeds=1)):
+                counts["rejected_by_node"] += 1
+                continue
+            if not joining:
+                nodes.received[choice.node] += 1
+                if choice.feeder is not None:
+                    nodes.feeds[choice.feeder] += 1
+                    counts["cascades"] += 1
+            path = cluster.assign(camera, choice)
+            nodes.sessions[choice.node] += 1
+            depths.append(len(path) - 1)
+            for name in {choice.node, choice.feeder} - {None}:
+                watch(name)
+            env.process(session(camera, choice.node, length))
+
+    def reports():
+        while True:
+            yield env.timeout(workload.period_s)
+            for name in names:
+                cluster.report(name, nodes.load(name))
+                watch(name)
+
+    samples: list[tuple] = []
+    streaming: list[tuple[int, int, int]] = []  # per sample: sessions, cameras, cascade copies
+
+    def sampler():
+        while True:
+            yield env.timeout(workload.sample_s)
+            for name in names:
+                usage = nodes.usage(name)
+                samples.append((env.now, name, usage.cpu, usage.memory, usage.bandwidth,
+                                node_load(usage, workload.weights)))
+            streaming.append((sum(nodes.sessions.values()), len(cluster.chains),
+                              sum(nodes.feeds.values())))
+
+    env.process(arrivals())
+    env.process(reports())
+    env.process(sampler())
+    env.run(until=workload.horizon_s)
+    for name in names:  # spells still open at the end count up to the end
+        for since, key in ((heavy_since[name], "heavy_max_s"),
+                           (unnoticed_since[name], "heavy_unnoticed_max_s")):
+            if since is not None:
+                spells[key] = max(spells[key], env.now - since)
+    table = pd.DataFrame(samples, columns=["time_s", "node", "cpu", "memory", "bandwidth",
+                                           "load"])
+    sessions, cameras, feeds = (np.array(column, dtype=float) for column in zip(*streaming))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per_stream = np.where(cameras > 0, sessions / cameras, np.nan)
+    delivered = sessions.sum()
+    rejected = counts["rejected_by_balancer"] + counts["rejected_by_node"]
+    metrics = {
+        "cv_load": _mean_cv(table, "load"), "cv_cpu": _mean_cv(table, "cpu"),
+        "cv_bandwidth": _mean_cv(table, "bandwidth"),
+        "peak_load": table["load"].max(), "peak_cpu": table["cpu"].max(),
+        "peak_bandwidth": table["bandwidth"].max(),
+        **spells, **counts, "rejected": rejected,
+        "clients_per_stream": float(np.nanmean(per_stream)) if np.isfinite(per_stream).any()
+        else math.nan,
+        "max_depth": max(depths, default=0), "mean_depth": float(np.mean(depths)) if depths
+        else 0.0,
+        "cascade_mbps": workload.bitrate_mbps * feeds.mean(),
+        "cascade_share": feeds.sum() / delivered if delivered else 0.0,
+        "decision_us": decision_s / workload.requests * 1e6,
+    }
+    return Outcome(table, metrics)
+
+
+def _mean_cv(samples: pd.DataFrame, column: str) -> float:
+    """The coefficient of variation across nodes at each sample time, averaged over the
+    samples whose mean is above 0."""
+    by_time = samples.groupby("time_s")[column]
+    mean, spread = by_time.mean(), by_time.std(ddof=0)
+    busy = mean > 0
+    return float((spread[busy] / mean[busy]).mean()) if busy.any() else math.nan

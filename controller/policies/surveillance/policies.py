@@ -1,0 +1,180 @@
+"""Seed 004's balancers on the controller's policy interface (:mod:`controller.policy`).
+
+One policy class per balancer of :mod:`controller.policies.surveillance.balancer`, named as
+the balancer. Each call keeps, per service, a :class:`~.balancer.Cluster` built from the
+:class:`~controller.policy.State`:
+
+* nodes: the service's servers; a server that is no longer in ``State.servers`` (a failed
+  health check) is removed, and the chains through it are cut;
+* weights W from the servers' hardware labels ``cpu_ghz`` (clock x count), ``memory_gb``,
+  ``bandwidth_mbps`` and ``disk_gb`` (a server without one of them counts the mean of the
+  others; none at all: equal weights);
+* the load L a node reports is ``Server.load`` (this scheme's nodes report L, 0 to 1); a
+  balancer with active notification also sees, at once, the demand placed on a node over its
+  capacity when that is higher (the controller knows what it placed), the others only the
+  reports;
+* tasks T and the clients of each camera from ``State.placements``; the camera of a request is
+  its ``camera`` label, else its client's; the order of a camera's chain (origin first) is what
+  this policy decided before, since placements do not record it.
+
+A request whose camera is missing, or not among ``cameras`` when that parameter is given, is
+rejected saying so. A node takes no request whose demand would put its placed demand past its
+capacity (it could not send the stream), as in the model. The cascade a helper needs (the
+chain from the origin to it) is returned in :attr:`SurveillancePolicy.last_chains`.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+
+from pydantic import Field
+
+from controller.policies.baseline import PolicyParams
+from controller.policies.surveillance.balancer import (BALANCERS, Balancer, Choice, Cluster,
+                                                       ImprovedFeedback, PowerOfTwoChoices,
+                                                       Refusal)
+from controller.policies.surveillance.load import (HEAVY_ABOVE, LIGHT_BELOW, Hardware,
+                                                   LoadWeights, node_weights)
+from controller.policy import Assignment, Decision, Rejection, Request, Server, State
+
+HARDWARE_LABELS = ("cpu_ghz", "memory_gb", "bandwidth_mbps", "disk_gb")
+
+
+class SurveillanceParams(PolicyParams):
+    """What every seed 004 policy takes."""
+
+    cameras: tuple[str, ...] | None = Field(None, description="the cameras clients may ask "
+                                                              "for; none: any")
+    weights: LoadWeights = Field(default_factory=LoadWeights, description="R1..R4")
+    shift: float = Field(1.0, gt=0, description="MAXL* = MAXL - min MAXL + shift")
+    light_below: float = Field(LIGHT_BELOW, gt=0, le=1, description="light queue: L below")
+    heavy_above: float = Field(HEAVY_ABOVE, gt=0, description="heavy queue: L above")
+    max_depth: int = Field(4, ge=0, description="deepest cascade (improved_feedback)")
+    seed: int = Field(0, description="seed of p2c's draws")
+
+
+def hardware_of(servers: list[Server]) -> list[Hardware]:
+    """The servers' hardware figures from their labels (see the module's docstring)."""
+    columns = []
+    for label in HARDWARE_LABELS:
+        values = [float(server.labels[label]) if label in server.labels else None
+                  for server in servers]
+        known = [value for value in values if value is not None]
+        fill = statistics.fmean(known) if known else 1.0
+        columns.append([fill if value is None else value for value in values])
+    return [Hardware(*figures) for figures in zip(*columns)]
+
+
+def camera_of(request: Request, state: State) -> str | None:
+    client = next((c for c in state.clients if c.name == request.client), None)
+    camera = request.labels.get("camera", client.labels.get("camera") if client else None)
+    return None if camera is None else str(camera)
+
+
+class SurveillancePolicy:
+    """A balancer as a controller policy (see the module's docstring)."""
+
+    name: str
+    Params = SurveillanceParams
+    balancer_class: type[Balancer]
+
+    def __init__(self, params: SurveillanceParams | None = None) -> None:
+        self.params = params or SurveillanceParams()
+        if self.balancer_class is PowerOfTwoChoices:
+            self.balancer = PowerOfTwoChoices(self.params.seed)
+        elif self.balancer_class is ImprovedFeedback:
+            self.balancer = ImprovedFeedback(self.params.max_depth)
+        else:
+            self.balancer = self.balancer_class()
+        self._chains: dict[str, dict[str, list[str]]] = {}  # service -> camera -> chain
+        self.last_chains: dict[str, tuple[str, ...]] = {}  # flow -> origin .. serving node
+
+    def decide(self, state: State) -> Decision:
+        decision = Decision()
+        self.last_chains = {}
+        for service in sorted({request.service for request in state.requests}):
+            self._decide_service(state, service, decision)
+        return decision
+
+    def _decide_service(self, state: State, service: str, decision: Decision) -> None:
+        servers = sorted(state.servers_of(service), key=lambda server: server.name)
+        requests = [request for request in state.requests if request.service == service]
+        if not servers:
+            decision.rejections += [Rejection(r.flow, f"service {service!r} has no servers")
+                                    for r in requests]
+            return
+        cluster = self._cluster(state, service, servers)
+        capacity = {server.name: server.capacity for server in servers}
+        placed = Counter()
+        for placement in state.placements:
+            if placement.server in capacity:
+                placed[placement.server] += placement.request.demand
+        loads = {server.name: server.load for server in servers}
+        for request in requests:
+            camera = camera_of(request, state)
+            if camera is None:
+                decision.rejections.append(Rejection(request.flow, "the request names no "
+                                                                   "camera (label camera)"))
+                continue
+            if self.params.cameras is not None and camera not in self.params.cameras:
+                decision.rejections.append(Rejection(request.flow, f"unknown camera {camera!r}"))
+                continue
+            if self.balancer.active_notification:
+                for name, node in cluster.nodes.items():
+                    node.load = max(loads[name], placed[name] / capacity[name]
+                                    if capacity[name] > 0 else 1.0)
+            choice = self.balancer.choose(camera, cluster)
+            if isinstance(choice, Choice) and (placed[choice.node] + request.demand
+                                               > capacity[choice.node]):
+                choice = Refusal(f"node {choice.node!r} has no room for {request.demand:g}")
+            if isinstance(choice, Refusal):
+                decision.rejections.append(Rejection(request.flow, choice.reason))
+                continue
+            placed[choice.node] += request.demand
+            self.last_chains[request.flow] = tuple(cluster.assign(camera, choice))
+            decision.assignments.append(Assignment(request.flow, choice.node))
+        self._chains[service] = {camera: list(chain) for camera, chain in cluster.chains.items()}
+
+    def _cluster(self, state: State, service: str, servers: list[Server]) -> Cluster:
+        weights = node_weights(hardware_of(servers), self.params.weights, self.params.shift)
+        cluster = Cluster.of({server.name: float(w) for server, w in zip(servers, weights)},
+                             light_below=self.params.light_below,
+                             heavy_above=self.params.heavy_above)
+        for server in servers:
+            cluster.report(server.name, server.load)
+        remembered = self._chains.get(service, {})
+        for placement in state.placements:
+            if placement.server not in cluster.nodes:
+                continue
+            camera = camera_of(placement.request, state)
+            if camera is None:
+                continue
+            chain = cluster.chains.setdefault(camera, [])
+            if placement.server not in chain:
+                chain.append(placement.server)
+            cluster.nodes[placement.server].tasks += 1
+            cluster.clients[camera, placement.server] += 1
+        for camera, chain in cluster.chains.items():
+            order = remembered.get(camera, [])
+            # Remembered relays (no clients of their own) stay while a node after them serves;
+            # a chain is cut where a node is gone.
+            alive = []
+            for name in order:
+                if name not in cluster.nodes:
+                    break
+                alive.append(name)
+            kept = [name for name in alive
+                    if any(cluster.clients[camera, later] for later in alive[alive.index(name):])]
+            chain[:] = kept + sorted(name for name in chain if name not in kept)
+        return cluster
+
+
+def _policy(balancer: type[Balancer]) -> type[SurveillancePolicy]:
+    doc = (balancer.__doc__ or "").strip()
+    return type(f"Surveillance_{balancer.name}", (SurveillancePolicy,),
+                {"name": balancer.name, "balancer_class": balancer, "__doc__": doc,
+                 "__module__": __name__})
+
+
+SURVEILLANCE_POLICIES = tuple(_policy(balancer) for balancer in BALANCERS.values())
