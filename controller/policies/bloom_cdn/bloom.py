@@ -1,0 +1,102 @@
+"""Bloom filters as the paper built them, and their synchronisation.
+
+A key's four bit positions are the MD5 digest of its URL read as four big-endian 32-bit words,
+each modulo the filter's size in bits (the paper's section 3.1). Each node keeps a filter of its
+own cache (5 kB, about 1,000 items); the global filter every node holds is the node filters side
+by side (50 x 5 kB = 250 kB). Since a key's home node is known from the Chord ring, a lookup
+tests the home node's slice: the false-positive rate of a lookup is one node filter's.
+
+A node's cache filter is kept exact with a counting array (an evicted key's bits clear once no
+other cached key sets them); what the other nodes see is the copy sent at the last
+synchronisation. A synchronisation sends the bits that changed since the previous one: the XOR
+of the two bit arrays, deflate-compressed (zlib); :class:`SyncLog` counts the messages and the
+bytes against sending the whole filter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+HASHES = 4
+NODE_FILTER_BYTES = 5_000
+
+
+def bit_positions(urls: str | list[str], bits: int) -> np.ndarray:
+    """The four bit positions of ``url`` (or an array of them, one row per URL of a list): its
+    MD5 split into four big-endian 32-bit words, each mod ``bits``."""
+    single = isinstance(urls, str)
+    digests = b"".join(hashlib.md5(url.encode()).digest() for url in ([urls] if single else urls))
+    words = np.frombuffer(digests, dtype=">u4").reshape(-1, HASHES)
+    positions = (words % bits).astype(np.int64)
+    return positions[0] if single else positions
+
+
+class CountingFilter:
+    """A node's exact filter of its own cache: a count per bit, so removals are exact; the
+    bits are the counts that are not zero."""
+
+    def __init__(self, bits: int = NODE_FILTER_BYTES * 8):
+        self.bits = bits
+        self.counts = np.zeros(bits, dtype=np.int32)
+
+    def add(self, positions: np.ndarray) -> None:
+        np.add.at(self.counts, positions, 1)
+
+    def remove(self, positions: np.ndarray) -> None:
+        np.subtract.at(self.counts, positions, 1)
+
+    def bitmap(self) -> np.ndarray:
+        return self.counts > 0
+
+
+class GlobalFilter:
+    """The global filter one node holds: every node's filter as of its last synchronisation."""
+
+    def __init__(self, nodes: int, bits: int = NODE_FILTER_BYTES * 8):
+        self.bits = bits
+        self.slices = np.zeros((nodes, bits), dtype=bool)
+
+    @property
+    def size_bytes(self) -> int:
+        return self.slices.size // 8
+
+    def contains(self, home: int, positions: np.ndarray) -> bool:
+        """Whether the filter says ``home`` caches the key with these bit positions."""
+        return bool(self.slices[home, positions].all())
+
+
+@dataclass
+class SyncLog:
+    """Synchronisation traffic: messages, bytes sent as compressed deltas, and the bytes whole
+    filters would have taken."""
+
+    messages: int = 0
+    delta_bytes: int = 0
+    full_bytes: int = 0
+
+    def add(self, delta: int, full: int) -> None:
+        self.messages += 1
+        self.delta_bytes += delta
+        self.full_bytes += full
+
+    @property
+    def saving(self) -> float:
+        """The share of bytes the deltas save against whole filters."""
+        return 1 - self.delta_bytes / self.full_bytes if self.full_bytes else 0.0
+
+
+def delta_update(previous: np.ndarray, current: np.ndarray) -> bytes:
+    """The synchronisation message from a filter's previous bitmap to its current one: the
+    changed bits (XOR), packed and deflate-compressed."""
+    return zlib.compress(np.packbits(previous ^ current).tobytes(), 6)
+
+
+def apply_update(previous: np.ndarray, message: bytes) -> np.ndarray:
+    """The bitmap a receiver rebuilds from its copy and a :func:`delta_update` message."""
+    changed = np.unpackbits(np.frombuffer(zlib.decompress(message), dtype=np.uint8),
+                            count=previous.size).astype(bool)
+    return previous ^ changed

@@ -1,0 +1,327 @@
+"""The queueing model of seed 002 (Yu, Jin, Yin: Bloom-filter content routing in a media
+cloud), rebuilt: the three routing strategies of the paper and an adaptive one as open Jackson
+networks of M/M/1 queues, their stability, and the filter-judged hit probability.
+
+The paper's equations (1)-(16) were lost in extraction; this module is the one place their
+reconstruction is derived and its open points are settled. ``reports/bloom_cdn-model/`` shows the
+figures it gives beside the paper's.
+
+**The network.** N content nodes, each with three single-server FIFO queues: routing (rate
+mu_t), cache lookup (mu_l), response (mu_r); one data-center fetch queue (mu_o). A request
+enters at its nearest node (the *entry*) and is routed over the Chord ring to the content's
+*home* node, one routing service per node on the way (H hops). Poisson arrivals (total
+lambda), exponential service, probabilistic routing: an open Jackson network, so every queue
+behaves as an independent M/M/1 queue with mean sojourn 1 / (mu - lambda_q), and the mean
+response time is the sum, over the queues on a request's path to the user, of their sojourns,
+averaged over the request classes.
+
+**Request classes.** With true hit probability alpha, a global Bloom filter false-positive
+share fp and a false-miss share fn (both fractions of all requests; fn from the filter's
+staleness between synchronisations, see :func:`stale_share`):
+
+- hit (alpha - fn): cached, and the filter says so;
+- false positive (fp): not cached, the filter says cached: treated as a hit, the home node's
+  lookup misses and it falls back to the linear miss path;
+- false miss (fn) and miss (1 - alpha - fp): the filter says not cached: the strategy's miss
+  path (a false miss fetches from the DC though the home node holds the item).
+
+alpha' = alpha + fp - fn is the filter-judged hit probability, beta' = 1 - alpha'. Linear has no
+filter: alpha hits, 1 - alpha misses.
+
+**Paths** (critical = on the way to the user; background = load without delay to the user):
+
+=============  ===============================  =====================================
+strategy       filter-judged miss, critical     background
+=============  ===============================  =====================================
+linear         routing x H, lookup, DC, resp.    -
+parallel       DC, response at the entry         routing x H, lookup (to cache it)
+cut-through    DC (answers the user directly)    routing x H, lookup; DC -> home copy
+=============  ===============================  =====================================
+
+Hits take routing x H, lookup and the home node's response in every strategy. Traffic
+equations (per-node queues, uniform shares; lambda_1..4 routing, lookup, DC, response as in the
+paper): linear lambda_1 = H lambda / N per node, lambda_2 = lambda / N, lambda_3 = (1 - alpha)
+lambda, lambda_4 = lambda / N; parallel the same with lambda_3 = (beta' + fp) lambda; cut-through
+the same lambda_1..3 and lambda_4 = (alpha' - fp) lambda / N, the paper's statement that misses
+bypass the response queue. Cut-through sends every miss's item twice from the DC (to the user
+and to the home node): twice the DC's *bytes*; whether it is also twice the DC queue's *jobs*
+is a reading (``cut_through_fetch``).
+
+**Stability** (the paper's (1), (2)): every queue's load below its rate and the DC's output
+below its bandwidth. An unstable setting has no finite mean: :func:`evaluate` returns a result
+whose ``mean`` is ``inf`` and whose ``unstable`` names the queues or links at fault.
+
+**Readings the text leaves open** (:class:`Reading`):
+
+- ``node_queues``: ``per_node`` (each node its own queues, the load split over the nodes),
+  ``aggregate`` (one queue per function for the whole CDN at the per-node rate) or ``pooled``
+  (one queue per function at N times the per-node rate). Aggregate makes the low-traffic
+  linear strategy unstable (lambda = 100 > mu_r = 60), against the paper's finite curves.
+- ``routing_load``: ``transit`` (a node's routing queue serves every request it forwards,
+  H lambda / N) or ``entry`` (only the requests entering there, lambda / N, the paper's
+  formula (4) read as H times one entry node's delay).
+- ``hops``: ``ceil_log2`` (the paper's ceil(log2 N)) or ``chord_mean`` (Chord's mean,
+  log2(N) / 2).
+- ``delay``: ``critical_path`` (what the user waits for) or ``all_visits`` (every queue a
+  request visits, background ones included: the network's mean sojourn by Little's law).
+- ``cut_through_fetch``: ``once`` or ``twice`` (the DC queue serves the home node's copy too).
+
+:func:`readings` enumerates them. None of the physically consistent readings reproduces both of
+the paper's low-traffic figures (parallel -23.6 %, cut-through -65.2 % against linear at 0 %
+hits): with the paper's rates the per-node response queue (1/(60 - 2) s) dominates linear's
+delay, and both filter strategies skip most of the rest, so parallel saves far more than 23.6 %
+and cut-through nearly everything. The report tabulates every reading's figures.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import typing
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Literal
+
+import numpy as np
+
+STRATEGIES = ("linear", "parallel", "cut_through")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One parameter set of the model: total request rate ``arrival_rate`` (lambda, req/s),
+    per-node routing, lookup and response rates (mu_t, mu_l, mu_r), the DC's fetch rate (mu_o),
+    ``nodes`` (N), the DC's output bandwidth (bytes/s) and the mean size of a missed item
+    (bytes), which with the miss rate gives the DC's output."""
+
+    arrival_rate: float
+    routing_rate: float
+    lookup_rate: float
+    fetch_rate: float
+    response_rate: float
+    nodes: int = 50
+    dc_bandwidth: float = math.inf
+    miss_item_bytes: float = 0.0
+    hops: float | None = None  # mean routing hops when known (a simulated ring's); else the reading's
+
+
+# The paper's theory parameters (section 3.2). The high-traffic request rate is not given; the
+# simulation's 100 req/s is used. Item sizes are the simulation's (bloom_cdn.workload).
+LOW_TRAFFIC = Setting(arrival_rate=100, routing_rate=300, lookup_rate=500, fetch_rate=1200,
+                      response_rate=60, dc_bandwidth=100e6)
+HIGH_TRAFFIC = Setting(arrival_rate=100, routing_rate=100, lookup_rate=500, fetch_rate=260,
+                       response_rate=8, dc_bandwidth=100e6)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """How the model reads what the paper leaves open; see the module docstring."""
+
+    node_queues: Literal["per_node", "aggregate", "pooled"] = "per_node"
+    routing_load: Literal["transit", "entry"] = "transit"
+    hops: Literal["ceil_log2", "chord_mean"] = "ceil_log2"
+    delay: Literal["critical_path", "all_visits"] = "critical_path"
+    cut_through_fetch: Literal["once", "twice"] = "once"
+
+    def hop_count(self, nodes: int) -> float:
+        return math.ceil(math.log2(nodes)) if self.hops == "ceil_log2" else math.log2(nodes) / 2
+
+    @property
+    def label(self) -> str:
+        return ", ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
+
+
+def readings() -> Iterator[Reading]:
+    """Every combination of the open points."""
+    hints = typing.get_type_hints(Reading)
+    choices = [typing.get_args(hints[f.name]) for f in fields(Reading)]
+    for combination in itertools.product(*choices):
+        yield Reading(*combination)
+
+
+@dataclass(frozen=True)
+class QueueLoad:
+    """One queue of the network: its arrival rate, service rate, utilisation and mean
+    sojourn (inf when unstable), and how many times per request, on average, it sits on the
+    path to the user."""
+
+    name: str
+    arrival_rate: float
+    service_rate: float
+    critical_visits: float
+
+    @property
+    def utilisation(self) -> float:
+        return self.arrival_rate / self.service_rate
+
+    @property
+    def sojourn(self) -> float:
+        if self.arrival_rate >= self.service_rate:
+            return math.inf
+        return 1.0 / (self.service_rate - self.arrival_rate)
+
+
+@dataclass(frozen=True)
+class Result:
+    """The model's answer for one strategy at one point: the mean response time (s; inf when
+    unstable), the queues, the DC link's utilisation and what makes the setting unstable (empty
+    when it is stable)."""
+
+    strategy: str
+    mean: float
+    queues: tuple[QueueLoad, ...]
+    dc_link_utilisation: float
+    unstable: tuple[str, ...] = field(default=())
+
+    @property
+    def stable(self) -> bool:
+        return not self.unstable
+
+
+@dataclass(frozen=True)
+class Classes:
+    """The request shares: hit, false positive, false miss, miss (sum 1)."""
+
+    hit: float
+    false_positive: float
+    false_miss: float
+    miss: float
+
+    @staticmethod
+    def of(strategy: str, alpha: float, fp: float, fn: float) -> Classes:
+        if not 0 <= alpha <= 1:
+            raise ValueError(f"hit probability {alpha} is outside [0, 1]")
+        if strategy == "linear":
+            return Classes(alpha, 0.0, 0.0, 1 - alpha)
+        if fn > alpha or fp > 1 - alpha:
+            raise ValueError(f"fn {fn} > alpha {alpha} or fp {fp} > 1 - alpha")
+        return Classes(alpha - fn, fp, fn, 1 - alpha - fp)
+
+    @property
+    def judged_hit(self) -> float:
+        """alpha' = alpha + fp - fn."""
+        return self.hit + self.false_positive
+
+
+def evaluate(strategy: str, setting: Setting, alpha: float, fp: float = 0.0, fn: float = 0.0,
+             reading: Reading = Reading()) -> Result:
+    """The mean response time of ``strategy`` (one of :data:`STRATEGIES`) at true hit
+    probability ``alpha`` with filter error shares ``fp`` and ``fn``."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; one of {', '.join(STRATEGIES)}")
+    shares = Classes.of(strategy, alpha, fp, fn)
+    lam, n = setting.arrival_rate, setting.nodes
+    hops = reading.hop_count(n) if setting.hops is None else setting.hops
+    direct = shares.false_miss + shares.miss  # the strategy's miss path
+    via_home = shares.hit + shares.false_positive  # routed, looked up, answered by home
+    fetched = shares.false_positive + direct  # DC fetches
+    if strategy == "linear":
+        critical = {"routing": hops, "lookup": 1.0, "fetch": fetched, "response": 1.0}
+        background = {}
+        response_load = 1.0
+    else:
+        # The miss path routes and looks up too, to cache the item at its home node.
+        critical = {"routing": hops * via_home, "lookup": via_home, "fetch": fetched,
+                    "response": via_home + (direct if strategy == "parallel" else 0.0)}
+        background = {"routing": hops * direct, "lookup": direct}
+        response_load = critical["response"]
+        if strategy == "cut_through" and reading.cut_through_fetch == "twice":
+            background["fetch"] = direct
+    routing_visits = hops if reading.routing_load == "transit" else 1.0
+    loads = {"routing": routing_visits * lam, "lookup": lam,
+             "fetch": fetched * lam + background.get("fetch", 0.0) * lam,
+             "response": response_load * lam}
+    rates = {"routing": setting.routing_rate, "lookup": setting.lookup_rate,
+             "fetch": setting.fetch_rate, "response": setting.response_rate}
+    queues = []
+    for name in ("routing", "lookup", "fetch", "response"):
+        load, rate = loads[name], rates[name]
+        if name != "fetch":
+            if reading.node_queues == "per_node":
+                load /= n
+            elif reading.node_queues == "pooled":
+                rate *= n
+        visits = critical[name] + (background.get(name, 0.0) if reading.delay == "all_visits"
+                                   else 0.0)
+        queues.append(QueueLoad(name, load, rate, visits))
+    copies = 2.0 if strategy == "cut_through" else 1.0
+    dc_bytes = lam * (fetched + (direct if copies == 2 else 0.0)) * setting.miss_item_bytes
+    link = dc_bytes / setting.dc_bandwidth
+    unstable = tuple(f"{q.name} queue (load {q.arrival_rate:.4g} >= rate {q.service_rate:.4g})"
+                     for q in queues if q.arrival_rate >= q.service_rate)
+    if link >= 1:
+        unstable += (f"DC link ({dc_bytes / 1e6:.4g} MB/s >= {setting.dc_bandwidth / 1e6:.4g})",)
+    mean = math.inf if unstable else sum(q.critical_visits * q.sojourn for q in queues
+                                         if q.critical_visits)
+    return Result(strategy, mean, tuple(queues), link, unstable)
+
+
+def false_positive_rate(bits: int, hashes: int, items: float) -> float:
+    """A Bloom filter's false-positive probability, (1 - e^(-k n / m))^k."""
+    return (1.0 - math.exp(-hashes * items / bits)) ** hashes
+
+
+def characteristic_time(rates: Sequence[float] | np.ndarray, capacity: float) -> float:
+    """Che's approximation of an LRU cache of ``capacity`` items under independent Poisson
+    requests at ``rates``: the time T with sum_i (1 - e^(-rate_i T)) = capacity (inf when
+    everything fits). Item i is cached with probability 1 - e^(-rate_i T)."""
+    rates = np.asarray(rates, float)
+    if capacity >= len(rates):
+        return math.inf
+    if capacity <= 0:
+        return 0.0
+    low, high = 0.0, 1.0
+    while np.sum(-np.expm1(-rates * high)) < capacity:
+        high *= 2
+    for _ in range(60):  # 2^-60 of the bracket: far below any rate's resolution
+        middle = (low + high) / 2
+        if np.sum(-np.expm1(-rates * middle)) < capacity:
+            low = middle
+        else:
+            high = middle
+    return (low + high) / 2
+
+
+def stale_share(rates: np.ndarray, characteristic: float, interval: float) -> float:
+    """The share of requests that find their item cached but not yet in the synchronised
+    filter (the false misses fn), for items at Poisson ``rates`` (req/s, summing to the
+    cache's request rate) in an LRU cache of characteristic time T, synchronised every
+    ``interval`` seconds.
+
+    A request arriving a seconds after the last synchronisation sees item i cached since then
+    iff one of its requests in the last a seconds followed a gap longer than T; for a <= T that
+    has probability rate_i a e^(-rate_i T) (first request in the window at u, none in the T - u
+    before it), capped by the item's hit probability. The filter's age at a request is uniform
+    on [0, interval] (Poisson arrivals see time averages). Evictions since the last
+    synchronisation leave stale positives at the same rate in steady state (an item evicted
+    in the window is one whose last request fell in the window of length a ending T ago)."""
+    rates = np.asarray(rates, float)
+    if not math.isfinite(characteristic) or characteristic == 0 or interval == 0:
+        return 0.0
+    ages = (np.arange(64) + 0.5) / 64 * interval
+    hit = -np.expm1(-rates * characteristic)
+    fresh = np.minimum(np.outer(ages, rates) * np.exp(-rates * characteristic), hit)
+    return float(np.sum(fresh.mean(axis=0) * rates) / rates.sum())
+
+
+def relative_to_linear(setting: Setting, alpha: float, reading: Reading = Reading(),
+                       fp: float = 0.0, fn: float = 0.0) -> dict[str, float]:
+    """Each filter strategy's mean response time against linear's, in percent (negative:
+    faster), at ``alpha``."""
+    linear = evaluate("linear", setting, alpha, reading=reading).mean
+    return {strategy: 100 * (evaluate(strategy, setting, alpha, fp, fn, reading).mean / linear
+                             - 1) for strategy in ("parallel", "cut_through")}
+
+
+def closest_readings(setting: Setting = LOW_TRAFFIC, target: tuple[float, float] = (-23.6, -65.2),
+                     alpha: float = 0.0) -> list[tuple[float, Reading, dict[str, float]]]:
+    """Every reading with its figures at ``alpha``, nearest the paper's (parallel, cut-through)
+    first: (distance in percentage points, reading, figures)."""
+    rows = []
+    for reading in readings():
+        figures = relative_to_linear(replace(setting), alpha, reading)
+        if not all(math.isfinite(v) for v in figures.values()):
+            continue
+        distance = abs(figures["parallel"] - target[0]) + abs(figures["cut_through"] - target[1])
+        rows.append((distance, reading, figures))
+    return sorted(rows, key=lambda row: row[0])

@@ -1,0 +1,466 @@
+"""A discrete-event simulation (SimPy) of the media-cloud CDN of seed 002 at the paper's scale.
+
+What is simulated: N content nodes on a Chord ring (:mod:`.chord`), each with single-server FIFO
+routing, lookup and response queues with exponential service; the DC's fetch queue, also
+exponential; 100 user groups sending Poisson requests for Zipf-popular items, each group entering
+at its nearest node; an LRU cache per node for the items it is home to; real Bloom filters
+(:mod:`.bloom`) synchronised every ``sync_every`` requests a node serves or every
+``sync_period`` seconds, with delta-compressed updates whose bytes are counted. Filter errors
+are measured at every filter check: a false positive (the filter says the home node caches the
+item, it does not), split into Bloom collisions and stale entries; a false miss (it caches the
+item, the filter does not know yet).
+
+As in the paper's model, transmission and propagation delays are left out (its assumption 1),
+except where they decide stability: the DC's output link is checked against its bandwidth
+(bytes of every item the DC sends, twice per miss in cut-through), and its utilisation reported.
+
+The hit rate is set as the paper set it (by the initial state): every node's cache holds
+``capacity`` items, chosen by :func:`capacity_for_hit_rate` with Che's approximation so the
+steady-state LRU hit rate is the one asked for, and starts filled with its most popular items.
+The paper's 2 % caches (1,000 items a node, about a node's whole home range) give hit rates
+near 100 %; smaller ones give the rest of the 0-100 % axis. The measured hit rate is reported.
+
+Strategies: ``linear``, ``parallel``, ``cut_through`` (see :mod:`.model`) and ``adaptive``
+(:class:`AdaptiveSwitch`: cut-through while the DC is not congested, parallel when it is).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+from .bloom import (NODE_FILTER_BYTES, CountingFilter, GlobalFilter, SyncLog,
+                    bit_positions, delta_update)
+from .chord import ChordRing, identifier
+from .model import Setting, characteristic_time
+
+STRATEGIES = ("linear", "parallel", "cut_through", "adaptive")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The catalogue and the users: ``items`` items of Zipf(``zipf``) popularity, sizes drawn
+    log-normal (``size_sigma``) around ``mean_item_bytes`` and ordered against popularity
+    (``small_popular``: low traffic, the smallest items most requested) or with it (high
+    traffic), ``groups`` user groups."""
+
+    items: int = 50_000
+    zipf: float = 0.79
+    mean_item_bytes: float = 100e3  # 50,000 items, about 5 GB
+    size_sigma: float = 1.0
+    small_popular: bool = True
+    groups: int = 100
+
+    def popularity(self) -> np.ndarray:
+        weights = np.arange(1, self.items + 1, dtype=float) ** -self.zipf
+        return weights / weights.sum()
+
+    def sizes(self, seed: int = 0) -> np.ndarray:
+        """Item sizes in bytes, item 0 the most popular."""
+        rng = np.random.default_rng(seed)
+        draws = rng.lognormal(0.0, self.size_sigma, self.items)
+        draws = np.sort(draws * self.mean_item_bytes / draws.mean())
+        return draws if self.small_popular else draws[::-1]
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """One simulated run."""
+
+    setting: Setting
+    strategy: str
+    hit_rate: float
+    workload: Workload = Workload()
+    duration: float = 1000.0
+    warmup: float = 50.0
+    sync_every: int | None = 400  # requests a node serves between synchronisations
+    sync_period: float | None = None  # or seconds between them
+    seed: int = 0
+    batches: int = 20
+    adaptive_high: float = 0.8  # DC utilisation above which adaptive switches to parallel
+    adaptive_low: float = 0.6  # and below which it switches back to cut-through
+    adaptive_window: float = 2.0  # seconds over which the DC's utilisation is measured
+
+
+@dataclass
+class SimResult:
+    """What one run measured (after the warm-up)."""
+
+    config: SimConfig
+    requests: int
+    mean: float
+    batch_means: list[float]
+    hit_rate: float  # share of requests whose item the home node cached at the filter check
+    false_positive: float  # share of requests (filter strategies)
+    false_positive_bloom: float
+    false_positive_stale: float
+    false_miss: float
+    mean_hops: float
+    capacity: int
+    dc_utilisation: float  # fetch queue busy share
+    dc_link_utilisation: float
+    sync: SyncLog
+    cut_through_share: float = 0.0  # adaptive: share of filter-judged misses sent cut-through
+    unstable: bool = False  # the DC fetch queue or link still grew at the end
+    queue_busy: dict = field(default_factory=dict)
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        """A 95 % interval of the mean response time from batch means (Student t)."""
+        from scipy import stats
+        values = np.asarray(self.batch_means)
+        half = stats.t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / math.sqrt(len(values))
+        return float(values.mean() - half), float(values.mean() + half)
+
+
+class _Server:
+    """A single-server FIFO queue with exponential service, counting its busy time.
+
+    A FIFO single server's departures follow Lindley's recursion (a job leaves at
+    max(arrival, previous departure) + its service), so a job's departure is known when it
+    arrives: one SimPy timeout per service instead of a Resource's request and release events,
+    the same sample paths at a third of the events."""
+
+    def __init__(self, env: simpy.Environment, rate: float, draws: _Exponentials):
+        self.env = env
+        self.mean = 1.0 / rate
+        self.draws = draws
+        self.free_at = 0.0
+        self.busy = 0.0
+        self.arrivals = 0
+
+    def backlog(self) -> float:
+        """Seconds of work queued ahead of a job arriving now."""
+        return max(0.0, self.free_at - self.env.now)
+
+    def serve(self):
+        self.arrivals += 1
+        service = self.draws.next() * self.mean
+        self.busy += service
+        self.free_at = max(self.env.now, self.free_at) + service
+        yield self.env.timeout(self.free_at - self.env.now)
+
+
+class _Exponentials:
+    """Standard exponential draws from ``rng``, taken in blocks (a numpy call per draw would
+    cost more than the event it times)."""
+
+    def __init__(self, rng: np.random.Generator, block: int = 1 << 16):
+        self.rng, self.block = rng, block
+        self._values = iter(())
+
+    def next(self) -> float:
+        try:
+            return next(self._values)
+        except StopIteration:
+            self._values = iter(self.rng.standard_exponential(self.block).tolist())
+            return next(self._values)
+
+
+class _Node:
+    """A content node: its queues, its LRU cache of the items it is home to, its exact
+    counting filter and the bitmap it last sent."""
+
+    def __init__(self, env, setting: Setting, draws: _Exponentials, capacity: int):
+        self.routing = _Server(env, setting.routing_rate, draws)
+        self.lookup = _Server(env, setting.lookup_rate, draws)
+        self.response = _Server(env, setting.response_rate, draws)
+        self.cache: OrderedDict[int, None] = OrderedDict()
+        self.capacity = capacity
+        self.filter = CountingFilter()
+        self.sent = self.filter.bitmap()
+        self.served = 0
+
+
+def capacity_for_hit_rate(popularity: np.ndarray, homes: np.ndarray, nodes: int,
+                          arrival_rate: float, hit_rate: float) -> int:
+    """The per-node LRU capacity (items) whose Che-approximated steady-state hit rate is
+    closest to ``hit_rate``."""
+    by_node = [popularity[homes == n] * arrival_rate for n in range(nodes)]
+
+    def predicted(capacity: int) -> float:
+        hits = 0.0
+        for rates in by_node:
+            t = characteristic_time(rates, capacity)
+            hits += rates.sum() if math.isinf(t) else np.sum(rates * -np.expm1(-rates * t))
+        return hits / arrival_rate
+
+    low, high = 0, max(len(r) for r in by_node)
+    while low < high:
+        middle = (low + high) // 2
+        if predicted(middle) < hit_rate:
+            low = middle + 1
+        else:
+            high = middle
+    if low > 0 and abs(predicted(low - 1) - hit_rate) < abs(predicted(low) - hit_rate):
+        return low - 1
+    return low
+
+
+class AdaptiveSwitch:
+    """The adaptive strategy's decision: cut-through while the DC is not congested, parallel
+    when it is. The signal is the DC's measured utilisation (the larger of its fetch queue's
+    busy share and its output link's) over the last ``window`` seconds; it switches to parallel
+    above ``high`` and back to cut-through below ``low`` (hysteresis, so it does not flap)."""
+
+    def __init__(self, high: float, low: float, window: float):
+        if not 0 < low < high:
+            raise ValueError("adaptive thresholds need 0 < low < high")
+        self.high, self.low, self.window = high, low, window
+        self.cut_through = True
+        self.switches = 0
+
+    def observe(self, utilisation: float) -> None:
+        if self.cut_through and utilisation > self.high:
+            self.cut_through, self.switches = False, self.switches + 1
+        elif not self.cut_through and utilisation < self.low:
+            self.cut_through, self.switches = True, self.switches + 1
+
+
+class Simulation:
+    """One run of :class:`SimConfig`; :meth:`run` returns a :class:`SimResult`."""
+
+    def __init__(self, config: SimConfig):
+        if config.strategy not in STRATEGIES:
+            raise ValueError(f"unknown strategy {config.strategy!r}")
+        if (config.sync_every is None) == (config.sync_period is None):
+            raise ValueError("give exactly one of sync_every and sync_period")
+        self.config = config
+        setting, workload = config.setting, config.workload
+        self.env = simpy.Environment()
+        self.rng = np.random.default_rng(config.seed)
+        n = setting.nodes
+        self.ring = ChordRing.evenly_spread(n)
+        self.popularity = workload.popularity()
+        self.sizes = workload.sizes(config.seed)
+        urls = [f"http://media.cloud/item/{i}" for i in range(workload.items)]
+        self.positions = bit_positions(urls, NODE_FILTER_BYTES * 8)
+        self.keys = np.array([identifier(url) for url in urls], dtype=np.int64)
+        self.homes = np.array([self.ring.successor(int(k)) for k in self.keys])
+        self.capacity = capacity_for_hit_rate(self.popularity, self.homes, n,
+                                              setting.arrival_rate, config.hit_rate)
+        draws = _Exponentials(self.rng)
+        self.nodes = [_Node(self.env, setting, draws, self.capacity) for _ in range(n)]
+        self.fetch = _Server(self.env, setting.fetch_rate, draws)
+        self.global_filter = GlobalFilter(n)
+        self.sync = SyncLog()
+        self._prefill()
+        self.entries = np.arange(workload.groups) % n  # each group's nearest node
+        self.routes: dict[tuple[int, int], list[int]] = {}
+        self.records: list[tuple[float, float]] = []
+        self.counts = dict.fromkeys(("checks", "hit", "fp_bloom", "fp_stale", "fn", "hops",
+                                     "cut_through", "filter_miss"), 0)
+        self.dc_link_busy = 0.0
+        self.dc_link_free_at = 0.0
+        self.switch = AdaptiveSwitch(config.adaptive_high, config.adaptive_low,
+                                     config.adaptive_window)
+
+    def _prefill(self) -> None:
+        """Every cache starts with its most popular items, the filters synchronised."""
+        for item in np.argsort(-self.popularity):
+            node = self.nodes[self.homes[item]]
+            if len(node.cache) < node.capacity:
+                node.cache[int(item)] = None
+                node.filter.add(self.positions[item])
+        for index in range(len(self.nodes)):
+            self._synchronise(index, count=False)
+
+    # --- the cache and the filters
+
+    def _cached(self, node: _Node, item: int) -> bool:
+        if item in node.cache:
+            node.cache.move_to_end(item)
+            return True
+        return False
+
+    def _insert(self, home: int, item: int) -> None:
+        node = self.nodes[home]
+        if node.capacity == 0 or item in node.cache:
+            return
+        node.cache[item] = None
+        node.filter.add(self.positions[item])
+        if len(node.cache) > node.capacity:
+            evicted, _ = node.cache.popitem(last=False)
+            node.filter.remove(self.positions[evicted])
+
+    def _served(self, home: int) -> None:
+        node = self.nodes[home]
+        node.served += 1
+        if self.config.sync_every and node.served % self.config.sync_every == 0:
+            self._synchronise(home)
+
+    def _synchronise(self, index: int, count: bool = True) -> None:
+        node = self.nodes[index]
+        current = node.filter.bitmap()
+        if count:
+            message = delta_update(node.sent, current)
+            # One update to each of the other nodes.
+            for _ in range(len(self.nodes) - 1):
+                self.sync.add(len(message), NODE_FILTER_BYTES)
+        node.sent = current
+        self.global_filter.slices[index] = current
+
+    def _periodic_sync(self):
+        while True:
+            yield self.env.timeout(self.config.sync_period)
+            for index in range(len(self.nodes)):
+                self._synchronise(index)
+
+    # --- the DC
+
+    def _dc_send(self, item: int) -> float:
+        """Queue ``item``'s bytes on the DC's output link (utilisation only; the paper's
+        model has no transmission delay). Returns the link's backlog in seconds."""
+        seconds = self.sizes[item] / self.config.setting.dc_bandwidth
+        start = max(self.env.now, self.dc_link_free_at)
+        self.dc_link_free_at = start + seconds
+        self.dc_link_busy += seconds
+        return self.dc_link_free_at - self.env.now
+
+    def _dc_monitor(self):
+        window = self.config.adaptive_window
+        busy_fetch, busy_link = self.fetch.busy, self.dc_link_busy
+        while True:
+            yield self.env.timeout(window)
+            fetch = (self.fetch.busy - busy_fetch) / window
+            link = (self.dc_link_busy - busy_link) / window
+            busy_fetch, busy_link = self.fetch.busy, self.dc_link_busy
+            self.switch.observe(max(fetch, link))
+
+    # --- requests
+
+    def _route(self, entry: int, item: int):
+        path = self.routes.get((entry, item))
+        if path is None:
+            path = self.routes[(entry, item)] = self.ring.route(entry, int(self.keys[item]))
+        for node in path[:-1]:
+            yield from self.nodes[node].routing.serve()
+        return len(path) - 1
+
+    def _fetch(self, item: int, copies: int):
+        yield from self.fetch.serve()
+        for _ in range(copies):
+            self._dc_send(item)
+
+    def _home_path(self, entry: int, item: int, home: int):
+        """Routed to the home node, looked up, fetched from the DC on a miss, answered."""
+        hops = yield from self._route(entry, item)
+        yield from self.nodes[home].lookup.serve()
+        self._served(home)
+        if not self._cached(self.nodes[home], item):
+            yield from self._fetch(item, 1)
+            self._insert(home, item)
+        yield from self.nodes[home].response.serve()
+        return hops
+
+    def _cache_in_background(self, entry: int, item: int, home: int, fetched: simpy.Event):
+        hops = yield from self._route(entry, item)
+        yield from self.nodes[home].lookup.serve()
+        self._served(home)
+        if not self._cached(self.nodes[home], item):
+            yield fetched
+            self._insert(home, item)
+        self._count_hops(hops)
+
+    def _count_hops(self, hops: int) -> None:
+        if self.env.now >= self.config.warmup:
+            self.counts["hops"] += hops
+
+    def _request(self, entry: int, item: int):
+        start = self.env.now
+        home = int(self.homes[item])
+        strategy = self.config.strategy
+        measured = start >= self.config.warmup
+        cached = item in self.nodes[home].cache
+        if strategy == "linear":
+            if measured:
+                self.counts["hit"] += cached
+            hops = yield from self._home_path(entry, item, home)
+            self._count_hops(hops)
+        else:
+            judged = self.global_filter.contains(home, self.positions[item])
+            if measured:
+                self.counts["checks"] += 1
+                self.counts["hit"] += cached
+                if judged and not cached:
+                    exact = self.nodes[home].filter.bitmap()[self.positions[item]].all()
+                    self.counts["fp_stale" if not exact else "fp_bloom"] += 1
+                elif cached and not judged:
+                    self.counts["fn"] += 1
+            if judged:
+                hops = yield from self._home_path(entry, item, home)
+                self._count_hops(hops)
+            else:
+                cut = strategy == "cut_through" or (strategy == "adaptive"
+                                                    and self.switch.cut_through)
+                if measured:
+                    self.counts["filter_miss"] += 1
+                    self.counts["cut_through"] += cut
+                fetched = self.env.event()
+                self.env.process(self._cache_in_background(entry, item, home, fetched))
+                yield from self._fetch(item, 2 if cut else 1)
+                fetched.succeed()
+                if not cut:
+                    yield from self.nodes[entry].response.serve()
+        if measured:
+            self.records.append((start, self.env.now - start))
+
+    def _users(self):
+        setting, workload = self.config.setting, self.config.workload
+        chunk = 4096
+        while True:
+            gaps = self.rng.exponential(1 / setting.arrival_rate, chunk)
+            items = self.rng.choice(workload.items, chunk, p=self.popularity)
+            groups = self.rng.integers(workload.groups, size=chunk)
+            for gap, item, group in zip(gaps, items, groups):
+                yield self.env.timeout(gap)
+                if self.env.now >= self.config.duration:
+                    return
+                self.env.process(self._request(int(self.entries[group]), int(item)))
+
+    def run(self) -> SimResult:
+        config = self.config
+        self.env.process(self._users())
+        if config.sync_period:
+            self.env.process(self._periodic_sync())
+        self.env.process(self._dc_monitor())
+        # Requests still in the network at the end finish (an unstable run drains slowly, so
+        # the drain is bounded: the backlog left is the instability's signature).
+        self.env.run(until=config.duration)
+        backlog = self.fetch.backlog()
+        self.env.run(until=config.duration * 1.5)
+        done = sorted(self.records)
+        times = np.array([r for _, r in done])
+        starts = np.array([s for s, _ in done])
+        measured_span = config.duration - config.warmup
+        edges = config.warmup + measured_span * np.arange(config.batches + 1) / config.batches
+        batch = [float(times[(starts >= a) & (starts < b)].mean()) if np.any(
+            (starts >= a) & (starts < b)) else math.inf for a, b in zip(edges, edges[1:])]
+        issued = len(times)
+        counts = self.counts
+        checks = max(counts["checks"], 1)
+        fp_bloom, fp_stale = counts["fp_bloom"] / checks, counts["fp_stale"] / checks
+        # A stable M/M/1 queue at this load holds seconds of work at most: far more left at
+        # the end means it was still growing.
+        unstable = backlog > 0.05 * config.duration or (self.dc_link_free_at - config.duration
+                                                        > 0.05 * config.duration)
+        return SimResult(
+            config=config, requests=issued, mean=float(times.mean()) if issued else math.inf,
+            batch_means=batch, hit_rate=counts["hit"] / max(issued, 1),
+            false_positive=fp_bloom + fp_stale, false_positive_bloom=fp_bloom,
+            false_positive_stale=fp_stale, false_miss=counts["fn"] / checks,
+            mean_hops=counts["hops"] / max(issued, 1), capacity=self.capacity,
+            dc_utilisation=self.fetch.busy / self.env.now,
+            dc_link_utilisation=self.dc_link_busy / config.duration, sync=self.sync,
+            cut_through_share=counts["cut_through"] / max(counts["filter_miss"], 1),
+            unstable=unstable,
+            queue_busy={"routing": np.mean([n.routing.busy for n in self.nodes]) / self.env.now,
+                        "response": np.mean([n.response.busy for n in self.nodes]) / self.env.now})
+
+
+def simulate(config: SimConfig) -> SimResult:
+    return Simulation(config).run()
