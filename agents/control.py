@@ -4,30 +4,47 @@
 
     with ControlClient(("172.30.0.1", protocol.PORT), node="viewer1") as control:
         decision = control.join("live", demand=2.5e6, bitrates=[2.5e6, 1e6])
-        control.report_load(0.4, service="live")
+        control.report_load(0.4, service="live", metrics={"cpu": 0.3})
         control.subscribe()
         for pushed in control.decisions(timeout=0.1):
             ...
+
+An agent that serves reports its load with a :class:`LoadReporter` (every period, and at once
+when a metric crosses a threshold), measured partly by the agent and partly from the host
+(:class:`HostMeter`)::
+
+    reporter = LoadReporter(controller_client(node), service="live", period=1.0,
+                            thresholds={"cpu": 0.8})
+    while serving:
+        reporter.tick(load=served_bitrate, metrics={"cpu": used / budget, "sessions": n})
+    summary = reporter.close()
 
 Requests are retransmitted with the same id when no reply comes (``tries`` sends, the wait
 doubling from ``timeout`` seconds each time), since the controller answers a retransmission
 without acting twice. Pushed decisions that arrive while a request waits for its reply are
 kept (up to PUSHED) for :meth:`ControlClient.decisions`.
 
-Only pydantic is needed (through :mod:`controller.protocol`): no os-ken, Ryu or Mininet, which
-the emulated hosts' programs do without. One thread at a time may use a client, except for
+Only pydantic is needed (through :mod:`controller.protocol` and :mod:`topologies.model`): no
+os-ken, Ryu or Mininet, which the emulated hosts' programs do without. One thread at a time may use a client, except for
 :meth:`ControlClient.report_load`, which only sends.
 """
 
 from __future__ import annotations
 
 import collections
+import os
 import random
+import re
 import socket
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Optional
+
+from pydantic import BaseModel, Field
 
 from controller import protocol
+from topologies.model import PositiveDuration
+from topologies.naming import MANAGEMENT_INTERFACE
 
 TIMEOUT = 0.5
 TRIES = 4
@@ -78,12 +95,13 @@ class ControlClient:
         self.close()
 
     def report_load(self, load: float, *, service: str | None = None,
-                    cpu: float | None = None, sessions: int | None = None,
-                    ts: float | None = None) -> None:
-        """Send a load report (``ts`` defaults to now); nothing comes back."""
+                    metrics: Mapping[str, float] | None = None, ts: float | None = None,
+                    seq: int = 0, urgent: bool = False) -> None:
+        """Send a load report (``ts`` defaults to now); nothing comes back. ``metrics`` are
+        named figures (:data:`controller.protocol.METRIC_KINDS`)."""
         self._send(protocol.encode(protocol.Load(
-            node=self._own_node(), service=service, load=load, cpu=cpu, sessions=sessions,
-            ts=time.time() if ts is None else ts)))
+            node=self._own_node(), service=service, load=load, metrics=dict(metrics or {}),
+            ts=time.time() if ts is None else ts, seq=seq, urgent=urgent)))
 
     def join(self, service: str, demand: float = 0.0, bitrates: Sequence[float] = (),
              flow: str | None = None) -> protocol.Decision | protocol.Rejected:
@@ -199,3 +217,184 @@ class ControlClient:
             if message.id == 0 and isinstance(message, (protocol.Decision, protocol.Rejected)):
                 self._pushed.append(message)
             return message
+
+
+def controller_client(node: str) -> ControlClient | None:
+    """A control-protocol client of the controller ``$EDGEBED_CONTROLLER`` (``host:port``)
+    speaking for ``node``, or None when the run has no controller."""
+    where = os.environ.get("EDGEBED_CONTROLLER")
+    if not where:
+        return None
+    host, port = where.rsplit(":", 1)
+    return ControlClient((host, int(port)), node=node)
+
+
+# What an interface name may not carry into a metric name's segment.
+_METRIC_SEGMENT = re.compile(r"[^A-Za-z0-9_-]")
+
+
+class HostMeter:
+    """Load figures of the host an agent runs on, measured by the kernel: the agent process's
+    CPU use (``process_cpu``, cores: CPU seconds of all its threads per second), its resident
+    memory (``memory``, bytes, from /proc/self/statm) and the traffic of the interfaces of its
+    network namespace (/proc/self/net/dev, which shows the reader's namespace): each as
+    ``port.<interface>.bw_in`` / ``bw_out`` (bit/s), summed as ``bw_in`` / ``bw_out`` and
+    ``packets_in`` / ``packets_out`` (packets/s). Loopback and the management interface carry
+    no data-plane traffic and are left out; per-interface figures stop at PER_PORT_LIMIT
+    interfaces (in name order) so a report stays within the protocol's metric count. Rates are
+    over the time since the previous :meth:`read` (the first read gives none)."""
+
+    PER_PORT_LIMIT = 24
+
+    def __init__(self, exclude: Sequence[str] = ("lo", MANAGEMENT_INTERFACE),
+                 proc: str = "/proc/self"):
+        self.exclude = frozenset(exclude)
+        self.proc = proc
+        self._page = os.sysconf("SC_PAGE_SIZE")
+        self._previous: tuple[float, float, dict[str, tuple[int, ...]]] | None = None
+
+    def counters(self) -> dict[str, tuple[int, int, int, int]]:
+        """Each interface's (bytes in, packets in, bytes out, packets out) since it came up."""
+        result = {}
+        with open(f"{self.proc}/net/dev") as table:
+            for line in table.readlines()[2:]:
+                name, _, numbers = line.partition(":")
+                name = name.strip()
+                if name in self.exclude:
+                    continue
+                values = [int(value) for value in numbers.split()]
+                result[name] = (values[0], values[1], values[8], values[9])
+        return result
+
+    def read(self, now: float | None = None) -> dict[str, float]:
+        """The figures now (``now``: time.monotonic(), for tests)."""
+        now = time.monotonic() if now is None else now
+        cpu = time.process_time()
+        with open(f"{self.proc}/statm") as statm:
+            resident_pages = int(statm.read().split()[1])
+        counters = self.counters()
+        figures = {"memory": float(resident_pages * self._page)}
+        if self._previous is not None and now > self._previous[0]:
+            then, cpu_then, counters_then = self._previous
+            elapsed = now - then
+            figures["process_cpu"] = max(0.0, (cpu - cpu_then) / elapsed)
+            totals = [0.0] * 4
+            ports = 0
+            for name, values in sorted(counters.items()):
+                if name not in counters_then:
+                    continue  # came up since: no rate yet
+                # A counter that went back was reset (the interface was recreated).
+                rates = [max(0, new - old) / elapsed
+                         for new, old in zip(values, counters_then[name])]
+                totals = [total + rate for total, rate in zip(totals, rates)]
+                if ports < self.PER_PORT_LIMIT:
+                    port = _METRIC_SEGMENT.sub("_", name)[:32]
+                    figures[f"port.{port}.bw_in"] = rates[0] * 8
+                    figures[f"port.{port}.bw_out"] = rates[2] * 8
+                    ports += 1
+            figures |= {"bw_in": totals[0] * 8, "packets_in": totals[1],
+                        "bw_out": totals[2] * 8, "packets_out": totals[3]}
+        self._previous = now, cpu, counters
+        return figures
+
+
+class ReportingParams(BaseModel):
+    """What an agent that reports its load takes (its ``Params`` derive from this too)."""
+
+    service: Optional[protocol.Name] = Field(None, description="the controller service the "
+                                                              "load reports are about")
+    report_period: PositiveDuration = Field(1.0, description="how often to report the load to "
+                                                             "the controller")
+    report_thresholds: dict[protocol.MetricName, float] = Field(
+        {}, description="metric (or load) -> level: a report goes at once when the value "
+                        "crosses the level, either way, besides the periodic ones")
+    report_host: bool = Field(True, description="add what the host measures: process CPU, "
+                                                "memory, interface traffic")
+
+
+class LoadReporter:
+    """Sends an agent's load reports through ``client`` (None: the run has no controller, and
+    nothing is sent): one every ``period`` seconds, on absolute deadlines, and one at once
+    (``urgent``) when a value named in ``thresholds`` has crossed its level, either way, since
+    the last report (seed 004's active notification: a node turning heavy says so without
+    waiting). The agent calls :meth:`tick` often (every poll of its loop) with what it knows
+    itself (``load`` in the service's demand unit and ``metrics``); a ``host`` meter adds the
+    host's figures to every report and, when thresholds name them, is read every
+    ``check_period``. Urgent reports are at least ``min_gap`` apart, so a value hovering at a
+    level cannot flood the controller. A send that fails (the management network down) is
+    counted; the next report may pass."""
+
+    def __init__(self, client: ControlClient | None, *, service: str | None = None,
+                 period: float = 1.0, thresholds: Mapping[str, float] | None = None,
+                 host: HostMeter | None = None, check_period: float | None = None,
+                 min_gap: float | None = None):
+        if period <= 0:
+            raise ValueError("the report period must be positive")
+        self.client = client
+        self.service = service
+        self.period = period
+        self.thresholds = dict(thresholds or {})
+        self.host = host
+        self.check_period = period / 10 if check_period is None else check_period
+        self.min_gap = period / 10 if min_gap is None else min_gap
+        self.sent = self.urgent = self.errors = 0
+        self._due = None
+        self._last_sent = -float("inf")
+        self._sides: dict[str, bool] = {}  # metric -> at or above its level, at the last report
+        self._host_figures: dict[str, float] = {}
+        self._host_read = -float("inf")
+
+    @classmethod
+    def for_agent(cls, node: str, params: ReportingParams) -> LoadReporter:
+        """The reporter of an agent on ``node`` with ``params``, to ``$EDGEBED_CONTROLLER``."""
+        return cls(controller_client(node), service=params.service,
+                   period=params.report_period, thresholds=params.report_thresholds,
+                   host=HostMeter() if params.report_host else None)
+
+    def tick(self, load: float = 0.0, metrics: Mapping[str, float] | None = None,
+             now: float | None = None) -> bool:
+        """Report if a report is due or a threshold was crossed; returns whether one went."""
+        if self.client is None:
+            return False
+        now = time.monotonic() if now is None else now
+        if self._due is None:
+            self._due = now
+        periodic = now >= self._due
+        if self.host is not None and (periodic or (
+                self.thresholds and now - self._host_read >= self.check_period)):
+            self._host_figures = self.host.read(now)
+            self._host_read = now
+        figures = self._host_figures | dict(metrics or {})
+        crossed = [name for name, side in self._sides_of(load, figures).items()
+                   if self._sides.get(name, side) != side]
+        urgent = bool(crossed) and now - self._last_sent >= self.min_gap
+        if not (periodic or urgent):
+            return False
+        if periodic:
+            # Absolute deadlines: reports do not drift by the time a loop pass takes; after a
+            # stall the next one is a period from now, not a burst to catch up.
+            following = self._due + self.period
+            self._due = following if following > now else now + self.period
+        self._sides |= self._sides_of(load, figures)
+        self._last_sent = now
+        try:
+            self.client.report_load(load, service=self.service, metrics=figures,
+                                    seq=self.sent + self.errors + 1,
+                                    urgent=urgent and not periodic)
+        except OSError:
+            self.errors += 1
+            return False
+        self.sent += 1
+        self.urgent += urgent and not periodic
+        return True
+
+    def _sides_of(self, load: float, figures: Mapping[str, float]) -> dict[str, bool]:
+        values = {"load": load} | dict(figures)
+        return {name: values[name] >= level for name, level in self.thresholds.items()
+                if name in values}
+
+    def close(self) -> dict:
+        """Close the client; returns the summary: reports sent, of them urgent, failed."""
+        if self.client is not None:
+            self.client.close()
+        return {"sent": self.sent, "urgent": self.urgent, "errors": self.errors}

@@ -21,9 +21,6 @@ gift                      3  user u32, room u32, sequence u32, send_ns u64, gift
                              value_cents u32
 ai_data                   4  stream u32, unit u32, fragment u16, fragments u16, length u16,
                              send_ns u64, then ``length`` payload bytes
-ai_load                   5  server IPv4, net_load u16, mem_load u16, cpu_load u16 (each in
-                             1/10000 of full), send_ns u64
-ai_access                 6  source IPv4, port_count u16, then port_count control ports u16
 ai_nack                   7  stream u32, unit u32, count u16 (Rtr_Pkt_N), then count
                              fragment indexes u16
 request                   8  request u32, client u32, content u32, send_ns u64,
@@ -34,8 +31,11 @@ pull                     10  stream u32, delivered_stream u32, user u32, send_ns
                              bitrate_kbps u32, rung u8
 =====================  ====  ===========================================================
 
-A tail whose size a fixed field gives (text_length, length, port_count, count) ends there;
-bytes after it are padding and ignored. Loads above 10000 mean more than full.
+A tail whose size a fixed field gives (text_length, length, count) ends there; bytes after it
+are padding and ignored. Types 5 and 6 are retired (they were AI load and access messages on
+the data plane; load reports travel on the management network as the control protocol's
+``load``, :mod:`controller.protocol`) and are not reused, so old captures do not dissect as
+something else.
 
 A pull is a viewer asking an edge for a live stream (:mod:`agents.live_edge`), sent again
 every few hundred milliseconds for as long as it wants it: source ``stream`` transcoded to
@@ -107,11 +107,6 @@ GIFT = MessageFormat("gift", 3, (
 AI_DATA = MessageFormat("ai_data", 4, (
     ("stream", "I"), ("unit", "I"), ("fragment", "H"), ("fragments", "H"), ("length", "H"),
     ("send_ns", "Q")), "payload", "data", "length")
-AI_LOAD = MessageFormat("ai_load", 5, (
-    ("server", "4s"), ("net_load", "H"), ("mem_load", "H"), ("cpu_load", "H"),
-    ("send_ns", "Q")))
-AI_ACCESS = MessageFormat("ai_access", 6, (("source", "4s"), ("port_count", "H")), "u16 list",
-                          "ports", "port_count")
 AI_NACK = MessageFormat("ai_nack", 7, (("stream", "I"), ("unit", "I"), ("count", "H")),
                         "u16 list", "indexes", "count")
 REQUEST = MessageFormat("request", 8, (
@@ -124,10 +119,9 @@ PULL = MessageFormat("pull", 10, (
     ("stream", "I"), ("delivered_stream", "I"), ("user", "I"), ("send_ns", "Q"),
     ("bitrate_kbps", "I"), ("rung", "B")))
 
-FORMATS = {f.type: f for f in (MEDIA, DANMAKU, GIFT, AI_DATA, AI_LOAD, AI_ACCESS, AI_NACK,
-                               REQUEST, RESPONSE, PULL)}
+FORMATS = {f.type: f for f in (MEDIA, DANMAKU, GIFT, AI_DATA, AI_NACK, REQUEST, RESPONSE,
+                               PULL)}
 FRAME_TYPES = {1: "I", 2: "P"}
-LOAD_SCALE = 10_000  # loads travel as u16 in 1/10000 of full
 
 
 def message_type(data) -> MessageFormat | None:

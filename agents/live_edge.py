@@ -38,9 +38,11 @@ sessions already served keep their quality, and the overload stays visible in th
 controller's policy is meant to keep it from happening). A session is admitted at its first
 pull after the stream's bitrate is known; until the first source packet it waits, uncounted.
 
-**Load.** Every ``report_period``, when ``$EDGEBED_CONTROLLER`` names the controller, the edge
-reports to it the bitrates it serves (bit/s, the sum over admitted sessions), the sessions and
-the compute used as a fraction of ``vcpu``.
+**Load.** When ``$EDGEBED_CONTROLLER`` names the controller, the edge reports to it every
+``report_period`` (and at once when a ``report_thresholds`` level is crossed:
+:class:`agents.control.LoadReporter`) the bitrates it serves as its load (bit/s, the sum over
+admitted sessions), with the metrics ``sessions``, ``streams`` (source streams seen), ``cpu``
+(the compute used as a fraction of ``vcpu``) and what the host measures.
 
 **Tables.** ``live_sessions``, one row per session: the viewer's address and port, the flow
 its media arrive as (``stream-<delivered stream>``), R_v, when it started (first pull) and
@@ -71,16 +73,16 @@ from agents.common import (POLL_S, SPIN_NS, Agent, AgentParams, MalformedLog, Pa
 from agents.formats import MAGIC, MEDIA, PULL, VERSION
 from agents.streamer import (MAX_PAYLOAD, MIN_FRAME_SIZE, PER_PACKET, PER_PACKET_OFFSET,
                              flow_name, fragment_sizes)
-from agents.viewer import (DATAGRAM_BUFFER, MediaMeter, controller_client, epoch_seconds,
-                           listen)
-from controller import protocol
+from agents.control import LoadReporter, ReportingParams
+from agents.viewer import DATAGRAM_BUFFER, MediaMeter, epoch_seconds, listen
 from topologies.model import Duration, PositiveDuration, Size
 
 MBPS = 1e6
 
 
-class Params(AgentParams):
-    """Where the edge listens, how it transcodes, what it can compute, whom it reports to."""
+class Params(ReportingParams, AgentParams):
+    """Where the edge listens, how it transcodes, what it can compute, whom it reports to
+    (:class:`agents.control.ReportingParams`)."""
 
     port: int = Field(5004, ge=0, le=65535, description="service port: pulls arrive here and "
                                                         "media leave from here; 0: any free "
@@ -97,10 +99,6 @@ class Params(AgentParams):
                                                 "together (seed 000: 15)")
     payload: Size = Field(1200, description=f"largest UDP payload of a packet sent, "
                                             f"{2 * MEDIA.header_size} to {MAX_PAYLOAD} bytes")
-    service: Optional[protocol.Name] = Field(None, description="the controller service the "
-                                                              "load reports are about")
-    report_period: PositiveDuration = Field(1.0, description="how often to report the load to "
-                                                             "the controller")
     duration: Optional[Duration] = Field(None, description="default: until stopped")
 
     @model_validator(mode="after")
@@ -363,41 +361,11 @@ class LiveEdge:
                 "malformed_pulls": self.malformed_pulls.count}
 
 
-class LoadReporter:
-    """Load reports to the controller named by ``$EDGEBED_CONTROLLER`` (host:port), every
-    ``report_period``; nothing without it."""
-
-    def __init__(self, agent: Agent, params: Params):
-        self.params = params
-        self.control = controller_client(agent.node)
-        self.due = time.monotonic()
-        self.sent = self.errors = 0
-
-    def tick(self, edge: LiveEdge) -> None:
-        if self.control is None or time.monotonic() < self.due:
-            return
-        self.due += self.params.report_period
-        served, sessions = edge.load()
-        cpu = edge.used_vcpu / self.params.vcpu if self.params.vcpu else None
-        try:
-            self.control.report_load(served, service=self.params.service,
-                                     cpu=None if cpu is None else min(1.0, cpu),
-                                     sessions=sessions)
-            self.sent += 1
-        except OSError:
-            self.errors += 1  # the management network is down; the next report may pass
-
-    def close(self) -> dict:
-        if self.control is not None:
-            self.control.close()
-        return {"sent": self.sent, "errors": self.errors}
-
-
 def serve(agent: Agent, params: Params, service: socket.socket, source: socket.socket,
           meter: MediaMeter) -> dict:
     """Serve until stopped; returns the summary."""
     edge = LiveEdge(params, service)
-    reports = LoadReporter(agent, params)
+    reports = LoadReporter.for_agent(agent.node, params)
     buffer = bytearray(DATAGRAM_BUFFER)
     end = math.inf if params.duration is None else time.monotonic() + params.duration
     housekeeping_ns = time.monotonic_ns()
@@ -407,7 +375,10 @@ def serve(agent: Agent, params: Params, service: socket.socket, source: socket.s
             if now_ns >= housekeeping_ns:
                 housekeeping_ns = now_ns + round(POLL_S * 1e9)
                 edge.expire(time.time_ns())
-                reports.tick(edge)
+                served, sessions = edge.load()
+                reports.tick(served, {"sessions": sessions, "streams": len(edge.source_bitrates)}
+                             | ({"cpu": min(1.0, edge.used_vcpu / params.vcpu)}
+                                if params.vcpu else {}))
             wait_s = (housekeeping_ns - now_ns) / 1e9
             due_ns = edge.next_due_ns()
             if due_ns is not None:

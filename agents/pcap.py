@@ -35,7 +35,7 @@ from agents import formats, probe, protocols
 
 # The field telling a message's flows apart (with its source and destination).
 FLOW_KEYS = {"media": "stream", "danmaku": "user", "gift": "user", "ai_data": "stream",
-             "ai_load": "server", "ai_access": "source", "ai_nack": "stream",
+             "ai_nack": "stream",
              "request": "client", "response": "server", "pull": "user", "probe": "flow"}
 # The field grouping fragments into the unit they make up, for messages that have fragments.
 FRAGMENT_UNITS = {"media": "frame", "ai_data": "unit"}

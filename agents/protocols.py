@@ -2,14 +2,12 @@
 :mod:`agents.formats`, for building templates, dissecting captures and fuzzing listeners.
 
 One class per message (:data:`Media`, :data:`Danmaku`, :data:`Gift`, :data:`AiData`,
-:data:`AiLoad`, :data:`AiAccess`, :data:`AiNack`, :data:`Request`, :data:`Response`,
-:data:`Pull`), made by
-:func:`message_layer` from the table: the common bytes (magic, version, type), then the fixed
-fields (struct ``I``/``H``/``B``/``Q`` as Scapy's unsigned Int/Short/Byte/Long fields, ``4s`` as
-an IPv4 address), then the tail:
+:data:`AiNack`, :data:`Request`, :data:`Response`, :data:`Pull`), made by :func:`message_layer`
+from the table: the common bytes (magic, version, type), then the fixed fields (struct
+``I``/``H``/``B``/``Q`` as Scapy's unsigned Int/Short/Byte/Long fields), then the tail:
 
 * danmaku ``text``, ai_data ``data``: bytes, as many as ``text_length`` / ``length`` says;
-* ai_access ``ports``, ai_nack ``indexes``: u16 lists of ``port_count`` / ``count`` entries;
+* ai_nack ``indexes``: a u16 list of ``count`` entries;
 * media and response: no field, the rest of the datagram dissects as a ``Raw`` layer.
 
 A size field left at None (the default) is computed from its tail when the packet is built.
@@ -24,12 +22,12 @@ from __future__ import annotations
 import random
 
 from scapy.fields import (ByteEnumField, ByteField, FieldLenField, FieldListField, IntField,
-                          IPField, LongField, ShortField, StrFixedLenField, StrLenField)
+                          LongField, ShortField, StrFixedLenField, StrLenField)
 from scapy.packet import Packet, fuzz
 
 from agents import formats
 
-FIXED_FIELDS = {"I": IntField, "H": ShortField, "B": ByteField, "Q": LongField, "4s": IPField}
+FIXED_FIELDS = {"I": IntField, "H": ShortField, "B": ByteField, "Q": LongField}
 ENUMERATIONS = {"frame_type": formats.FRAME_TYPES}
 MESSAGE_NAMES = {code: message.name for code, message in formats.FORMATS.items()}
 # The tails whose size a fixed field gives: the tail's Scapy field and that size field (media
@@ -53,7 +51,7 @@ def _fixed_field(message: formats.MessageFormat, name: str, code: str):
         return _size_field(message, name, code)
     if name in ENUMERATIONS:
         return ByteEnumField(name, 0, ENUMERATIONS[name])
-    return FIXED_FIELDS[code](name, "0.0.0.0" if code == "4s" else 0)
+    return FIXED_FIELDS[code](name, 0)
 
 
 def _tail_field(message: formats.MessageFormat):
@@ -91,8 +89,7 @@ def message_layer(message: formats.MessageFormat) -> type[Packet]:
 
 LAYERS: dict[int, type[Packet]] = {code: message_layer(message)
                                    for code, message in formats.FORMATS.items()}
-(Media, Danmaku, Gift, AiData, AiLoad, AiAccess, AiNack, Request, Response,
- Pull) = LAYERS.values()
+Media, Danmaku, Gift, AiData, AiNack, Request, Response, Pull = LAYERS.values()
 
 
 def dissect(data: bytes) -> Packet | None:

@@ -41,7 +41,6 @@ and the chat collector.
 from __future__ import annotations
 
 import math
-import os
 import random
 import socket
 import statistics
@@ -56,7 +55,7 @@ from pydantic import Field, model_validator
 
 from agents.common import (WAKE_EARLY_NS, Agent, AgentParams, FlowStats, MalformedLog,
                            NodeRef, Pacer, percentile, receive, receiving_socket)
-from agents.control import ControlClient, ControlError
+from agents.control import ControlClient, ControlError, controller_client
 from agents.formats import DANMAKU, FRAME_TYPES, GIFT, MAGIC, MEDIA, PULL, VERSION
 from agents.streamer import flow_name
 from controller import protocol
@@ -202,16 +201,6 @@ def epoch_seconds(ns: int) -> str:
     """A time in seconds since the epoch as a table writes it: to the microsecond (the
     tables' default of six significant digits would leave whole minutes)."""
     return f"{ns / 1e9:.6f}"
-
-
-def controller_client(node: str) -> ControlClient | None:
-    """A control-protocol client of the controller ``$EDGEBED_CONTROLLER`` (``host:port``)
-    speaking for ``node``, or None when the run has no controller."""
-    where = os.environ.get("EDGEBED_CONTROLLER")
-    if not where:
-        return None
-    host, port = where.rsplit(":", 1)
-    return ControlClient((host, int(port)), node=node)
 
 
 @dataclass

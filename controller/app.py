@@ -140,7 +140,7 @@ class EdgebedController(App):
         status = {"pid": os.getpid(), "stopped": stopped,
                   "connected": sorted(self.datapaths), "synced": sorted(self.synced),
                   "flows": len(self.core.flows), "links_down": sorted(self.core.down),
-                  "control": self.control.counters()}
+                  "control": self.control.counters(), "load_reports": dict(self.core.load_counts)}
         _replace(self.out / "status.json", status)
 
     # switches
@@ -370,15 +370,18 @@ class EdgebedController(App):
             getattr(self, f"_on_{message.type}")(message, reply, source)
 
     def _on_load(self, message, reply, source) -> None:
-        """A server's load report; the policy may move flows in answer (least_loaded with a
-        rebalance_threshold does)."""
-        if not any(message.node in s.servers for s in self.view.services.values()):
+        """A load report: kept in the server's history unless stale (counted in the status),
+        then whatever the policy's ``on_load`` asks for (least_loaded rebalances, a policy that
+        redecides places every flow again, most only keep it for their next decision)."""
+        now = time.monotonic() - self.started
+        if not self.core.report_load(message.node, message.load, metrics=message.metrics,
+                                     now=now, sent=message.ts, urgent=message.urgent):
             return
-        self.core.report_load(message.node, message.load)
         started = time.perf_counter_ns()
-        outcome = self.core.rebalance(time.monotonic() - self.started)
+        outcome = self.core.react_to_load(now)
         if outcome.placed:
-            self._carry_out(outcome, "migrate", started)
+            self._carry_out(outcome, "migrate" if self.core.on_load == "rebalance"
+                            else "redecide", started)
 
     def _on_join(self, message, reply, source) -> None:
         try:

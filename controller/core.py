@@ -9,13 +9,26 @@ serialises calls.
 
 from __future__ import annotations
 
+import collections
 import math
+import time
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from . import rules
-from .policy import (Client, Decision, Migration, Placement, Policy, Rejection, Request,
-                     Server, State)
+from .policy import (ON_LOAD, Client, Decision, LoadReport, Migration, Placement, Policy,
+                     Rejection, Request, Server, State)
 from .view import NetworkView
+
+# Load reports kept per server: enough for a mean over tens of report periods, few enough that
+# every decision can be handed all of them.
+LOAD_HISTORY = 32
+# A report sent longer ago than this (by the sender's clock, which the hosts of a run share
+# with the controller) is stale when it arrives: a decision must not act on it.
+LOAD_MAX_AGE = 10.0
+# How far ahead of the controller's clock a sender's may be before its reports are refused.
+LOAD_MAX_SKEW = 1.0
+LOAD_COUNTERS = ("accepted", "stale", "reordered", "from_the_future", "not_a_server")
 
 
 @dataclass
@@ -41,15 +54,24 @@ class Outcome:
 
 
 class ControllerCore:
-    """State: which links are down, each server's reported load, the placed flows and their
-    pinned paths. Everything the switches hold is recomputed from it."""
+    """State: which links are down, each server's recent load reports, the placed flows and
+    their pinned paths. Everything the switches hold is recomputed from it."""
 
-    def __init__(self, view: NetworkView, policy: Policy, fast_failover: bool = True):
+    def __init__(self, view: NetworkView, policy: Policy, fast_failover: bool = True,
+                 load_history: int = LOAD_HISTORY, load_max_age: float = LOAD_MAX_AGE):
         self.view = view
         self.policy = policy
         self.fast_failover = fast_failover
+        self.on_load = getattr(policy, "on_load", "nothing")
+        if self.on_load not in ON_LOAD:
+            raise ValueError(f"policy {getattr(policy, 'name', policy)!r}: on_load must be one "
+                             f"of {', '.join(ON_LOAD)}, not {self.on_load!r}")
         self.down: frozenset[int] = frozenset()
-        self.loads: dict[str, float] = {}
+        self.load_max_age = load_max_age
+        self.loads: dict[str, collections.deque[LoadReport]] = {
+            name: collections.deque(maxlen=load_history)
+            for service in view.services.values() for name in service.servers}
+        self.load_counts = dict.fromkeys(LOAD_COUNTERS, 0)
         self.flows: dict[str, FlowRecord] = {}
         self._ports_down: set[tuple[str, int]] = set()
         self._placed_rules: dict[str, dict[str, list[rules.Rule]]] = {
@@ -63,9 +85,14 @@ class ControllerCore:
 
     def servers(self) -> tuple[Server, ...]:
         return tuple(Server(name, service.name, self.view.attachment(name).address, capacity,
-                            self.loads.get(name, 0.0), self.view.labels.get(name, {}))
+                            self.loads[name][-1].load if self.loads[name] else 0.0,
+                            self.view.labels.get(name, {}))
                      for service in self.view.services.values()
                      for name, capacity in sorted(service.servers.items()))
+
+    def load_history(self) -> MappingProxyType:
+        """Every server's kept load reports, oldest first, as :attr:`State.loads` holds them."""
+        return MappingProxyType({name: tuple(history) for name, history in self.loads.items()})
 
     def state(self, requests: tuple[Request, ...] = (), now: float = 0.0,
               reallocating: bool = False) -> State:
@@ -74,7 +101,7 @@ class ControllerCore:
         placed = tuple(record.placement for record in self.flows.values())
         return State(self.view.policy_graph(self.down), self.servers(), clients,
                      () if reallocating else placed, requests, now,
-                     placed if reallocating else ())
+                     placed if reallocating else (), self.load_history())
 
     # what switches hold
 
@@ -134,8 +161,44 @@ class ControllerCore:
                 self._refresh(flow)
         return set(self.view.switches)
 
-    def report_load(self, server: str, load: float) -> None:
-        self.loads[server] = load
+    def report_load(self, server: str, load: float, *, metrics: dict | None = None,
+                    now: float = 0.0, sent: float | None = None, urgent: bool = False,
+                    wall_clock: float | None = None) -> bool:
+        """Keep a load report from ``server`` that arrived at ``now`` (the clock of
+        :attr:`State.now`); returns whether it was kept. ``sent`` is the sender's
+        CLOCK_REALTIME, checked against ``wall_clock`` (default: this process's): a report
+        sent more than ``load_max_age`` seconds ago is stale, one sent before the last kept
+        report of the server came out of order, one from more than LOAD_MAX_SKEW seconds
+        ahead has a broken clock; each is counted in :attr:`load_counts` and dropped, as is a
+        report from a node that serves nothing. ``sent`` None skips the clock checks (a test
+        or a tool feeding reports in by hand)."""
+        history = self.loads.get(server)
+        problem = None
+        if history is None:
+            problem = "not_a_server"
+        elif sent is not None:
+            wall = time.time() if wall_clock is None else wall_clock
+            if sent > wall + LOAD_MAX_SKEW:
+                problem = "from_the_future"
+            elif wall - sent > self.load_max_age:
+                problem = "stale"
+            elif history and sent <= history[-1].sent:
+                problem = "reordered"
+        if problem is not None:
+            self.load_counts[problem] += 1
+            return False
+        history.append(LoadReport(server, now, load, MappingProxyType(dict(metrics or {})),
+                                  0.0 if sent is None else sent, urgent))
+        self.load_counts["accepted"] += 1
+        return True
+
+    def react_to_load(self, now: float = 0.0) -> Outcome:
+        """What the policy's ``on_load`` says a kept load report calls for."""
+        if self.on_load == "rebalance":
+            return self.rebalance(now)
+        if self.on_load == "redecide":
+            return self.reallocate(now)
+        return Outcome()
 
     def place(self, requests: list[Request], now: float = 0.0) -> Outcome:
         """Ask the policy about ``requests`` (flows already placed are skipped) and carry out
@@ -242,7 +305,10 @@ class ControllerCore:
                            "path": list(r.path) if r.path else None,
                            "migrations": r.migrations, "former_servers": list(r.former_servers)}
                           for flow, r in self.flows.items()],
-                "loads": dict(self.loads)}
+                "load_reports": [{"server": name, "load": history[-1].load,
+                                  "metrics": dict(history[-1].metrics),
+                                  "sent": history[-1].sent}
+                                 for name, history in self.loads.items() if history]}
 
     def restore(self, snapshot: dict) -> None:
         for item in snapshot.get("flows", []):
@@ -255,8 +321,14 @@ class ControllerCore:
                 tuple(item["path"]) if item["path"] else None, item["migrations"],
                 tuple(item.get("former_servers", ())))
             self._refresh(item["flow"])
-        self.loads.update({k: v for k, v in snapshot.get("loads", {}).items()
-                           if isinstance(v, (int, float)) and math.isfinite(v)})
+        # Each server's last report carries over, as arrived when this controller started (the
+        # earlier controller's clock is gone); its history starts again from there.
+        for item in snapshot.get("load_reports", []):
+            if item.get("server") in self.loads and _finite(item.get("load")):
+                self.loads[item["server"]].append(LoadReport(
+                    item["server"], 0.0, item["load"], MappingProxyType(
+                        {k: v for k, v in item.get("metrics", {}).items() if _finite(v)}),
+                    item.get("sent", 0.0) if _finite(item.get("sent")) else 0.0))
 
     def request_for(self, client: str, service: str, demand: float | None = None,
                     bitrates: tuple[float, ...] = (), flow: str | None = None) -> Request:
@@ -271,3 +343,7 @@ class ControllerCore:
         attachment = self.view.by_address.get(address)
         return attachment.host if attachment else None
 
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

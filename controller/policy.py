@@ -5,7 +5,8 @@ object runs in unit tests, in model-level simulations and inside the live contro
 the controller app (:mod:`controller.app`) turns its decisions into OpenFlow rules.
 
 State in: the network (a graph of nodes with one-way link delays), the servers of each service
-with their capacities and last reported loads, the clients, the flows already placed and the
+with their capacities and last reported loads, the recent load reports of every server (with
+the times they arrived), the clients, the flows already placed and the
 requests waiting for a decision. Decisions out: for each request the server it goes to (or a
 rejection), the bitrate to serve it at, an explicit path when the default shortest path will
 not do, and migrations of flows already placed.
@@ -17,8 +18,11 @@ scenario says); delays are in seconds.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from types import MappingProxyType
+from typing import Literal, Protocol
 
 import networkx as nx
 
@@ -33,6 +37,26 @@ class Server:
     capacity: float  # in the service's demand unit; inf when the scenario gives none
     load: float = 0.0  # last reported by the server (0 until it reports)
     labels: dict = field(default_factory=dict, hash=False, compare=False)
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    """One load report a server sent (the control protocol's ``load``): ``load`` in its
+    service's demand unit and named ``metrics`` (``cpu``, ``memory``, ``bw_in``,
+    ``port.eth1.bw_out``...: :data:`controller.protocol.METRIC_KINDS`). ``received`` is when it
+    arrived, on the clock of :attr:`State.now`; ``sent`` the sender's CLOCK_REALTIME; ``urgent``
+    that it was sent at once because a metric crossed a threshold."""
+
+    server: str
+    received: float
+    load: float
+    metrics: Mapping[str, float] = field(default_factory=dict, hash=False)
+    sent: float = 0.0
+    urgent: bool = False
+
+    def value(self, metric: str) -> float | None:
+        """``metric`` as reported (``"load"``: the load itself), None when not reported."""
+        return self.load if metric == "load" else self.metrics.get(metric)
 
 
 @dataclass(frozen=True)
@@ -78,7 +102,9 @@ class State:
     started (policies that work in periods use it). ``placements`` hold capacity; ``previous``
     is where the requests being decided were in the last period (a new period re-decides every
     flow: they are requests again and hold no capacity, but switching server or dropping
-    bitrate may cost QoE)."""
+    bitrate may cost QoE). ``loads`` holds each server's recent load reports, oldest first (a
+    bounded history: the controller keeps the last few; servers that never reported have
+    none)."""
 
     graph: nx.MultiDiGraph
     servers: tuple[Server, ...]
@@ -87,6 +113,8 @@ class State:
     requests: tuple[Request, ...] = ()
     now: float = 0.0
     previous: tuple[Placement, ...] = ()
+    loads: Mapping[str, tuple[LoadReport, ...]] = field(
+        default_factory=lambda: MappingProxyType({}))
 
     def servers_of(self, service: str) -> list[Server]:
         return [server for server in self.servers if server.service == service]
@@ -94,6 +122,32 @@ class State:
     def placed_load(self, server: str) -> float:
         """The demand of the flows placed on ``server``."""
         return sum(p.request.demand for p in self.placements if p.server == server)
+
+    def latest_load(self, server: str) -> LoadReport | None:
+        """``server``'s last load report, None if it never reported."""
+        history = self.loads.get(server, ())
+        return history[-1] if history else None
+
+    def load_age(self, server: str) -> float:
+        """Seconds since ``server``'s last report arrived (inf if it never reported)."""
+        latest = self.latest_load(server)
+        return math.inf if latest is None else self.now - latest.received
+
+    def is_stale(self, server: str, max_age: float) -> bool:
+        """``server`` has not reported for more than ``max_age`` seconds (or ever)."""
+        return self.load_age(server) > max_age
+
+    def load_window(self, server: str, window: float) -> tuple[LoadReport, ...]:
+        """``server``'s reports that arrived in the last ``window`` seconds."""
+        return tuple(report for report in self.loads.get(server, ())
+                     if self.now - report.received <= window)
+
+    def mean_load(self, server: str, window: float, metric: str = "load") -> float | None:
+        """The mean of ``metric`` (``"load"`` or a metric's name) over the reports of the last
+        ``window`` seconds that carry it; None when none do."""
+        values = [value for report in self.load_window(server, window)
+                  if (value := report.value(metric)) is not None]
+        return sum(values) / len(values) if values else None
 
 
 @dataclass(frozen=True)
@@ -133,10 +187,20 @@ class Decision:
     rejections: list[Rejection] = field(default_factory=list)
 
 
+OnLoad = Literal["redecide", "rebalance", "nothing"]
+ON_LOAD: tuple[OnLoad, ...] = ("redecide", "rebalance", "nothing")
+
+
 class Policy(Protocol):
     """A scheduling policy. ``decide`` may keep state between calls on the policy object (a
-    round-robin cursor, say); it must not change ``state``."""
+    round-robin cursor, say); it must not change ``state``.
+
+    ``on_load`` says what a load report that the controller accepts makes it do:
+    ``"rebalance"`` asks the policy with no new requests (it may migrate placed flows),
+    ``"redecide"`` decides every placed flow again as a new period does, ``"nothing"`` only
+    keeps the report for the next decision (the default for a policy that does not say)."""
 
     name: str
+    on_load: OnLoad
 
     def decide(self, state: State) -> Decision: ...

@@ -8,8 +8,10 @@ UTF-8, at most 16 KiB, carrying the protocol version ``"v": 1`` and its ``"type"
 type        direction           fields besides ``v`` and ``type``
 ==========  ==================  ==============================================================
 load        host -> controller  node, service (or null), load (>= 0, the service's demand
-                                unit), cpu (0..1 or null), sessions (>= 0 or null), ts (the
-                                sender's CLOCK_REALTIME, seconds); never answered
+                                unit), metrics (name -> number, at most 64: METRIC_KINDS), ts
+                                (the sender's CLOCK_REALTIME, seconds), seq (the sender's
+                                report count), urgent (sent on a threshold crossing); never
+                                answered
 join        host -> controller  id, node, service, flow (default ``node/service``), demand
                                 (>= 0, default 0), bitrates (best first, at most 16)
 leave       host -> controller  id, node, flow
@@ -89,16 +91,53 @@ class Message(BaseModel):
     v: Literal[1] = VERSION
 
 
+# A metric's name: dot-separated segments, the last saying what it is (``cpu``, ``bw_in``), the
+# ones before what it is about (``port.eth1.bw_in``: interface eth1's incoming bandwidth).
+MetricName = Annotated[str, Field(strict=True, max_length=64,
+                                  pattern=r"^[A-Za-z0-9_-]{1,32}(\.[A-Za-z0-9_-]{1,32}){0,3}$")]
+MAX_METRICS = 64
+# What the metrics every scheme shares mean, by the last segment of their name: "fraction" is 0
+# to 1, "amount" at least 0, "count" a whole number at least 0. Any other name is a finite
+# number the sender and the policy agree on.
+METRIC_KINDS = {
+    "cpu": "fraction",  # compute in use as a share of what the node may use
+    "process_cpu": "amount",  # CPU cores the reporting process used (CPU s per s, from /proc)
+    "memory": "amount",  # bytes resident
+    "bw_in": "amount", "bw_out": "amount",  # bit/s received and sent
+    "packets_in": "amount", "packets_out": "amount",  # packets/s received and sent
+    "sessions": "count", "streams": "count",
+}
+
+
+def _metrics(values: dict[str, float]) -> dict[str, float]:
+    for name, value in values.items():
+        kind = METRIC_KINDS.get(name.rsplit(".", 1)[-1])
+        if kind == "fraction" and not 0 <= value <= 1:
+            raise ValueError(f"metric {name} is a fraction, 0 to 1, not {value!r}")
+        if kind in ("amount", "count") and value < 0:
+            raise ValueError(f"metric {name} must be at least 0, not {value!r}")
+        if kind == "count" and value != int(value):
+            raise ValueError(f"metric {name} is a count, not {value!r}")
+    return values
+
+
+Metrics = Annotated[dict[MetricName, Finite], Field(max_length=MAX_METRICS),
+                    AfterValidator(_metrics)]
+
+
 class Load(Message):
-    """A host's periodic load report (no reply)."""
+    """A host's load report (no reply): ``load`` in the service's demand unit, named
+    ``metrics`` (METRIC_KINDS), the sender's clock ``ts`` and its report counter ``seq``;
+    ``urgent`` when sent at once because a metric crossed a threshold, not on the period."""
 
     type: Literal["load"] = "load"
     node: Name
     service: Name | None = None
     load: Amount
-    cpu: Fraction | None = None
-    sessions: Count | None = None
+    metrics: Metrics = {}
     ts: Amount
+    seq: Count = 0
+    urgent: Annotated[bool, Field(strict=True)] = False
 
 
 class Join(Message):

@@ -33,6 +33,8 @@ OBJECT_PATTERN = re.compile(r"^(eb[0-9a-f]{4})(s\d+(p\d+)?|m\d*)$")
 ENVIRONMENT_KEY = "EDGEBED_RUN"
 MAX_SWITCHES = 999
 MAX_PORT = 4095  # keeps <prefix>s<999>p<4095> within Linux's 15-character interface names
+# Every host's end of the management network (the control protocol's, never the data plane's).
+MANAGEMENT_INTERFACE = "mgmt0"
 
 
 @dataclass(frozen=True)

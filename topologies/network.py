@@ -17,7 +17,7 @@ from mininet.net import Mininet
 from mininet.node import Host, OVSSwitch
 
 from .impairments.relay import WIRE_TOWARD_A, WIRE_TOWARD_B
-from .naming import RunNames, host_mac
+from .naming import MANAGEMENT_INTERFACE, RunNames, host_mac
 from .scenario import Endpoint, Node, Scenario
 
 
@@ -256,4 +256,3 @@ class Management:
                                                 for name in self.ports + [self.bridge]))
 
 
-MANAGEMENT_INTERFACE = "mgmt0"

@@ -15,15 +15,13 @@
 -- sub-dissectors first" (tshark: -o udp.try_heuristic_first:TRUE).
 --
 -- Display filter fields are edgebed.<message>.<field>, named as in agents/formats.py (for
--- example edgebed.media.sequence, edgebed.ai_load.cpu_load), plus edgebed.magic,
--- edgebed.version and edgebed.type for every message. Loads are fractions of full load (the
--- wire carries 1/10000 units); the u16 lists are edgebed.ai_access.ports and
+-- example edgebed.media.sequence, edgebed.ai_nack.count), plus edgebed.magic,
+-- edgebed.version and edgebed.type for every message. The u16 list is
 -- edgebed.ai_nack.indexes. tests/unit/test_pcap.py checks this file against the Python table.
 
 local edgebed = Proto("edgebed", "edgebed testbed message")
 
 local MAGIC, PROBE_MAGIC, VERSION = "EB", "EBPR", 1
-local LOAD_SCALE = 10000
 local FRAME_TYPES = {[1] = "I", [2] = "P"}
 
 -- How each kind of fixed field is shown: its size, its ProtoField, and how to add it to a tree.
@@ -42,8 +40,6 @@ local KINDS = {
     u16 = {size = 2, make = ProtoField.uint16, add = plain(uint)},
     u32 = {size = 4, make = ProtoField.uint32, add = plain(uint)},
     u64 = {size = 8, make = ProtoField.uint64, add = plain(uint64)},
-    ipv4 = {size = 4, make = ProtoField.ipv4, add = plain(function(range)
-        return tostring(range:ipv4()) end)},
     frame_type = {size = 1,
         make = function(abbr, label)
             return ProtoField.uint8(abbr, label, base.DEC, FRAME_TYPES)
@@ -51,13 +47,6 @@ local KINDS = {
         add = function(tree, field, range)
             tree:add(field, range)
             return FRAME_TYPES[range:uint()] or range:uint()
-        end},
-    load = {size = 2, make = ProtoField.double,
-        add = function(tree, field, range)
-            local fraction = range:uint() / LOAD_SCALE
-            tree:add(field, range, fraction):append_text(string.format(" (%d/%d)", range:uint(),
-                                                                      LOAD_SCALE))
-            return fraction
         end},
     -- Nanoseconds since the epoch (CLOCK_REALTIME, shared by all hosts of a run): shown with
     -- the date and how long before the capture the packet was sent.
@@ -110,11 +99,6 @@ local MESSAGES = {
         {"stream", "u32"}, {"unit", "u32"}, {"fragment", "u16"}, {"fragments", "u16"},
         {"length", "u16"}, {"send_ns", "time"}},
         tail = {"data", "bytes", size = "length"}},
-    [5] = {name = "ai_load", fields = {
-        {"server", "ipv4"}, {"net_load", "load"}, {"mem_load", "load"}, {"cpu_load", "load"},
-        {"send_ns", "time"}}},
-    [6] = {name = "ai_access", fields = {{"source", "ipv4"}, {"port_count", "u16"}},
-        tail = {"ports", "u16_list", size = "port_count"}},
     [7] = {name = "ai_nack", fields = {{"stream", "u32"}, {"unit", "u32"}, {"count", "u16"}},
         tail = {"indexes", "u16_list", size = "count"}},
     [8] = {name = "request", fields = {

@@ -92,6 +92,7 @@ class RoundRobin(_OneServerPerRequest):
 
     name = "round_robin"
     Params = RoundRobinParams
+    on_load = "nothing"
 
     def __init__(self, params: RoundRobinParams | None = None) -> None:
         self.params = params or RoundRobinParams()
@@ -120,6 +121,7 @@ class LeastLoaded(_OneServerPerRequest):
     name = "least_loaded"
     Params = LeastLoadedParams
     counts_reported_load = True
+    on_load = "rebalance"
 
     def __init__(self, params: LeastLoadedParams | None = None) -> None:
         self.params = params or LeastLoadedParams()

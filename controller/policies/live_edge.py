@@ -162,6 +162,8 @@ class LiveEdgePolicy:
     name: str
     Params: type[LiveEdgeParams] = LiveEdgeParams
     allocator: Allocator
+    # Reported loads include the flows being decided (see above): they change nothing.
+    on_load = "nothing"
 
     def __init__(self, params: LiveEdgeParams | None = None) -> None:
         self.params = params or self.Params()

@@ -30,7 +30,9 @@ PLACEMENT = {"flow": "viewer1/live", "client": "viewer1", "server": "edge1", "bi
              "note": None}
 
 SAMPLES = [
-    protocol.Load(node="edge1", service="live", load=12.5, cpu=0.25, sessions=3, ts=1.7e9),
+    protocol.Load(node="edge1", service="live", load=12.5, ts=1.7e9, seq=4, urgent=True,
+                  metrics={"cpu": 0.25, "sessions": 3, "port.edge1-eth0.bw_in": 2.5e6,
+                           "queue_delay": -0.5}),
     protocol.Load(node="edge1", load=0, ts=0),
     protocol.Join(id=1, node="viewer1", service="live", demand=2.5e6, bitrates=(2.5e6, 1e6)),
     protocol.Join(id=protocol.MAX_ID, node="viewer1", service="live", flow="viewer1/live#2"),
@@ -96,8 +98,24 @@ INVALID = {
     "id 0": (b'{"v":1,"type":"query","id":0}', "id: Input should be greater than", True, None),
     "id too big": (b'{"v":1,"type":"query","id":4294967296}', "id: Input should be less",
                    True, None),
-    "cpu over 1": ((LOAD % '1,"cpu":1.5').encode(), "cpu: Input should be less than or equal",
-                   True, None),
+    "cpu over 1": ((LOAD % '1,"metrics":{"cpu":1.5}').encode(),
+                   "metrics: Value error, metric cpu is a fraction", True, None),
+    "port bandwidth below 0": ((LOAD % '1,"metrics":{"port.eth0.bw_out":-1}').encode(),
+                               "metric port.eth0.bw_out must be at least 0", True, None),
+    "fractional sessions": ((LOAD % '1,"metrics":{"sessions":2.5}').encode(),
+                            "metric sessions is a count", True, None),
+    "metric name with a space": ((LOAD % '1,"metrics":{"bw in":1}').encode(),
+                                 "metrics.bw in.[key]: String should match pattern", True,
+                                 None),
+    "metric nested too deeply": ((LOAD % '1,"metrics":{"a.b.c.d.e":1}').encode(),
+                                 "String should match pattern", True, None),
+    "too many metrics": ((LOAD % ('1,"metrics":{%s}' % ",".join(
+        f'"m{n}":1' for n in range(protocol.MAX_METRICS + 1)))).encode(),
+                         "metrics: Dictionary should have at most 64 items", True, None),
+    "metric as string": ((LOAD % '1,"metrics":{"cpu":"0.5"}').encode(),
+                         "metrics.cpu: Input should be a valid number", True, None),
+    "urgent as number": ((LOAD % '1,"urgent":1').encode(),
+                         "urgent: Input should be a valid boolean", True, None),
     "too many bitrates": (JOIN.replace("%s", ',"bitrates":%s' % ([1.0] * 17)).encode(),
                           "bitrates: Tuple should have at most 16 items", True, 7),
     "space in flow": (JOIN.replace("%s", ',"flow":"a b"').encode(),
@@ -263,7 +281,7 @@ def test_every_request_gets_its_reply(serve):
     handler = EdgeOne()
     server, address = serve(handler)
     with client(address, node="edge1") as edge, client(address) as viewer:
-        edge.report_load(3.5, service="live", cpu=0.5, sessions=2)
+        edge.report_load(3.5, service="live", metrics={"cpu": 0.5, "sessions": 2})
         viewer.join("live")
         assert isinstance(viewer.leave("viewer1/live"), protocol.Ack)
         assert isinstance(viewer.path("viewer1/live", ["viewer1", "s1", "edge1"]), protocol.Ack)
@@ -271,8 +289,9 @@ def test_every_request_gets_its_reply(serve):
         assert viewer.steer("viewer1/live", "edge2").migrated
         state = viewer.query()
     assert state.placements == ({"flow": "viewer1/live", "server": "edge1"},)
-    assert handler.seen[0] == protocol.Load(node="edge1", service="live", load=3.5, cpu=0.5,
-                                            sessions=2, ts=handler.seen[0].ts)
+    assert handler.seen[0] == protocol.Load(node="edge1", service="live", load=3.5,
+                                            metrics={"cpu": 0.5, "sessions": 2},
+                                            ts=handler.seen[0].ts)
     assert server.counters()["handled"] == 7
 
 

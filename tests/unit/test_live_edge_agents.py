@@ -335,12 +335,16 @@ def test_the_edge_reports_what_it_serves_to_the_controller(tmp_path):
                                          report_period="100ms", transcoding_delay=0)
     source = Source(source_port)
     Viewer(port, bitrate_kbps=2000).served(source)
-    while (report := controller.receive(protocol.Load)[0]).sessions != 1:
+    while (report := controller.receive(protocol.Load)[0]).metrics.get("sessions") != 1:
         pass
     summary = summary_of(edge, stop=True)
     assert (report.node, report.service, report.load) == ("e", "live", 2e6)
-    assert report.cpu == pytest.approx((8 - 2) * 0.5 / 15)
-    assert summary["load_reports"]["sent"] >= 1
+    assert report.metrics["cpu"] == pytest.approx((8 - 2) * 0.5 / 15)
+    assert report.metrics["streams"] == 1
+    # What the host measured came along: the edge's own CPU and memory, and its traffic.
+    assert report.metrics["process_cpu"] >= 0 and report.metrics["memory"] > 10e6
+    assert report.metrics["bw_in"] >= 0 and report.seq >= 2 and not report.urgent
+    assert summary["load_reports"]["sent"] >= 2 and summary["load_reports"]["errors"] == 0
 
 
 def test_the_edge_survives_fuzzing_on_both_ports(tmp_path):

@@ -62,12 +62,10 @@ FLOWS = (
        for sequence in (0, 1)]
     + [datagram(STREAMER, EDGE, ai_data(0, fragment)) for fragment in range(4)]
     + [datagram(STREAMER, EDGE, ai_data(1, fragment)) for fragment in (0, 2)]
-    + [datagram(EDGE, STREAMER, protocols.AiNack(stream=3, unit=1, indexes=[1, 3]))]
-    + [datagram(EDGE, SCHEDULER, protocols.AiLoad(server=EDGE[0], net_load=2500,
-                                                  mem_load=5000, cpu_load=1234,
-                                                  send_ns=SEND_NS)) for _ in range(2)]
-    + [datagram(SCHEDULER, STREAMER, protocols.AiAccess(source=STREAMER[0],
-                                                        ports=[9000, 9001, 9002]))]
+    + [datagram(EDGE, STREAMER, protocols.AiNack(stream=3, unit=1, indexes=[1, 3]))
+       for _ in range(2)]
+    + [datagram(SCHEDULER, STREAMER, protocols.AiNack(stream=5, unit=1,
+                                                      indexes=[9000, 9001, 9002]))]
     + [datagram(VIEWER, EDGE, protocols.Request(request=request, client=5, content=42,
                                                 send_ns=SEND_NS, response_bytes=1000))
        for request in (1, 2)]
@@ -93,8 +91,8 @@ NOT_UDP = [Ether() / IP(src=VIEWER[0], dst=EDGE[0]) / TCP(sport=40000, dport=80)
 def capture(tmp_path_factory) -> Path:
     packets = FLOWS + MALFORMED + OTHER_UDP + NOT_UDP
     # A padded Ethernet frame (60 bytes minimum): the padding is not part of the message.
-    packets.append(Ether(bytes(datagram(SCHEDULER, STREAMER, protocols.AiAccess(
-        source=STREAMER[0], ports=[9003]))) + bytes(6)))
+    packets.append(Ether(bytes(datagram(SCHEDULER, STREAMER, protocols.AiNack(
+        stream=5, unit=2, indexes=[9003]))) + bytes(6)))
     for index, packet in enumerate(packets):
         packet.time = START + index / 1000
     path = tmp_path_factory.mktemp("pcap") / "edgebed.pcap"
@@ -115,8 +113,8 @@ def test_summary_has_one_row_per_flow_and_the_other_packets(capture):
     rows = pcap.summarize(capture)
     assert [(row["message"], row["flow"]) for row in rows] == [
         ("media", "stream 1"), ("media", "stream 2"), ("danmaku", "user 7"),
-        ("gift", "user 7"), ("ai_data", "stream 3"), ("ai_load", "server 10.0.0.9"),
-        ("ai_access", "source 10.0.0.1"), ("ai_nack", "stream 3"), ("request", "client 5"),
+        ("gift", "user 7"), ("ai_data", "stream 3"), ("ai_nack", "stream 5"),
+        ("ai_nack", "stream 3"), ("request", "client 5"),
         ("response", "server 9"), ("probe", "flow 4"),
         ("malformed", None), ("other udp", None), ("not udp", None)]
     assert sum(row["packets"] for row in rows) == (len(FLOWS) + len(MALFORMED) + len(OTHER_UDP)
@@ -154,12 +152,12 @@ def test_fragment_coverage_of_frames_and_ai_units(capture):
 
 def test_flows_without_sequence_count_packets_bytes_and_times(capture):
     flows = rows_by_flow(pcap.summarize(capture))
-    access = flows["ai_access", at(SCHEDULER), at(STREAMER), "source 10.0.0.1"]
-    # 3 ports and, from the padded frame, 1 port; the Ethernet padding is not counted.
-    assert (access["packets"], access["bytes"]) == (2, 2 * formats.AI_ACCESS.header_size + 8)
-    loads = flows["ai_load", at(EDGE), at(SCHEDULER), "server 10.0.0.9"]
-    assert loads["packets"] == 2
-    assert loads["last_time"] - loads["first_time"] == pytest.approx(0.001, abs=1e-6)
+    nacks = flows["ai_nack", at(SCHEDULER), at(STREAMER), "stream 5"]
+    # 3 indexes and, from the padded frame, 1 index; the Ethernet padding is not counted.
+    assert (nacks["packets"], nacks["bytes"]) == (2, 2 * formats.AI_NACK.header_size + 8)
+    repeated = flows["ai_nack", at(EDGE), at(STREAMER), "stream 3"]
+    assert repeated["packets"] == 2
+    assert repeated["last_time"] - repeated["first_time"] == pytest.approx(0.001, abs=1e-6)
     assert flows["response", at(EDGE), at(VIEWER), "server 9"]["bytes"] == 2 * (
         formats.RESPONSE.header_size + 1000)
     assert flows["ai_nack", at(EDGE), at(STREAMER), "stream 3"]["missing"] is None
@@ -219,9 +217,7 @@ def wireshark_fields(packet: Packet) -> dict[str, str]:
     for name, value in packet.fields.items():
         if name in ("magic", "version", "type"):
             continue
-        if name.endswith("_load"):
-            value = value / formats.LOAD_SCALE
-        elif isinstance(value, list):
+        if isinstance(value, list):
             value = ",".join(str(entry) for entry in value)
         elif isinstance(value, bytes):
             value = value.decode() if name == "text" else value.hex()
@@ -248,16 +244,15 @@ def test_wireshark_dissector_decodes_every_field(capture):
     assert malformed.startswith("2|")  # the cut-short danmaku is still shown
     assert not any(line.strip("|") for line in (dns, zeros, tcp))
     # Wireshark dissects the datagram an ICMP error quotes, here a media message.
-    assert icmp.startswith("1|") and padded.startswith("6|")
+    assert icmp.startswith("1|") and padded.startswith("7|")
 
 
 @needs_tshark
-def test_wireshark_dissector_shows_frame_types_loads_and_lists(capture):
+def test_wireshark_dissector_shows_frame_types_times_and_lists(capture):
     text = tshark("-r", str(capture), "-V", "-Y", "edgebed")
     assert "Frame type: I (1)" in text and "Frame type: P (2)" in text
-    assert "Cpu load: 0.1234 (1234/10000)" in text
-    assert "Server: 10.0.0.9" in text
-    assert "Indexes (2)" in text and "Ports (3)" in text
+    assert "UTC, " in text and "ms before capture)" in text
+    assert "Indexes (2)" in text and "Indexes (3)" in text
     assert "Text: 弹幕 hello" in text
     assert "text_length says 12 bytes follow, 9 do" in text  # the cut-short danmaku
     assert "Lua Error" not in text
