@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.policies.dispatch.access import (Geography, LocationDatabase, MediaNode,
+                                                 candidates,
                                                  choose_by_probe, rank)
 from controller.policies.dispatch.capacity import (SharedCapacity, Tickets, redirects,
                                                    split)
@@ -300,3 +301,27 @@ def test_transcoder_runs_only_while_a_client_of_another_protocol_is_in_the_room(
     assert rooms.running() == set()
     with pytest.raises(KeyError, match="no stream"):
         rooms.join("nope", "v", "rtmp")
+
+
+def test_wrong_answers_stay_in_the_region_as_often_as_configured():
+    db = LocationDatabase(GEO, 1.0, same_region_share=0.8, seed=5)
+    answers = [db.locate(f"c{i}", "sz") for i in range(2000)]
+    assert "sz" not in answers
+    assert answers.count("gz") / 2000 == pytest.approx(0.8, abs=0.03)
+    assert all(LocationDatabase(GEO, 1.0, same_region_share=0.0).locate(f"c{i}", "sz") == "ny"
+               for i in range(50))
+
+
+def test_candidates_spread_over_sites():
+    ranked = rank(NODES, "sz", GEO)
+    assert [n.name for n in candidates(ranked, 3)] == ["a1", "b1", "u1"]
+    assert [n.name for n in candidates(ranked, 4)] == ["a1", "a2", "b1", "u1"]  # rank order
+    assert [n.name for n in candidates(ranked, 2, per_site=2)] == ["a1", "a2"]
+
+
+def test_candidates_keep_places_for_other_regions():
+    many = NODES + [node("a3", "sz"), node("b2", "gz")]
+    ranked = rank(many, "sz", GEO)
+    assert [n.name for n in candidates(ranked, 2)] == ["a1", "b1"]
+    assert [n.name for n in candidates(ranked, 2, other_regions=1)] == ["a1", "u1"]
+    assert candidates([], 3) == []

@@ -75,18 +75,22 @@ class Geography:
 
 class LocationDatabase:
     """A synthetic IP-location database: it puts a client at its true site, except for a
-    share of clients it puts at another site drawn uniformly from the rest. The share is
-    ``error_share`` for clients of ``home_region`` (in-country; with no home region, for
-    everyone) and ``abroad_error_share`` for the others (default: the same).
+    share of clients it puts at another site. The share is ``error_share`` for clients of
+    ``home_region`` (in-country; with no home region, for everyone) and
+    ``abroad_error_share`` for the others (default: the same). A wrong answer stays in the
+    client's region (another city of the same country) with probability
+    ``same_region_share`` when the region has another site, else it is drawn uniformly from
+    the sites of the other regions.
 
     Whether a client is misplaced, and where to, depends only on the seed and the client's
     name, so every dispatch center and every call gives the same answer, in any order."""
 
     def __init__(self, geography: Geography, error_share: float, *,
                  abroad_error_share: float | None = None, home_region: str | None = None,
-                 seed: int = 0):
+                 same_region_share: float = 0.5, seed: int = 0):
         for label, share in (("error_share", error_share),
-                             ("abroad_error_share", abroad_error_share)):
+                             ("abroad_error_share", abroad_error_share),
+                             ("same_region_share", same_region_share)):
             if share is not None and not 0 <= share <= 1:
                 raise ValueError(f"{label} must be within 0..1, not {share!r}")
         self.sites = sorted(geography.regions)
@@ -95,6 +99,7 @@ class LocationDatabase:
         self.abroad_error_share = error_share if abroad_error_share is None \
             else abroad_error_share
         self.home_region = home_region
+        self.same_region_share = same_region_share
         self.seed = seed
 
     def share_wrong(self, site: str) -> float:
@@ -106,30 +111,63 @@ class LocationDatabase:
         if site not in self.regions:
             raise KeyError(f"client {client!r} is at unknown site {site!r}")
         rng = np.random.default_rng([self.seed, zlib.crc32(client.encode())])
-        wrong, pick = rng.random(2)
-        others = [other for other in self.sites if other != site]
-        if wrong >= self.share_wrong(site) or not others:
+        wrong, nearby, pick = rng.random(3)
+        if wrong >= self.share_wrong(site):
             return site
-        return others[int(pick * len(others))]
+        region = self.regions[site]
+        near = [other for other in self.sites if other != site and self.regions[other] == region]
+        far = [other for other in self.sites if self.regions[other] != region]
+        others = near if near and (nearby < self.same_region_share or not far) else far
+        return others[int(pick * len(others))] if others else site
 
 
 def rank(nodes: Sequence[MediaNode], site: str, geography: Geography, *,
          has_room: Callable[[MediaNode], bool] = lambda node: node.load < node.capacity,
+         utilization: Callable[[MediaNode], float] = lambda node: node.utilization,
          near_band: float = 0.020, load_step: float = 0.1) -> list[MediaNode]:
     """``nodes`` ranked for a client believed at ``site``: nodes with room before full ones
     (``has_room`` says; tickets or shared capacity decide it), then nearest by estimated delay
     (in bands of ``near_band`` seconds, so nodes about as near compare by what follows), then
-    least utilized (in steps of ``load_step``), cheapest, most preferred, nearest exactly, by
-    name. Unreachable nodes are left out."""
+    least utilized (in steps of ``load_step``; ``utilization`` says, by default from the
+    node's last report), cheapest, most preferred, nearest exactly, by name. Unreachable
+    nodes are left out."""
 
     def key(node: MediaNode) -> tuple:
         delay = geography.delay(site, node.name)
         return (not has_room(node), math.floor(delay / near_band),
-                math.floor(node.utilization / load_step) if load_step else node.utilization,
+                math.floor(utilization(node) / load_step) if load_step else utilization(node),
                 node.cost, -node.preference, delay, node.name)
 
     return sorted((node for node in nodes if math.isfinite(geography.delay(site, node.name))),
                   key=key)
+
+
+def candidates(ranked: Sequence[MediaNode], count: int, per_site: int = 1,
+               other_regions: int = 0) -> list[MediaNode]:
+    """The first ``count`` of ``ranked`` taking at most ``per_site`` nodes from any one site,
+    and keeping ``other_regions`` of the places for the best node of each of that many other
+    regions (in ranked order), so that a list answered for a misplaced client still reaches
+    past the place, and the country, the database believes it is in. The rest of ``ranked``
+    fills in when there are too few sites or regions."""
+    if not ranked:
+        return []
+    home = ranked[0].region
+    abroad: list[MediaNode] = []
+    for node in ranked:
+        if len(abroad) < other_regions and node.region != home \
+                and all(node.region != other.region for other in abroad):
+            abroad.append(node)
+    chosen: list[MediaNode] = []
+    taken: dict[str, int] = {}
+    for node in ranked:
+        if len(chosen) == count - len(abroad):
+            break
+        if node not in abroad and taken.get(node.site, 0) < per_site:
+            chosen.append(node)
+            taken[node.site] = taken.get(node.site, 0) + 1
+    chosen += abroad
+    chosen += [node for node in ranked if node not in chosen][:count - len(chosen)]
+    return sorted(chosen, key=ranked.index)
 
 
 def choose_by_probe(candidates: Sequence[str], probes: Mapping[str, PathQuality | None],

@@ -57,9 +57,14 @@ class Thresholds:
                 + quality.jitter / self.jitter)
 
     def better(self, quality: PathQuality, than: PathQuality) -> bool:
-        """``quality`` is the better path: not poor where ``than`` is, else lower badness."""
+        """``quality`` is the better path: not poor where ``than`` is poor; of two good
+        enough paths the one of lower RTT (below the thresholds loss and jitter do not make a
+        session poor, and a short probe's loss figure is mostly noise); of two poor paths the
+        one of lower badness."""
         if self.poor(quality) != self.poor(than):
             return not self.poor(quality)
+        if not self.poor(quality):
+            return quality.rtt < than.rtt
         return self.badness(quality) < self.badness(than)
 
 

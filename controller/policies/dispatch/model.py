@@ -1,0 +1,274 @@
+"""Seed 001 at model level: a synthetic world of regions, sites, media nodes and clients, and
+the two experiments emulation cannot reach at scale — access by database vs by probing, and
+tickets vs shared capacity under a burst of joins to K dispatch centers.
+
+**The world** (:func:`generate`). Region centres sit on a circle of ``region_radius`` km;
+each region has ``sites_per_region`` cities within ``site_spread`` km of its centre; media
+nodes are spread round robin over the sites, two machine rooms per site; clients are spread
+over the sites, ``home_share`` of them in region 0 (the home country) and the rest evenly.
+One-way delay is distance times ``route_inflation`` over 200 km/ms (light in fibre) plus 1 ms;
+a path that crosses a border adds a congestion delay drawn from ``border_delay``. Each
+(site, node) path has a loss rate drawn uniformly from ``in_region_loss`` or
+``cross_border_loss`` and a jitter from ``in_region_jitter`` or ``cross_border_jitter``;
+each client adds an access RTT drawn from ``access_rtt``. Every number is made up, in the
+ranges the talk describes (good inside a region, long and lossy across borders); none is
+measured.
+
+**Access** (:func:`access`). The database (:class:`~.access.LocationDatabase`) places each
+client; the center ranks the nodes for that site (:func:`~.access.rank`) and answers
+:func:`~.access.candidates`. Without probing the client takes the first; with probing it
+sends ``probe_packets`` probes to each and takes the best measured (:func:`~.access.choose_by_probe`),
+the measured loss being a binomial draw of the path's and the RTT the path's plus noise.
+
+**Join burst** (:func:`join_burst`). ``clients`` join within ``burst`` seconds (Poisson
+arrivals), each through one of K centers at random; the center ranks the nodes for the
+client's believed site with its own view of room (:class:`~.capacity.Tickets` or
+:class:`~.capacity.SharedCapacity`) and admits the client to the first node with room.
+Every node reports its load every ``report_period`` seconds (phases drawn at random), the
+report reaching the centers ``report_delay`` later; a node a report shows over its capacity
+redirects its latest clients beyond capacity (:func:`~.capacity.redirects`), who join again
+through their center, never to the node they left.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+from .access import (Geography, LocationDatabase, MediaNode, candidates, choose_by_probe,
+                     rank)
+from .capacity import SharedCapacity, Tickets, redirects
+from .quality import VIA, PathQuality, Thresholds
+
+LIGHT_KM_PER_S = 200_000.0
+
+
+@dataclass(frozen=True)
+class ModelClient:
+    name: str
+    site: str
+    access_rtt: float  # seconds
+
+
+@dataclass(frozen=True)
+class World:
+    geography: Geography
+    nodes: tuple[MediaNode, ...]
+    clients: tuple[ModelClient, ...]
+    loss: dict[tuple[str, str], float]
+    jitter: dict[tuple[str, str], float]
+    home_region: str
+
+    def quality(self, client: ModelClient, node: str) -> PathQuality:
+        """The true quality of ``client``'s path to ``node``."""
+        return PathQuality(2 * self.geography.delay(client.site, node) + client.access_rtt,
+                           self.loss[client.site, node], self.jitter[client.site, node])
+
+
+def generate(seed: int, *, regions: int = 5, sites_per_region: int = 4, nodes: int = 100,
+             clients: int = 10_000, capacity: int = 150, home_share: float = 0.5,
+             region_radius: float = 5000.0, site_spread: float = 800.0,
+             route_inflation: float = 1.6, border_delay: tuple[float, float] = (0.020, 0.080),
+             in_region_loss: tuple[float, float] = (0.0, 0.004),
+             cross_border_loss: tuple[float, float] = (0.01, 0.05),
+             in_region_jitter: tuple[float, float] = (0.001, 0.004),
+             cross_border_jitter: tuple[float, float] = (0.005, 0.020),
+             access_rtt: tuple[float, float] = (0.005, 0.030)) -> World:
+    """A random world as the module docstring describes (distances in km, times in s)."""
+    if regions < 1 or sites_per_region < 1 or nodes < 1 or clients < 1:
+        raise ValueError("a world needs at least one region, site, node and client")
+    rng = np.random.default_rng([seed, 1001])
+    names = [f"r{r}" for r in range(regions)]
+    site_region, position = {}, {}
+    for r, region in enumerate(names):
+        angle = 2 * math.pi * r / regions
+        centre = region_radius * np.array([math.cos(angle), math.sin(angle)])
+        for s in range(sites_per_region):
+            site = f"{region}s{s}"
+            site_region[site] = region
+            offset = rng.uniform(-site_spread, site_spread, 2) if sites_per_region > 1 else 0
+            position[site] = centre + offset
+    sites = list(site_region)
+    media = tuple(MediaNode(f"n{i}", site_region[sites[i % len(sites)]],
+                            f"{sites[i % len(sites)]}m{(i // len(sites)) % 2}",
+                            sites[i % len(sites)], capacity) for i in range(nodes))
+    delays, loss, jitter = {}, {}, {}
+    for site in sites:
+        for node in media:
+            km = float(np.linalg.norm(position[site] - position[node.site]))
+            one_way = 0.001 + km * route_inflation / LIGHT_KM_PER_S
+            border = site_region[site] != node.region
+            if border:
+                one_way += rng.uniform(*border_delay)
+            delays[site, node.name] = one_way
+            loss[site, node.name] = rng.uniform(*(cross_border_loss if border
+                                                  else in_region_loss))
+            jitter[site, node.name] = rng.uniform(*(cross_border_jitter if border
+                                                    else in_region_jitter))
+    weights = np.array([home_share / sites_per_region if site_region[s] == names[0]
+                        else (1 - home_share) / max(1, (regions - 1) * sites_per_region)
+                        for s in sites]) if regions > 1 else np.ones(len(sites))
+    client_sites = rng.choice(len(sites), size=clients, p=weights / weights.sum())
+    rtts = rng.uniform(*access_rtt, size=clients)
+    people = tuple(ModelClient(f"c{i}", sites[int(client_sites[i])], float(rtts[i]))
+                   for i in range(clients))
+    return World(Geography(site_region, delays), media, people, loss, jitter, names[0])
+
+
+@dataclass
+class AccessResult:
+    """Per client: where the database put it, the node taken, and its path's quality."""
+
+    misplaced: list[bool] = field(default_factory=list)
+    chosen: list[str] = field(default_factory=list)
+    quality: list[PathQuality] = field(default_factory=list)
+    best_rtt: list[float] = field(default_factory=list)
+
+    def summary(self, thresholds: Thresholds = VIA, near_band: float = 0.020) -> dict:
+        rtts = np.array([q.rtt for q in self.quality])
+        off = rtts - np.array(self.best_rtt)
+        return {"database_misplaced": float(np.mean(self.misplaced)),
+                "badly_placed": float(np.mean(off > near_band)),
+                "poor_sessions": float(np.mean([thresholds.poor(q) for q in self.quality])),
+                "rtt_p50_ms": float(np.percentile(rtts, 50) * 1e3),
+                "rtt_p95_ms": float(np.percentile(rtts, 95) * 1e3),
+                "mean_loss_pct": float(np.mean([q.loss for q in self.quality]) * 100)}
+
+
+def access(world: World, database: LocationDatabase, *, offered: int = 4,
+           other_regions: int = 2, probe: bool = True,
+           probe_packets: int = 20, rtt_noise: float = 0.002, seed: int = 0,
+           thresholds: Thresholds = VIA) -> AccessResult:
+    """Every client's first-mile access (capacity not binding: see :func:`join_burst`)."""
+    rng = np.random.default_rng([seed, 1002])
+    result = AccessResult()
+    nearest = {site: min(world.geography.delay(site, node.name) for node in world.nodes)
+               for site in world.geography.regions}
+    by_site: dict[str, list[MediaNode]] = {}
+    for client in world.clients:
+        believed = database.locate(client.name, client.site)
+        if believed not in by_site:
+            by_site[believed] = candidates(rank(world.nodes, believed, world.geography),
+                                           offered, other_regions=other_regions)
+        offer = by_site[believed]
+        if probe:
+            measured = {}
+            for node in offer:
+                true = world.quality(client, node.name)
+                lost = rng.binomial(probe_packets, true.loss) / probe_packets
+                measured[node.name] = PathQuality(max(0.0, true.rtt + rng.normal(0, rtt_noise)),
+                                                  lost, true.jitter)
+            taken = choose_by_probe([node.name for node in offer], measured, thresholds)
+        else:
+            taken = offer[0].name
+        result.misplaced.append(believed != client.site)
+        result.chosen.append(taken)
+        result.quality.append(world.quality(client, taken))
+        result.best_rtt.append(2 * nearest[client.site] + client.access_rtt)
+    return result
+
+
+@dataclass
+class BurstResult:
+    """What a join burst came to: peak and final oversell, redirects, rejections and where the
+    admitted clients ended up."""
+
+    oversold_streams: int = 0  # sum over nodes of their peak load beyond capacity
+    oversold_nodes: int = 0
+    redirects: int = 0
+    rejected: int = 0
+    admitted: int = 0
+    rtts: list[float] = field(default_factory=list)
+    decisions: int = 0
+    peak_utilization: float = 0.0
+
+    def summary(self) -> dict:
+        return {"oversold_streams": self.oversold_streams, "oversold_nodes": self.oversold_nodes,
+                "redirects": self.redirects, "rejected": self.rejected,
+                "admitted": self.admitted, "peak_utilization": self.peak_utilization,
+                "burst_rtt_p50_ms": float(np.percentile(self.rtts, 50) * 1e3) if self.rtts
+                else math.nan,
+                "burst_rtt_p95_ms": float(np.percentile(self.rtts, 95) * 1e3) if self.rtts
+                else math.nan}
+
+
+def join_burst(world: World, database: LocationDatabase, control: str, *, centers: int = 3,
+               burst: float = 10.0, report_period: float = 1.0, report_delay: float = 0.05,
+               seed: int = 0) -> BurstResult:
+    """A burst of joins as the module docstring describes, simulated with SimPy; ``control``
+    is ``tickets`` or ``shared``."""
+    rng = np.random.default_rng([seed, 1003])
+    center_names = [f"center{k}" for k in range(centers)]
+    capacities = {node.name: int(node.capacity) for node in world.nodes}
+    book = {"tickets": Tickets, "shared": SharedCapacity}[control](capacities, center_names)
+    load: dict[str, int] = defaultdict(int)
+    peak: dict[str, int] = defaultdict(int)
+    on_node: dict[str, list[str]] = defaultdict(list)
+    placed: dict[str, tuple[str, str]] = {}  # client -> (center, node)
+    refused: dict[str, set[str]] = defaultdict(set)  # nodes a client was redirected off
+    believed = {client.name: database.locate(client.name, client.site)
+                for client in world.clients}
+    through = {client.name: center_names[int(k)]
+               for client, k in zip(world.clients, rng.integers(0, centers, len(world.clients)))}
+    result = BurstResult()
+
+    def join(name: str) -> None:
+        center = through[name]
+        result.decisions += 1
+        ranked = rank(world.nodes, believed[name], world.geography,
+                      has_room=lambda node: node.name not in refused[name]
+                      and book.has_room(center, node.name),
+                      utilization=lambda node: load[node.name] / node.capacity)
+        for node in ranked:
+            if node.name not in refused[name] and book.admit(center, node.name):
+                placed[name] = (center, node.name)
+                load[node.name] += 1
+                peak[node.name] = max(peak[node.name], load[node.name])
+                on_node[node.name].append(name)
+                return
+        result.rejected += 1
+
+    def arrivals(env: simpy.Environment):
+        for gap, client in zip(np.diff(np.sort(rng.uniform(0, burst, len(world.clients))),
+                                       prepend=0.0), world.clients):
+            yield env.timeout(gap)
+            join(client.name)
+
+    def deliver(env: simpy.Environment, node: str, reported: int):
+        yield env.timeout(report_delay)
+        book.report(node, float(reported))
+        for client, _ in redirects({node: on_node[node]}, capacities):
+            center, _ = placed.pop(client)
+            book.release(center, node)
+            load[node] -= 1
+            on_node[node].remove(client)
+            refused[client].add(node)
+            result.redirects += 1
+            join(client)
+
+    def reporter(env: simpy.Environment, node: str, phase: float):
+        yield env.timeout(phase)
+        while True:
+            env.process(deliver(env, node, load[node]))
+            yield env.timeout(report_period)
+
+    env = simpy.Environment()
+    env.process(arrivals(env))
+    for node, phase in zip(world.nodes, rng.uniform(0, report_period, len(world.nodes))):
+        env.process(reporter(env, node.name, float(phase)))
+    env.run(until=burst + 3 * report_period + report_delay)
+    for node in world.nodes:
+        excess = peak[node.name] - capacities[node.name]
+        if excess > 0:
+            result.oversold_streams += excess
+            result.oversold_nodes += 1
+        result.peak_utilization = max(result.peak_utilization,
+                                      peak[node.name] / capacities[node.name])
+    result.admitted = len(placed)
+    clients = {client.name: client for client in world.clients}
+    result.rtts = [world.quality(clients[name], node).rtt for name, (_, node) in placed.items()]
+    return result
