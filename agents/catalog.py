@@ -7,6 +7,7 @@ finds them, so the scenario checks can validate ``params:`` and the runner can s
 from __future__ import annotations
 
 import importlib
+import string
 import typing
 
 from pydantic import BaseModel
@@ -14,6 +15,24 @@ from pydantic import BaseModel
 AGENTS = ("streamer", "camera", "viewer", "chat_collector", "edge_forwarder", "live_edge",
           "ai_terminal", "ai_receiver", "request_client", "request_server", "iperf")
 COMMAND = "command"  # runs a program given in the scenario; no module, no params
+COMMAND_PLACEHOLDERS = ("node", "ip", "run_dir")  # what {name} in a command is replaced with
+RUN_DIR_VARIABLE = "EDGEBED_RUN_DIR"  # every program a run starts finds its run directory here
+
+
+def command_placeholder_problem(part: str) -> str | None:
+    """Why one word of a command cannot be filled per node (None: it can): a placeholder
+    other than :data:`COMMAND_PLACEHOLDERS`, or braces that are not a placeholder."""
+    try:
+        fields = [name for _, name, spec, conversion in string.Formatter().parse(part)
+                  if name is not None]
+    except ValueError as error:
+        return f"{error} in {part!r}; write {{{{ and }}}} for literal braces"
+    for name in fields:
+        if name not in COMMAND_PLACEHOLDERS:
+            known = ", ".join("{" + p + "}" for p in COMMAND_PLACEHOLDERS)
+            return (f"unknown placeholder {{{name}}} in {part!r} (known: {known}); "
+                    "write {{ and }} for literal braces")
+    return None
 
 
 def available() -> list[str]:

@@ -2,19 +2,33 @@
 
 Every program runs in its host's namespace with ``EDGEBED_RUN=<prefix>`` in its environment
 (so ``edgebed clean`` can find it after a crash), writes its output to the node's log, and is
-stopped with the run: SIGTERM first (tcpdump flushes its file), SIGKILL after a grace period.
+the leader of a process group of its own, so that what it starts (the children of
+``sh -c "..."``) is stopped with it: at teardown the whole group gets SIGTERM first (tcpdump
+flushes its file, ping prints its statistics), SIGKILL only after a grace period.
+
+A program that exits non-zero or dies of a signal it was not sent is a *failure*, unless its
+workload says ``may_fail``; :meth:`NodeProcesses.stop_all` reports each program's outcome and
+:func:`failures` picks the failures out, with the tail of the node's log.
 """
 
 from __future__ import annotations
 
 import os
 import shlex
+import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from topologies.naming import ENVIRONMENT_KEY
+
+GROUP_POLL_S = 0.02
+KILLED_REAP_S = 2.0
+LOG_TAIL_LINES = 12
+# What a program stopped by SIGTERM may return: 0 (it handled the signal), death by SIGTERM,
+# or a shell's 128 + SIGTERM.
+STOPPED_CLEANLY = (0, -signal.SIGTERM, 128 + signal.SIGTERM)
 
 
 @dataclass
@@ -23,6 +37,65 @@ class StartedProcess:
     argv: list[str]
     process: subprocess.Popen
     log: Path
+    may_fail: bool = False
+    log_offset: int = 0  # where this program's output starts in the (shared) node log
+    exit_reported: bool = False
+
+    @property
+    def group(self) -> int:
+        return self.process.pid  # started as the leader of a new session
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with {code}"
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _signal_group(group: int, number: int) -> None:
+    try:
+        os.killpg(group, number)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _wait_groups_gone(items: list[StartedProcess], timeout_s: float) -> list[StartedProcess]:
+    """Wait up to ``timeout_s`` for the process groups of ``items`` to empty; returns the
+    items whose group still has members."""
+    deadline = time.monotonic() + timeout_s
+    pending = list(items)
+    while pending:
+        for item in pending:
+            item.process.poll()  # reaps the leader, so an empty group is seen as gone
+        pending = [item for item in pending if _group_alive(item.group)]
+        if not pending or time.monotonic() >= deadline:
+            break
+        time.sleep(GROUP_POLL_S)
+    return pending
+
+
+def log_tail(log: Path, offset: int = 0, lines: int = LOG_TAIL_LINES) -> list[str]:
+    """The last ``lines`` lines of ``log`` from byte ``offset`` on."""
+    try:
+        with open(log, "rb") as stream:
+            stream.seek(offset)
+            text = stream.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    return text.splitlines()[-lines:]
 
 
 @dataclass
@@ -33,40 +106,69 @@ class NodeProcesses:
     started: list[StartedProcess] = field(default_factory=list)
 
     def start(self, host, node_name: str, argv: list[str], log: Path,
-              env: dict[str, str] | None = None) -> StartedProcess:
+              env: dict[str, str] | None = None, may_fail: bool = False) -> StartedProcess:
         """Start ``argv`` inside ``host`` (a Mininet host), appending its output to ``log``."""
         environment = dict(os.environ, **(env or {}), **{ENVIRONMENT_KEY: self.prefix})
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "a") as stream:
             stream.write(f"--- {time.strftime('%H:%M:%S')} start: {shlex.join(argv)}\n")
             stream.flush()
+            offset = stream.tell()
+            # A new session made by Popen itself (not by ``mnexec -d``, which may fork): the
+            # program's pid is its process group's id from the first instruction on.
             process = host.popen(argv, stdin=subprocess.DEVNULL, stdout=stream,
-                                 stderr=subprocess.STDOUT, env=environment)
-        started = StartedProcess(node_name, argv, process, log)
+                                 stderr=subprocess.STDOUT, env=environment,
+                                 start_new_session=True, mncmd=["mnexec", "-a", str(host.pid)])
+        started = StartedProcess(node_name, argv, process, log, may_fail, offset)
         self.started.append(started)
         return started
 
-    def stop_all(self, grace_s: float = 2.0) -> list[dict]:
-        """Stop everything; returns what each program did (exit code, how it was stopped)."""
+    def newly_exited(self) -> list[StartedProcess]:
+        """Programs that ended on their own since the last call (for warnings during a run)."""
+        ended = []
         for item in self.started:
-            if item.process.poll() is None:
-                item.process.terminate()
-        deadline = time.monotonic() + grace_s
+            if not item.exit_reported and item.process.poll() is not None:
+                item.exit_reported = True
+                ended.append(item)
+        return ended
+
+    def stop_all(self, grace_s: float = 2.0) -> list[dict]:
+        """Stop every program's process group: SIGTERM, up to ``grace_s`` for the groups to
+        empty, then SIGKILL. Returns what each program did."""
+        ended_before = {id(item): item.process.poll() is not None for item in self.started}
+        for item in self.started:
+            _signal_group(item.group, signal.SIGTERM)
+        pending = _wait_groups_gone(self.started, grace_s)
+        killed = {id(item) for item in pending}
+        for item in pending:
+            _signal_group(item.group, signal.SIGKILL)
+        # Killed children are gone once their new parent reaps them: wait for that, so that
+        # whatever the leftovers check finds afterwards really was left behind.
+        _wait_groups_gone(pending, KILLED_REAP_S)
         outcomes = []
         for item in self.started:
-            how = "exited"
-            try:
-                item.process.wait(timeout=max(0.0, deadline - time.monotonic()))
-                if item.process.returncode in (-15, 143):
-                    how = "terminated"
-            except subprocess.TimeoutExpired:
-                item.process.kill()
-                item.process.wait()
-                how = "killed"
-            outcomes.append({"node": item.node, "command": shlex.join(item.argv),
-                             "exit_code": item.process.returncode, "stopped": how})
+            code = item.process.wait()
+            if ended_before[id(item)]:
+                how, failed = "exited", code != 0
+            elif id(item) in killed:
+                how, failed = "killed", False  # did not stop in the grace period: a warning
+            else:
+                how, failed = "terminated", code not in STOPPED_CLEANLY
+            outcome = {"node": item.node, "command": shlex.join(item.argv), "exit_code": code,
+                       "stopped": how, "failed": failed and not item.may_fail,
+                       "may_fail": item.may_fail}
+            if failed:
+                outcome["log_tail"] = log_tail(item.log, item.log_offset)
+            outcomes.append(outcome)
         self.started.clear()
         return outcomes
+
+
+def failures(outcomes: list[dict]) -> list[str]:
+    """One line per failed program: where, what, how it ended."""
+    return [f"{o['command']} on {o['node']} {describe_exit(o['exit_code'])}"
+            + (" during teardown" if o["stopped"] == "terminated" else "")
+            for o in outcomes if o["failed"]]
 
 
 def tcpdump_command(interface: str, output: Path, snaplen: int, filter_expression: str,

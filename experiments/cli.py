@@ -112,13 +112,14 @@ def _print_summary(loaded: scenario_module.Scenario, result) -> None:
     pings = summary.get("reachability", [])
     if pings:
         table = Table(title="reachability between roles", title_justify="left")
-        for column in ("roles", "from", "to", "received", "avg RTT ms"):
+        for column in ("roles", "from", "to", "received", "avg RTT ms", "first ms (ARP)"):
             table.add_column(column)
         for ping in pings:
             mark = "" if ping["ok"] else " [red]✗[/red]"
             table.add_row(f"{ping['source_role']} ↔ {ping['target_role']}", ping["source"],
                           ping["target"], f"{ping['received']}/{ping['sent']}{mark}",
-                          f"{ping['rtt_avg_ms']:.3f}" if ping["rtt_avg_ms"] is not None else "-")
+                          _milliseconds(ping["rtt_avg_ms"]),
+                          _milliseconds(ping.get("first_rtt_ms")))
         console.print(table)
     _print_flows(result.run_dir)
     tables = summary.get("tables") or {}
@@ -132,8 +133,24 @@ def _print_summary(loaded: scenario_module.Scenario, result) -> None:
                       f"{fidelity['cpu_busy_max']:.0%}")
     for warning in summary.get("warnings", []):
         console.print(f"  [yellow]warning:[/yellow] {warning}")
+    _print_failed_processes(summary.get("failed_processes", []))
     console.print(f"  left behind after teardown: {summary.get('leftovers_removed', 'nothing')}")
     console.print(f"  run directory: {result.run_dir}")
+
+
+def _milliseconds(value: float | None) -> str:
+    return f"{value:.3f}" if value is not None else "-"
+
+
+def _print_failed_processes(failed: list[dict]) -> None:
+    from agents.processes import describe_exit
+
+    for outcome in failed:
+        console.print(f"  [red]failed:[/red] {outcome['command']} on {outcome['node']} "
+                      f"{describe_exit(outcome['exit_code'])}; log tail:", markup=True,
+                      highlight=False, soft_wrap=True)
+        for line in outcome.get("log_tail", []):
+            console.print(f"    {line}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _print_flows(run_dir: Path, limit: int = 12) -> None:

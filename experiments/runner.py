@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from agents.processes import NodeProcesses, tcpdump_command
+from agents.processes import NodeProcesses, describe_exit, failures, tcpdump_command
 from agents.reachability import ping_pairs, role_pairs
 from topologies import capabilities as caps
 from topologies import cleanup
@@ -143,6 +143,7 @@ class Run:
         self.controller = None  # controller.launcher.ControllerProcess, when the scenario has one
         self.cpu = measurements.CpuMonitor()
         self._agent_count = 0
+        self._origin = time.monotonic()  # of the timeline, once it starts
         self.warnings: list[str] = []
         self.summary: dict = {"scenario": scenario.name, "prefix": self.names.prefix}
 
@@ -175,6 +176,15 @@ class Run:
             finally:
                 with _signals_ignored():
                     self._teardown(log)
+            failed = failures(self.summary.get("processes", []))
+            if failed:
+                log.error("failed workload processes: %s", "; ".join(failed))
+                self.summary["failed_processes"] = [o for o in self.summary["processes"]
+                                                    if o["failed"]]
+                if status == "completed":
+                    status = "failed"
+                    error = (f"{len(failed)} workload process{'es' if len(failed) > 1 else ''} "
+                             f"failed: {'; '.join(failed)}")
         self.summary.update(status=status, error=error, warnings=self.warnings)
         self.run_dir.write_json("summary.json", self.summary)
         self.run_dir.update_manifest(status=status, ended=iso(utc_now()), error=error,
@@ -303,12 +313,15 @@ class Run:
             node = self.scenario.nodes[name]
             self.processes.start(self.network.net[name], name, self._agent_argv(entry, name),
                                  self.run_dir.node_log(name),
-                                 self._controller_environment() | node.env)
+                                 self._controller_environment() | node.env
+                                 | {catalog.RUN_DIR_VARIABLE: str(self.run_dir.path.resolve())},
+                                 may_fail=entry.may_fail)
 
     def _agent_argv(self, entry, name: str) -> list[str]:
         node = self.scenario.nodes[name]
         if entry.agent == catalog.COMMAND:
-            fill = {"node": name, "ip": str(node.ip.ip) if node.ip else ""}
+            fill = {"node": name, "ip": str(node.ip.ip) if node.ip else "",
+                    "run_dir": str(self.run_dir.path.resolve())}
             argv = shlex.split(entry.command) if isinstance(entry.command, str) \
                 else list(entry.command)
             return [part.format(**fill) for part in argv]
@@ -343,7 +356,7 @@ class Run:
             self.warnings.append(f"the run ends at {duration:g}s, before: {'; '.join(skipped)}")
         self.options.on_phase(f"running for {duration:g}s")
         self.run_dir.update_manifest(timeline_started=iso(utc_now()))
-        origin = time.monotonic()
+        origin = self._origin = time.monotonic()
         self.cpu.sample()
         for at, description, action in actions:
             if at > duration:
@@ -359,10 +372,18 @@ class Run:
         while (remaining := deadline - time.monotonic()) > 0:
             time.sleep(min(remaining, LOAD_CHECK_PERIOD_S))
             self.cpu.sample()
-            for warning in self.links.load_warnings():
+            for warning in self.links.load_warnings() + self._exit_warnings():
                 log.warning(warning)
                 self.warnings.append(warning)
                 self.options.on_warning(warning)
+
+    def _exit_warnings(self) -> list[str]:
+        """Programs that ended before the run did, said as it happens."""
+        return [f"{' '.join(item.argv)} on {item.node} "
+                f"{describe_exit(item.process.returncode)} at t="
+                f"{time.monotonic() - self._origin:.1f}s"
+                + (" (may_fail)" if item.may_fail else "")
+                for item in self.processes.newly_exited() if item.process.returncode != 0]
 
     def _describe(self, event) -> str:
         if event.action.startswith("controller_"):

@@ -132,6 +132,19 @@ class _ScenarioLoader(yaml.SafeLoader):
 
         return _VARIABLE.sub(substitute, text)
 
+    def construct_object(self, node, deep=False):
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ArithmeticError, LookupError, ValueError, TypeError) as error:
+            if isinstance(error, ScenarioSyntaxError):
+                raise
+            # PyYAML's own constructors give up with plain exceptions (a date such as
+            # 2026-13-45 matches the timestamp pattern, then datetime refuses it).
+            raise ScenarioSyntaxError(_position(self.file, node),
+                                      f"cannot read {node.value!r}: {error}",
+                                      "quote the value to keep it as text",
+                                      self.paths.get(id(node), ())) from None
+
     def construct_mapping(self, node, deep=False):
         if isinstance(node, MappingNode):
             # Only keys written in this mapping count: a key written next to a merge
@@ -193,8 +206,11 @@ def load_scenario_text(text: str, file: str = "<scenario>",
                                   f"file is larger than {MAX_FILE_BYTES // 1024} KiB",
                                   "use node ranges such as viewer[1-100] instead of listing")
     source_map = SourceMap(file)
-    loader = _ScenarioLoader(text, file, environ)
+    loader = None
     try:
+        # The reader checks every character as the loader is made (control characters raise
+        # here), so making it is part of parsing.
+        loader = _ScenarioLoader(text, file, environ)
         root = loader.get_single_node()
         if root is None:
             raise ScenarioSyntaxError(Position(file, 1, 1), "the file is empty",
@@ -215,13 +231,31 @@ def load_scenario_text(text: str, file: str = "<scenario>",
                      f"column {error.context_mark.column + 1}")
         raise ScenarioSyntaxError(position, f"YAML syntax: {error.problem or error.context}",
                                   hint) from None
+    except yaml.reader.ReaderError as error:
+        line, column = _line_column(text, error.position)
+        raise ScenarioSyntaxError(Position(file, line, column),
+                                  f"control character U+{_code_point(error.character):04X} is not allowed "
+                                  "in YAML",
+                                  "only tab, newline and printable characters can be written in a "
+                                  "scenario; remove it") from None
     except yaml.YAMLError as error:
         raise ScenarioSyntaxError(Position(file, 1, 1), f"YAML error: {error}") from None
     except RecursionError:
         raise ScenarioSyntaxError(Position(file, 1, 1), "the document nests too deeply") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     return data, source_map
+
+
+def _code_point(character: int | str) -> int:
+    return character if isinstance(character, int) else ord(character)
+
+
+def _line_column(text: str, offset: int) -> tuple[int, int]:
+    """1-based line and column of character ``offset`` in ``text``."""
+    before = text[:offset]
+    return before.count("\n") + 1, offset - (before.rfind("\n") + 1) + 1
 
 
 def load_scenario_file(path: str | os.PathLike,

@@ -51,7 +51,8 @@ def _quantity(parse, kind: str, pattern: str, minimum: float, maximum: float | N
             bound = "greater than" if exclusive_minimum else "at least"
             raise ValueError(f"{kind} must be {bound} {minimum:g}, got {value!r}")
         if maximum is not None and number > maximum:
-            raise ValueError(f"{kind} must be at most {maximum:g} (100%), got {value!r}")
+            raise ValueError(f"{kind} must be at most {units.describe(kind, maximum)}, "
+                             f"got {value!r}")
         return number
 
     return Annotated[float, BeforeValidator(check),
@@ -61,12 +62,19 @@ def _quantity(parse, kind: str, pattern: str, minimum: float, maximum: float | N
 
 
 _NUM = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*"
-Duration = _quantity(units.parse_duration, "duration", _NUM + r"(s|sec|ms|us|µs|ns|min|m|h)?\s*$", 0.0)
+# Upper bounds: past them the agents' timers, counters and buffers cannot represent a value
+# (time.sleep overflows, a pacing interval rounds to zero), so validation refuses what could
+# only fail at run time.
+Duration = _quantity(units.parse_duration, "duration", _NUM + r"(s|sec|ms|us|µs|ns|min|m|h)?\s*$",
+                     0.0, maximum=units.MAX_DURATION_S)
 PositiveDuration = _quantity(units.parse_duration, "duration",
-                             _NUM + r"(s|sec|ms|us|µs|ns|min|m|h)?\s*$", 0.0, exclusive_minimum=True)
-Rate = _quantity(units.parse_rate, "rate", _NUM + r"([kKmMgG]?(bps|bit))?\s*$", 0.0)
+                             _NUM + r"(s|sec|ms|us|µs|ns|min|m|h)?\s*$", 0.0,
+                             maximum=units.MAX_DURATION_S, exclusive_minimum=True)
+Rate = _quantity(units.parse_rate, "rate", _NUM + r"([kKmMgG]?(bps|bit))?\s*$", 0.0,
+                 maximum=units.MAX_RATE_BPS)
 Fraction = _quantity(units.parse_fraction, "fraction", _NUM + r"%?\s*$", 0.0, maximum=1.0)
-Size = _quantity(units.parse_size, "size", _NUM + r"(B|KB|kB|MB|GB|KiB|MiB|GiB)?\s*$", 1.0)
+Size = _quantity(units.parse_size, "size", _NUM + r"(B|KB|kB|MB|GB|KiB|MiB|GiB)?\s*$", 1.0,
+                 maximum=units.MAX_SIZE_BYTES)
 
 
 def _parse_dpid(value: Any) -> int:
@@ -279,11 +287,14 @@ class WorkloadEntry(StrictModel):
     nodes: list[str] = Field(min_length=1, description="host names, ranges, or role:NAME, "
                                                        "kind:NAME, group:NAME selectors")
     command: Optional[Union[str, list[str]]] = Field(
-        None, description="agent command only: program and arguments; {node} and {ip} are "
-                          "replaced per node")
+        None, description="agent command only: program and arguments; {node}, {ip} and "
+                          "{run_dir} are replaced per node ({{ and }} for literal braces); "
+                          "the program also finds its run directory in $EDGEBED_RUN_DIR")
     params: dict[str, Any] = Field(default_factory=dict,
                                    description="the agent's parameters (see README)")
     start: Duration = Field(0.0, description="delay after the network is up")
+    may_fail: bool = Field(False, description="a non-zero exit of this workload does not fail "
+                                              "the run (it is still reported)")
 
 
 class CaptureSpec(StrictModel):

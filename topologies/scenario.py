@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import shlex
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,6 +101,7 @@ class Workload:
     start: float
     params: dict = field(default_factory=dict)
     node_params: tuple[str, ...] = ()
+    may_fail: bool = False
 
 
 @dataclass
@@ -723,7 +725,9 @@ class _Resolver:
                     self.problem(path, "the command agent takes command: and no params:",
                                  'write command: "iperf3 -s"')
                     continue
-                workload.append(Workload(entry.agent, nodes, entry.command, entry.start))
+                self._check_placeholders(entry.command, path + ("command",))
+                workload.append(Workload(entry.agent, nodes, entry.command, entry.start,
+                                         may_fail=entry.may_fail))
                 continue
             if entry.agent not in catalog.available():
                 self.problem(path + ("agent",), f"unknown agent {entry.agent!r}",
@@ -757,8 +761,25 @@ class _Resolver:
                                      did_you_mean(target, [n.name for n in self.nodes.values()
                                                            if not n.is_switch] + list(services)))
             workload.append(Workload(entry.agent, nodes, None, entry.start,
-                                     params.model_dump(mode="json"), tuple(references)))
+                                     params.model_dump(mode="json"), tuple(references),
+                                     entry.may_fail))
         return workload
+
+    def _check_placeholders(self, command: str | list[str], path: tuple) -> None:
+        """Every ``{name}`` in a command must be one the runner fills in."""
+        if isinstance(command, str):
+            try:
+                parts = shlex.split(command)
+            except ValueError as error:
+                self.problem(path, f"cannot split the command into words: {error}",
+                             "close the quote, or give the command as a list")
+                return
+            where = [path] * len(parts)
+        else:
+            parts, where = command, [path + (j,) for j in range(len(command))]
+        for part, at in zip(parts, where):
+            if (problem := catalog.command_placeholder_problem(part)) is not None:
+                self.problem(at, problem)
 
     def _resolve_captures(self) -> list[Capture]:
         captures = []

@@ -21,6 +21,10 @@ SIZE_UNITS = {"": 1.0, "B": 1.0, "KB": 1e3, "kB": 1e3, "MB": 1e6, "GB": 1e9,
               "KiB": 1024.0, "MiB": 1024.0**2, "GiB": 1024.0**3}
 FRACTION_UNITS = {"%": 0.01, "": 1.0}
 
+MAX_DURATION_S = 365 * 24 * 3600.0  # a year
+MAX_RATE_BPS = 1e12  # 1 Tbit/s
+MAX_SIZE_BYTES = float(1 << 40)  # 1 TiB
+
 EXAMPLES = {"duration": "20ms, 1.5s, 2min", "rate": "50Mbps, 500kbps, 1Gbps",
             "fraction": "1.5%, 0.2%, 0.015", "size": "1500B, 64KiB, 10MB"}
 
@@ -63,6 +67,17 @@ def parse_fraction(text: object) -> float:
 def parse_size(text: object) -> float:
     """Bytes from ``1500B``, ``64KiB``, ``10MB``; a bare number is bytes."""
     return _parse(text, SIZE_UNITS, "size")
+
+
+def describe(quantity: str, value: float) -> str:
+    """``value`` written in the quantity's usual unit (for bounds in messages)."""
+    if quantity == "duration":
+        return format_duration(value) if value < 86400 else f"{value / 86400:g} days"
+    if quantity == "rate":
+        return format_rate(value)
+    if quantity == "fraction":
+        return f"{value:g} ({value:.0%})"
+    return f"{value:g} bytes" if value < 1 << 30 else f"{value / (1 << 40):g} TiB"
 
 
 def format_duration(seconds: float) -> str:
