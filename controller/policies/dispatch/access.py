@@ -62,8 +62,12 @@ class Geography:
                    nodes: Sequence[str]) -> Geography:
         """Delays along shortest paths (edge attribute ``delay``) over the links that are up,
         from each site (a node of ``graph``) to each of ``nodes``."""
-        up = nx.subgraph_view(graph, filter_edge=lambda u, v, k: graph.edges[u, v, k].get(
-            "up", True))
+        up = nx.DiGraph()
+        for u, v, data in graph.edges(data=True):
+            if data.get("up", True):
+                delay = data.get("delay", 0.0)
+                if not up.has_edge(u, v) or delay < up[u][v]["delay"]:
+                    up.add_edge(u, v, delay=delay)
         delays = {}
         for site in regions:
             if site not in up:

@@ -1,0 +1,257 @@
+"""Seed 001's dispatch policy on the plain-Python policy interface (:mod:`controller.policy`).
+
+One :class:`Dispatch` object stands for the K regional dispatch centers of a scenario (the
+controller is a single process; each center's view is kept apart inside the policy, so the
+shared-capacity baseline is as blind to the other centers as K processes would be). For each
+request it:
+
+1. finds where the client is: its true site is the switch its host hangs off in
+   ``State.graph``; the synthetic :class:`~.access.LocationDatabase` (seeded, wrong for
+   ``error_share`` of the clients) says where the center believes it is;
+2. ranks the service's servers (media nodes) for the believed site (:func:`~.access.rank`:
+   room first, then nearest, least loaded, cheapest, preferred) and keeps ``candidates`` of
+   them (:func:`~.access.candidates`); the assignment is the first, and the ranked list goes
+   out with the decision for the client to probe and confirm one with ``steer``;
+3. admits it on the center's capacity view: pre-sold ``tickets`` (each node's capacity split
+   among the centers) or a ``shared`` capacity figure (last load report plus the center's own
+   admissions since);
+4. after a load report shows a node oversold anyway (``on_load`` is ``rebalance``), redirects
+   the latest flows beyond its capacity to the next ranked node with room.
+
+**Labels.** Servers and clients carry ``region``; servers optionally ``room`` (machine room,
+default their site), ``cost`` and ``preference`` (numbers); clients ``center`` (the dispatch
+center they ask, default the one listed first for their region in ``centers``, else the first).
+A server's capacity in streams is its capacity over the service's per-flow demand (its
+capacity when the demand is 0); its load is the ``streams`` metric of its last report, else the
+report's load over the demand.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from controller.policies.baseline import PolicyParams
+from controller.policy import Assignment, Decision, Migration, Placement, Rejection, Request, State
+
+from .access import Geography, LocationDatabase, MediaNode, candidates, rank
+from .capacity import SharedCapacity, Tickets
+
+
+class DispatchParams(PolicyParams):
+    """The dispatch centers, the location database and the capacity control."""
+
+    centers: dict[str, str] = Field(
+        default_factory=lambda: {"center": ""},
+        description="dispatch centers: name -> the region it serves ('' for none)")
+    capacity_control: Literal["tickets", "shared"] = Field(
+        "tickets", description="pre-sold tickets, or a shared capacity figure from load reports")
+    candidates: int = Field(3, ge=1, le=16, description="candidates answered for probing")
+    other_regions: int = Field(1, ge=0, description="of them, kept for other regions")
+    error_share: float = Field(0.1, ge=0, le=1, description="clients the database misplaces")
+    abroad_error_share: float | None = Field(None, ge=0, le=1,
+                                             description="misplaced abroad (default: the same)")
+    home_region: str | None = Field(None, description="the in-country region")
+    same_region_share: float = Field(0.5, ge=0, le=1,
+                                     description="wrong answers that stay in the region")
+    seed: int = Field(0, description="seed of the location database")
+    near_band: float = Field(0.020, gt=0, description="delays this close (s) rank as equal")
+
+    @model_validator(mode="after")
+    def _some_center(self) -> DispatchParams:
+        if not self.centers:
+            raise ValueError("a dispatch scenario needs at least one dispatch center")
+        return self
+
+
+class Dispatch:
+    """Nearest-by-database dispatch with candidates for probing, capacity control across the
+    centers and redirect (see the module docstring)."""
+
+    name = "dispatch"
+    Params = DispatchParams
+    on_load = "rebalance"
+
+    def __init__(self, params: DispatchParams | None = None) -> None:
+        self.params = params or DispatchParams()
+        self._shared: SharedCapacity | None = None
+        self._reports_seen: dict[str, float] = {}
+
+    # what the state says
+
+    def _site(self, state: State, host: str) -> str | None:
+        """The switch ``host`` hangs off (its true site): hosts have one attachment."""
+        return next(iter(state.graph.successors(host)), None) if host in state.graph else None
+
+    def _demand(self, state: State, service: str) -> float:
+        """The service's demand per flow (the first flow's that has one)."""
+        return next((r.demand for r in (*state.requests, *(p.request for p in state.placements))
+                     if r.service == service and r.demand > 0), 0.0)
+
+    def _nodes(self, state: State, service: str) -> list[MediaNode]:
+        demand = self._demand(state, service)
+        nodes = []
+        for server in sorted(state.servers_of(service), key=lambda s: s.name):
+            site = self._site(state, server.name)
+            if site is None:
+                continue
+            capacity = server.capacity if math.isinf(server.capacity) or demand <= 0 \
+                else math.floor(server.capacity / demand + 1e-9)
+            report = state.latest_load(server.name)
+            streams = None if report is None else report.value("streams")
+            load = streams if streams is not None else (
+                (report.load / demand if demand > 0 else report.load) if report else 0.0)
+            labels = server.labels
+            nodes.append(MediaNode(server.name, str(labels.get("region", "")),
+                                   str(labels.get("room", site)), site, capacity, load,
+                                   float(labels.get("cost", 0) or 0),
+                                   float(labels.get("preference", 0) or 0)))
+        return nodes
+
+    def _center(self, labels: dict) -> str:
+        centers = self.params.centers
+        named = labels.get("center")
+        if named is not None:
+            if named not in centers:
+                raise KeyError(f"unknown dispatch center {named!r} "
+                               f"(centers: {', '.join(centers)})")
+            return str(named)
+        region = labels.get("region")
+        return next((c for c, served in centers.items() if served and served == region),
+                    next(iter(centers)))
+
+    def _control(self, state: State, nodes: list[MediaNode], clients: dict) -> object:
+        """The centers' capacity view with the placed flows counted."""
+        capacities = {node.name: int(min(node.capacity, 2**31)) for node in nodes}
+        centers = list(self.params.centers)
+        if self.params.capacity_control == "tickets":
+            book = Tickets(capacities, centers)
+            of_client: dict[str, str] = {}  # placements of one client share its labels
+            for placement in state.placements:
+                if placement.server in capacities:
+                    request = placement.request
+                    if request.labels:
+                        center = self._center(clients.get(request.client, {}) | request.labels)
+                    else:
+                        center = of_client.get(request.client)
+                        if center is None:
+                            center = of_client[request.client] = self._center(
+                                clients.get(request.client, {}))
+                    book.admit(center, placement.server)
+            return book
+        if self._shared is None or set(self._shared.capacity) != set(capacities):
+            self._shared = SharedCapacity(capacities, centers)
+            self._reports_seen = {}
+        for node in nodes:
+            report = state.latest_load(node.name)
+            if report is not None and report.received > self._reports_seen.get(node.name, -1):
+                self._reports_seen[node.name] = report.received
+                self._shared.report(node.name, node.load)
+        return self._shared
+
+    # deciding
+
+    def decide(self, state: State) -> Decision:
+        decision = Decision()
+        labels = {client.name: dict(client.labels) for client in state.clients}
+        by_service: dict[str, list[Request]] = defaultdict(list)
+        for request in state.requests:
+            by_service[request.service].append(request)
+        services = set(by_service) | {server.service for server in state.servers}
+        for service in sorted(services):
+            nodes = self._nodes(state, service)
+            requests = by_service.get(service, [])
+            if not nodes:
+                decision.rejections += [Rejection(r.flow, f"service {service!r} has no media "
+                                                          "nodes") for r in requests]
+                continue
+            self._decide_service(state, service, nodes, requests, labels, decision)
+        return decision
+
+    def _decide_service(self, state: State, service: str, nodes: list[MediaNode],
+                        requests: list[Request], labels: dict, decision: Decision) -> None:
+        regions = {node.site: node.region for node in nodes}
+        for request in requests:
+            site = self._site(state, request.client)
+            region = (request.labels | labels.get(request.client, {})).get("region")
+            if site is not None and region is not None:
+                regions.setdefault(site, str(region))
+        # Paths between sites and media nodes never pass through a client host (hosts have
+        # one link): dropping them makes the shortest paths cost the core network, not the
+        # thousands of clients.
+        clients = {client.name for client in state.clients} - {node.name for node in nodes}
+        core = state.graph.subgraph([n for n in state.graph if n not in clients])
+        geography = Geography.from_graph(core, regions, [node.name for node in nodes])
+        database = LocationDatabase(geography, self.params.error_share,
+                                    abroad_error_share=self.params.abroad_error_share,
+                                    home_region=self.params.home_region,
+                                    same_region_share=self.params.same_region_share,
+                                    seed=self.params.seed)
+        book = self._control(state, nodes, labels)
+        served_regions = {node.region for node in nodes}
+        for request in requests:
+            merged = labels.get(request.client, {}) | request.labels
+            site = self._site(state, request.client)
+            region = merged.get("region")
+            if site is None or region is None:
+                decision.rejections.append(Rejection(
+                    request.flow, f"{request.client} has no region label or is not attached"))
+                continue
+            if region not in served_regions:
+                decision.rejections.append(Rejection(
+                    request.flow, f"region {region!r} of {request.client} has no media node "
+                                  f"of {service!r}"))
+                continue
+            try:
+                center = self._center(merged)
+            except KeyError as error:
+                decision.rejections.append(Rejection(request.flow, str(error.args[0])))
+                continue
+            offered = self._offer(nodes, database.locate(request.client, site), geography,
+                                  book, center)
+            taken = next((node for node in offered if book.admit(center, node.name)), None)
+            if taken is None:
+                decision.rejections.append(Rejection(
+                    request.flow, f"no media node has room for {request.client} at {center}"))
+                continue
+            decision.assignments.append(Assignment(request.flow, taken.name))
+        if not requests:
+            decision.migrations += self._redirects(state, nodes, geography, database, book,
+                                                   labels)
+
+    def _offer(self, nodes, believed, geography, book, center) -> list[MediaNode]:
+        ranked = rank(nodes, believed, geography,
+                      has_room=lambda node: book.has_room(center, node.name),
+                      near_band=self.params.near_band)
+        return candidates(ranked, self.params.candidates, other_regions=self.params.other_regions)
+
+    def _redirects(self, state, nodes, geography, database, book, labels) -> list[Migration]:
+        """The latest flows beyond capacity on each node its last report shows oversold, each
+        to the best other node with room for its center."""
+        moves = []
+        for node in nodes:
+            report = state.latest_load(node.name)
+            if report is None or node.load <= node.capacity:
+                continue
+            placed = [p for p in state.placements if p.server == node.name]
+            excess = int(node.load - node.capacity)
+            for placement in reversed(placed[len(placed) - excess:] if excess else []):
+                client = placement.request.client
+                merged = labels.get(client, {}) | placement.request.labels
+                site = self._site(state, client)
+                center = self._center(merged)
+                others = [n for n in nodes if n.name != node.name]
+                ranked = rank(others, database.locate(client, site), geography,
+                              has_room=lambda n: book.has_room(center, n.name),
+                              near_band=self.params.near_band)
+                target = next((n for n in ranked if book.admit(center, n.name)), None)
+                if target is not None:
+                    book.release(center, node.name)
+                    moves.append(Migration(placement.request.flow, target.name))
+        return moves
+
+
+POLICIES = (Dispatch,)

@@ -1,0 +1,129 @@
+"""Seed 001's dispatch policy on hand-built controller states: ranking by the database,
+candidates, tickets vs shared capacity across centers, redirect, bad input."""
+
+from __future__ import annotations
+
+import networkx as nx
+import pytest
+
+from controller.policies.dispatch.policies import Dispatch, DispatchParams
+from controller.policy import LoadReport, Placement, Request, Server, State, Client
+
+MS = 1e-3
+
+
+def graph() -> nx.MultiDiGraph:
+    """Switches sz and gz (region cn, 10 ms apart) and ny (us, 100 ms away); a media node at
+    each, viewers at sz and ny."""
+    g = nx.MultiDiGraph()
+
+    def link(a, b, delay):
+        g.add_edge(a, b, delay=delay, up=True)
+        g.add_edge(b, a, delay=delay, up=True)
+
+    link("sz", "gz", 10 * MS)
+    link("gz", "ny", 100 * MS)
+    for host, switch in (("a1", "sz"), ("b1", "gz"), ("u1", "ny"), ("v1", "sz"),
+                         ("v2", "sz"), ("v3", "sz"), ("w1", "ny"), ("x1", "ny")):
+        link(host, switch, 0.5 * MS)
+    return g
+
+
+SERVERS = tuple(Server(name, "live", f"10.0.0.{i}", 2e6, labels={"region": region})
+                for i, (name, region) in enumerate((("a1", "cn"), ("b1", "cn"), ("u1", "us")), 1))
+CLIENTS = tuple(Client(name, f"10.0.1.{i}", {"region": region}) for i, (name, region) in
+                enumerate((("v1", "cn"), ("v2", "cn"), ("v3", "cn"), ("w1", "us"),
+                           ("x1", "eu")), 1))
+
+
+def request(client: str) -> Request:
+    return Request(f"{client}/live", client, "live", 1e6)
+
+
+def state(requests=(), placements=(), loads=None, now=0.0) -> State:
+    return State(graph(), SERVERS, CLIENTS, tuple(placements), tuple(requests), now,
+                 loads=loads or {})
+
+
+CENTERS = {"cn": "cn", "us": "us"}
+
+
+def test_nearest_node_first_and_candidates_span_regions():
+    policy = Dispatch(DispatchParams(centers=CENTERS, error_share=0.0, candidates=3))
+    decision = policy.decide(state([request("v1"), request("w1")]))
+    assert {a.flow: a.server for a in decision.assignments} == {"v1/live": "a1",
+                                                                "w1/live": "u1"}
+    offered = policy._offer(policy._nodes(state(), "live"), "sz", *_geo_book(policy))
+    assert [n.name for n in offered] == ["a1", "b1", "u1"]
+
+
+def _geo_book(policy):
+    from controller.policies.dispatch.access import Geography
+    from controller.policies.dispatch.capacity import Tickets
+    geo = Geography.from_graph(graph(), {"sz": "cn", "gz": "cn", "ny": "us"}, ["a1", "b1", "u1"])
+    return geo, Tickets({"a1": 2, "b1": 2, "u1": 2}, list(CENTERS)), "cn"
+
+
+def test_a_misplaced_client_gets_the_database_pick():
+    wrong = Dispatch(DispatchParams(centers=CENTERS, error_share=1.0, same_region_share=0.0))
+    assignment = wrong.decide(state([request("v1")])).assignments[0]
+    assert assignment.server == "u1"  # the database put v1 in the us
+
+
+def test_tickets_split_capacity_between_centers():
+    # Capacity 2 streams per node, 2 centers: 1 ticket each.
+    policy = Dispatch(DispatchParams(centers=CENTERS, error_share=0.0))
+    placed = [Placement(request("v1"), "a1")]
+    decision = policy.decide(state([request("v2")], placed))
+    assert decision.assignments[0].server == "b1"  # center cn's ticket for a1 is used
+    full = [Placement(request("v1"), "a1"), Placement(request("v2"), "b1"),
+            Placement(request("v3"), "u1")]
+    assert "no media node has room" in policy.decide(state([request("v3")], full)
+                                                     ).rejections[0].reason
+
+
+def test_shared_capacity_trusts_stale_reports_and_redirects_after():
+    policy = Dispatch(DispatchParams(centers={"c1": "", "c2": ""}, capacity_control="shared",
+                                     error_share=0.0))
+    labels = {"v1": "c1", "v2": "c2", "v3": "c1"}
+    clients = tuple(Client(c.name, c.address, {**c.labels, "center": labels.get(c.name, "c1")})
+                    for c in CLIENTS)
+    first = State(graph(), SERVERS, clients, (), (request("v1"), request("v2")), 0.0)
+    assert [a.server for a in policy.decide(first).assignments] == ["a1", "a1"]
+    placed = [Placement(request("v1"), "a1"), Placement(request("v2"), "a1")]
+    # c1 has seen no report and admitted one; c2 too: each believes a1 has room for one more.
+    second = State(graph(), SERVERS, clients, tuple(placed), (request("v3"),), 0.1)
+    assert policy.decide(second).assignments[0].server == "a1"  # oversold: 3 on 2
+    placed.append(Placement(request("v3"), "a1"))
+    report = {"a1": (LoadReport("a1", 0.2, 3e6, {"streams": 3}),)}
+    redirect = policy.decide(State(graph(), SERVERS, clients, tuple(placed), (), 0.3,
+                                   loads=report))
+    assert [(m.flow, m.server) for m in redirect.migrations] == [("v3/live", "b1")]
+
+
+def test_tickets_never_oversell_where_shared_does():
+    requests = [request("v1"), request("v2"), request("v3")]
+    for control, most in (("tickets", 2), ("shared", 3)):
+        policy = Dispatch(DispatchParams(centers={"c1": "", "c2": "", "c3": ""},
+                                         capacity_control=control, error_share=0.0))
+        # v1, v2, v3 join through c1, c2, c3; capacity 2 splits into tickets 1, 1, 0.
+        clients = tuple(Client(c.name, c.address, {**c.labels, "center": f"c{i}"})
+                        for i, c in enumerate(CLIENTS, 1))
+        placed = []
+        for one in requests:
+            decided = policy.decide(State(graph(), SERVERS[:1], clients, tuple(placed), (one,)))
+            placed += [Placement(one, a.server) for a in decided.assignments]
+        assert len(placed) == most
+
+
+def test_bad_input_is_rejected_with_a_reason():
+    policy = Dispatch(DispatchParams(centers=CENTERS))
+    decision = policy.decide(state([request("x1")]))
+    assert "region 'eu' of x1 has no media node" in decision.rejections[0].reason
+    unknown = tuple(Client(c.name, c.address, {**c.labels, "center": "mars"}) for c in CLIENTS)
+    decision = policy.decide(State(graph(), SERVERS, unknown, (), (request("v1"),)))
+    assert "unknown dispatch center 'mars'" in decision.rejections[0].reason
+    with pytest.raises(ValueError, match="at least one dispatch center"):
+        DispatchParams(centers={})
+    nowhere = State(graph(), (), CLIENTS, (), (request("v1"),))
+    assert "no media nodes" in policy.decide(nowhere).rejections[0].reason
