@@ -17,6 +17,8 @@ from rich.console import Console
 from rich.table import Table
 
 from topologies import scenario as scenario_module
+
+from .rundir import edgebed_version
 from topologies.model import json_schema
 from topologies.impairments.relay import RELAY_ACCURATE_PPS
 from topologies.problems import ScenarioInvalid
@@ -324,6 +326,97 @@ def command_experiment(arguments: argparse.Namespace) -> int:
     return 0
 
 
+def _runs_root(arguments: argparse.Namespace) -> Path:
+    return Path(arguments.runs_dir)
+
+
+def _run_record(text: str, root: Path):
+    """A run named by its directory, or by its name under the runs directory."""
+    from .runs import RunRecord
+
+    path = Path(text)
+    if not (path / "manifest.json").exists() and (root / text / "manifest.json").exists():
+        path = root / text
+    return RunRecord.read(path)
+
+
+def command_runs(arguments: argparse.Namespace) -> int:
+    """Past runs under the runs directory, oldest first."""
+    from .runs import list_runs
+
+    records = list_runs(_runs_root(arguments))
+    if not records:
+        console.print(f"no runs under {_runs_root(arguments)}", markup=False)
+        return 0
+    table = Table(title=f"runs in {_runs_root(arguments)}", title_justify="left")
+    for column in ("run", "scenario", "status", "started", "duration s", "verdict"):
+        table.add_column(column, overflow="fold")
+    for record in records:
+        colour = {"completed": "green", "running": "yellow"}.get(record.status, "red")
+        table.add_row(record.path.name, str(record.manifest.get("scenario")),
+                      f"[{colour}]{record.status}[/{colour}]",
+                      str(record.manifest.get("started")),
+                      f"{record.duration_s:.1f}" if record.duration_s is not None else "-",
+                      record.verdict)
+    console.print(table)
+    return 0
+
+
+def command_compare(arguments: argparse.Namespace) -> int:
+    """Two runs' statuses, verdicts and flows side by side."""
+    from .runs import compare
+
+    try:
+        first, second = (_run_record(r, _runs_root(arguments)) for r in arguments.runs)
+    except FileNotFoundError as error:
+        errors.print(str(error), markup=False)
+        return EXIT_INVALID
+    heading = Table(title="runs compared", title_justify="left")
+    for column in ("", "A", "B"):
+        heading.add_column(column, overflow="fold")
+    heading.add_row("run", first.path.name, second.path.name)
+    heading.add_row("scenario", str(first.manifest.get("scenario")),
+                    str(second.manifest.get("scenario")))
+    heading.add_row("status", first.status, second.status)
+    heading.add_row("verdict", first.verdict, second.verdict)
+    console.print(heading)
+    joined = compare(first, second)
+    if joined.empty:
+        console.print("neither run measured a flow", markup=False)
+        return 0
+    table = Table(title="flows (A → B)", title_justify="left")
+    for column in ("node", "flow", "loss A", "loss B", "delay ms A", "delay ms B",
+                   "Mbit/s A", "Mbit/s B"):
+        table.add_column(column, no_wrap=True)
+
+    def cell(value, scale=1.0, digits=2, suffix=""):
+        return "-" if value != value else f"{value * scale:.{digits}f}{suffix}"
+
+    for _, row in joined.iterrows():
+        table.add_row(row["node"], row["flow"],
+                      cell(row["loss_fraction_a"], 100, 2, "%"),
+                      cell(row["loss_fraction_b"], 100, 2, "%"),
+                      cell(row["delay_mean_ms_a"]), cell(row["delay_mean_ms_b"]),
+                      cell(row["goodput_bps_a"], 1e-6, 3), cell(row["goodput_bps_b"], 1e-6, 3))
+    console.print(table)
+    return 0
+
+
+def command_report(arguments: argparse.Namespace) -> int:
+    """A markdown report of one run, with PNG plots of its flows over time."""
+    from .runs import write_report
+
+    try:
+        record = _run_record(arguments.run, _runs_root(arguments))
+    except FileNotFoundError as error:
+        errors.print(str(error), markup=False)
+        return EXIT_INVALID
+    path = write_report(record)
+    console.print(f"report: {path}; plots in {path.parent / 'plots'}", markup=False,
+                  soft_wrap=True)
+    return 0
+
+
 def _duration(text: str) -> float:
     try:
         value = parse_duration(text)
@@ -337,6 +430,7 @@ def _duration(text: str) -> float:
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="edgebed", description="Network emulation testbed for "
                                   "live streaming and edge computing scheduling policies.")
+    top.add_argument("--version", action="version", version=f"edgebed {edgebed_version()}")
     commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     validate = commands.add_parser("validate", help="check scenario files; exit 2 if invalid")
@@ -353,6 +447,21 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--datapath", choices=("kernel", "user"),
                      help="override the detected OVS datapath")
     run.set_defaults(handler=command_run)
+
+    runs_dir = argparse.ArgumentParser(add_help=False)
+    runs_dir.add_argument("--runs-dir", default=os.environ.get("EDGEBED_RUNS", "runs"),
+                          help="where run directories are (default: ./runs, or $EDGEBED_RUNS)")
+    listing = commands.add_parser("runs", parents=[runs_dir], help="past runs with status, "
+                                  "scenario, duration and fidelity verdict")
+    listing.set_defaults(handler=command_runs)
+    compare = commands.add_parser("compare", parents=[runs_dir],
+                                  help="two runs' flows and verdicts side by side")
+    compare.add_argument("runs", nargs=2, metavar="RUN", help="run directory or its name")
+    compare.set_defaults(handler=command_compare)
+    report = commands.add_parser("report", parents=[runs_dir], help="markdown report of one run "
+                                 "with plots of per-flow delay, loss and throughput over time")
+    report.add_argument("run", metavar="RUN", help="run directory or its name")
+    report.set_defaults(handler=command_report)
 
     clean = commands.add_parser("clean", help="remove what crashed runs left behind (by prefix)")
     clean.set_defaults(handler=command_clean)

@@ -259,7 +259,7 @@ def write(experiment: Experiment, out: Path) -> Report:
     return Report(out / "report.md", found, int((~current).sum()))
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     # A markdown table by hand: pandas' to_markdown needs the tabulate package for this alone.
     lines = [header, ["---"] * len(header), *rows]
     return "\n".join("| " + " | ".join(cell.replace("|", "\\|") for cell in line) + " |"
@@ -283,10 +283,10 @@ def _markdown(experiment: Experiment, results: pd.DataFrame, summary: pd.DataFra
         "SeedSequence, so all policies of a repetition see the same instance; each cell's "
         "seed is in `results.csv`.", "",
         "Base parameters (the kind's defaults with the file's `base`):", "",
-        _table(["parameter", "value", "meaning"],
+        markdown_table(["parameter", "value", "meaning"],
                [[name, _value(value), kind.parameters.model_fields[name].description or ""]
                 for name, value in base.items()]), "",
-        _table(["sweep", "varies", "values", "policies", "overrides"],
+        markdown_table(["sweep", "varies", "values", "policies", "overrides"],
                [[sweep.name, sweep.parameter, ", ".join(sweep.labels), ", ".join(sweep.policies),
                  ", ".join(f"{k} = {_value(v)}" for k, v in sweep.overrides.items()) or "–"]
                 for sweep in experiment.sweeps]), ""]
@@ -308,7 +308,7 @@ def _headline_section(experiment: Experiment, found: list[Headline]) -> list[str
              "Ours is pooled over the sweep's values (the range over the values alone "
              "beside it); a relative comparison is the change in percent of the second "
              "term's magnitude.", "",
-             _table(["result", "sweep", "ours", "ours per value", "paper", "agreement"],
+             markdown_table(["result", "sweep", "ours", "ours per value", "paper", "agreement"],
                     [[h.label, h.sweep, h.ours, h.per_value or "–", h.paper, h.agreement]
                      for h in found]), ""]
     parts += [f"- **{h.label}**: ours {h.ours}, the paper's {h.paper}. {h.why}"
@@ -334,7 +334,7 @@ def _sweep_section(experiment: Experiment, sweep: Sweep, summary: pd.DataFrame) 
                 for label in sweep.labels]
         parts += [f"### {metric.axis}", "",
                   f"![{sweep.name} {name}](plots/{sweep.name}-{name}.png)", "",
-                  _table([sweep.parameter, *sweep.policies], rows), ""]
+                  markdown_table([sweep.parameter, *sweep.policies], rows), ""]
     return parts
 
 

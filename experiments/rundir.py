@@ -26,6 +26,16 @@ from typing import Any
 import yaml
 
 
+def edgebed_version() -> str:
+    """The installed edgebed's version ("source" when run from a checkout not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("edgebed")
+    except PackageNotFoundError:
+        return "source"
+
+
 def utc_now() -> datetime:
     return datetime.now(timezone.utc)
 

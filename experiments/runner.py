@@ -35,7 +35,7 @@ from topologies.scenario import Scenario
 from agents import catalog
 
 from . import measurements, registry
-from .rundir import RunDirectory, iso, utc_now
+from .rundir import RunDirectory, edgebed_version, iso, utc_now
 
 LOAD_CHECK_PERIOD_S = 1.0
 AGENT_STOP_GRACE_S = 5.0  # agents write their tables and summaries when told to stop
@@ -193,14 +193,8 @@ class Run:
         return RunResult(status, self.run_dir.path, self.summary)
 
     def _manifest(self, found: caps.Capabilities, datapath: str, backend) -> dict:
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            edgebed_version = version("edgebed")
-        except PackageNotFoundError:
-            edgebed_version = "source"
         return {
-            "edgebed": edgebed_version,
+            "edgebed": edgebed_version(),
             "scenario": self.scenario.name,
             "source": str(Path(self.scenario.source).resolve()),
             "prefix": self.names.prefix,
