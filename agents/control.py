@@ -104,11 +104,14 @@ class ControlClient:
             ts=time.time() if ts is None else ts, seq=seq, urgent=urgent)))
 
     def join(self, service: str, demand: float = 0.0, bitrates: Sequence[float] = (),
-             flow: str | None = None) -> protocol.Decision | protocol.Rejected:
-        """Ask for ``service``; the flow is ``node/service`` unless named."""
+             flow: str | None = None, port: int | None = None
+             ) -> protocol.Decision | protocol.Rejected:
+        """Ask for ``service``; the flow is ``node/service`` (``node/service:port``) unless
+        named. With ``port`` the flow is only what this host sends from that transport port,
+        steered apart from its other flows (one host standing for many terminals)."""
         return self._request(protocol.Join, (protocol.Decision, protocol.Rejected),
-                             node=self._own_node(), service=service, flow=flow, demand=demand,
-                             bitrates=tuple(bitrates))
+                             node=self._own_node(), service=service, port=port, flow=flow,
+                             demand=demand, bitrates=tuple(bitrates))
 
     def leave(self, flow: str) -> protocol.Ack | protocol.Rejected:
         return self._request(protocol.Leave, (protocol.Ack, protocol.Rejected),

@@ -386,7 +386,7 @@ class EdgebedController(App):
     def _on_join(self, message, reply, source) -> None:
         try:
             request = self.core.request_for(message.node, message.service, message.demand,
-                                            tuple(message.bitrates), message.flow)
+                                            tuple(message.bitrates), message.flow, message.port)
         except KeyError as error:
             reply(protocol.Rejected(id=message.id, flow=message.flow, reason=_reason(error)))
             return
@@ -400,7 +400,7 @@ class EdgebedController(App):
                 reply(protocol.Rejected(id=message.id, flow=rejection.flow,
                                         reason=_reason(rejection.reason)))
                 return
-        reply(self.decision_message(message.id, request.flow, migrated=False))
+        reply(self.core.decision_message(message.id, request.flow, migrated=False))
 
     def _on_leave(self, message, reply, source) -> None:
         started = time.perf_counter_ns()
@@ -417,7 +417,7 @@ class EdgebedController(App):
             reply(protocol.Rejected(id=message.id, flow=message.flow, reason=_reason(error)))
             return
         self._carry_out(outcome, "migrate", started)
-        reply(self.decision_message(message.id, message.flow, migrated=True))
+        reply(self.core.decision_message(message.id, message.flow, migrated=True))
 
     def _on_path(self, message, reply, source) -> None:
         started = time.perf_counter_ns()
@@ -439,7 +439,9 @@ class EdgebedController(App):
         servers = [{"name": s.name, "service": s.service, "capacity": s.capacity
                     if s.capacity != float("inf") else None, "load": s.load}
                    for s in self.core.servers()]
-        placements = [{key: value for key, value in flow.items() if key != "bitrates"}
+        # Entries are flat: what a flow asked for and its attribute map stay out.
+        placements = [{key: value for key, value in flow.items()
+                       if key not in ("bitrates", "attributes")}
                       for flow in snapshot["flows"]]
         for part in protocol.state_replies(message.id, placements, servers):
             reply(part)
@@ -449,20 +451,12 @@ class EdgebedController(App):
         if record is None:
             return
         placement = record.placement
-        for node in (placement.request.client, placement.server):
+        # The client, the server and every relay on the way follow the decision.
+        for node in dict.fromkeys((placement.request.client, placement.server,
+                                   *placement.via)):
             if node in self.subscribers:
-                self.control.push(self.subscribers[node], self.decision_message(0, flow,
+                self.control.push(self.subscribers[node], self.core.decision_message(0, flow,
                                                                                 migrated))
-
-    def decision_message(self, request_id: int, flow: str, migrated: bool):
-        record = self.core.flows[flow]
-        placement = record.placement
-        return protocol.Decision(id=request_id, flow=flow, client=placement.request.client,
-                                 service=placement.request.service, server=placement.server,
-                                 address=self.view.attachment(placement.server).address,
-                                 bitrate=placement.bitrate,
-                                 path=list(record.path) if record.path else None,
-                                 migrated=migrated)
 
 
 

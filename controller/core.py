@@ -15,9 +15,9 @@ import time
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from . import rules
-from .policy import (ON_LOAD, Client, Decision, LoadReport, Migration, Placement, Policy,
-                     Rejection, Request, Server, State)
+from . import protocol, rules
+from .policy import (ON_LOAD, Client, Decision, LoadReport, Placement, Policy, Rejection,
+                     Request, Server, State, Terms)
 from .view import NetworkView
 
 # Load reports kept per server: enough for a mean over tens of report periods, few enough that
@@ -28,6 +28,8 @@ LOAD_HISTORY = 32
 LOAD_MAX_AGE = 10.0
 # How far ahead of the controller's clock a sender's may be before its reports are refused.
 LOAD_MAX_SKEW = 1.0
+# The most candidates, relays and attributes a decision carries (the control protocol's limits).
+MAX_TERMS = 16
 LOAD_COUNTERS = ("accepted", "stale", "reordered", "from_the_future", "not_a_server")
 
 
@@ -129,11 +131,12 @@ class ControllerCore:
         service = self.view.services[request.service]
         client = self.view.attachment(request.client)
         server = self.view.attachment(record.placement.server)
-        switch, steering = rules.steering(self.view, service, client, server)
+        port = request.client_port
+        switch, steering = rules.steering(self.view, service, client, server, port)
         placed = [(switch, rule) for rule in steering]
         for former in record.former_servers:
             _, (_, answers) = rules.steering(self.view, service, client,
-                                             self.view.attachment(former))
+                                             self.view.attachment(former), port)
             placed.append((switch, answers))
         if record.path:
             outbound = dict(steering[0].match) | {"ipv4_dst": server.address}
@@ -204,43 +207,70 @@ class ControllerCore:
         """Ask the policy about ``requests`` (flows already placed are skipped) and carry out
         what it decides."""
         outcome = Outcome()
-        # A client's packets to a service are steered by addresses and port, so it can have one
-        # flow per service at a time.
-        taken = {(r.placement.request.client, r.placement.request.service): flow
-                 for flow, r in self.flows.items()}
-        clashing = [r for r in requests if r.flow not in self.flows
-                    and (r.client, r.service) in taken]
-        waiting = tuple(r for r in requests if r.flow not in self.flows and r not in clashing)
+        # A client's packets to a service are steered by addresses and, for a flow with a
+        # client port, that port: a client has one flow per service and port, and a flow
+        # without a port takes all its traffic to the service.
+        taken: dict[tuple, str] = {}
+        clashing: list[tuple[Request, str]] = []
+        for flow, record in self.flows.items():
+            taken[self._steering_key(record.placement.request)] = flow
+        waiting = []
+        for request in requests:
+            if request.flow in self.flows or request.flow in taken.values():
+                continue  # placed already, or asked for twice in this call
+            clash = self._clash(request, taken)
+            if clash is not None:
+                clashing.append((request, clash))
+            else:
+                taken[self._steering_key(request)] = request.flow
+                waiting.append(request)
+        waiting = tuple(waiting)
         if waiting:
             outcome.decision = self.policy.decide(self.state(waiting, now))
         outcome.decision.rejections += [
-            Rejection(r.flow, f"{r.client} already has flow {taken[r.client, r.service]} "
-                              f"for {r.service}") for r in clashing]
+            Rejection(r.flow, f"{r.client} already has flow {clash} for {r.service}"
+                              + (f" from port {r.client_port}" if r.client_port else ""))
+            for r, clash in clashing]
         by_flow = {request.flow: request for request in waiting}
         for assignment in outcome.decision.assignments:
             self._check_server(by_flow[assignment.flow].service, assignment.server)
+            self._check_terms(by_flow[assignment.flow].service, assignment.terms)
             self.flows[assignment.flow] = FlowRecord(
-                Placement(by_flow[assignment.flow], assignment.server, assignment.bitrate),
+                Placement.of(by_flow[assignment.flow], assignment.server, assignment.terms),
                 tuple(assignment.path) if assignment.path else None)
             outcome.placed[assignment.flow] = assignment.server
             outcome.switches |= self._refresh(assignment.flow)
         for migration in outcome.decision.migrations:
-            self._migrate(migration, outcome)
+            self._migrate(migration.flow, migration.server, migration.terms, outcome)
         return outcome
+
+    @staticmethod
+    def _steering_key(request: Request) -> tuple:
+        return request.client, request.service, request.client_port
+
+    @staticmethod
+    def _clash(request: Request, taken: dict[tuple, str]) -> str | None:
+        """The flow already steered that ``request``'s packets would also match, if any."""
+        client, service, port = ControllerCore._steering_key(request)
+        for (other_client, other_service, other_port), flow in taken.items():
+            if (other_client, other_service) == (client, service) and (
+                    port is None or other_port is None or port == other_port):
+                return flow
+        return None
 
     def rebalance(self, now: float = 0.0) -> Outcome:
         """Ask the policy with no new requests: it may migrate placed flows."""
         outcome = Outcome(decision=self.policy.decide(self.state((), now)))
         for migration in outcome.decision.migrations:
-            self._migrate(migration, outcome)
+            self._migrate(migration.flow, migration.server, migration.terms, outcome)
         return outcome
 
     def reallocate(self, now: float = 0.0) -> Outcome:
         """A new period: every placed flow is decided again, with this period's placements as
         the previous state (seed 000's model works in periods). A flow the policy puts on
-        another server migrates; one it gives another bitrate keeps its server with the new
-        bitrate; one it rejects keeps what it has (a period's decision never cuts a running
-        stream)."""
+        another server migrates; one it gives other terms (bitrate, candidates, via,
+        attributes) keeps its server with the new terms; one it rejects keeps what it has (a
+        period's decision never cuts a running stream)."""
         requests = tuple(record.placement.request for record in self.flows.values())
         outcome = Outcome()
         if not requests:
@@ -249,11 +279,12 @@ class ControllerCore:
         for assignment in outcome.decision.assignments:
             placement = self.flows[assignment.flow].placement
             if assignment.server != placement.server:
-                self._migrate(Migration(assignment.flow, assignment.server, assignment.bitrate),
-                              outcome)
-            elif assignment.bitrate != placement.bitrate:
-                self.flows[assignment.flow].placement = Placement(
-                    placement.request, placement.server, assignment.bitrate)
+                self._migrate(assignment.flow, assignment.server, assignment.terms, outcome)
+            elif assignment.terms != placement.terms:
+                self._check_terms(placement.request.service, assignment.terms)
+                # A period restates every term: what it leaves out is no longer wanted.
+                self.flows[assignment.flow].placement = Placement.of(
+                    placement.request, placement.server, assignment.terms)
                 outcome.placed[assignment.flow] = placement.server
         return outcome
 
@@ -262,7 +293,7 @@ class ControllerCore:
         if flow not in self.flows:
             raise KeyError(f"no placed flow {flow!r}")
         outcome = Outcome()
-        self._migrate(Migration(flow, server), outcome)
+        self._migrate(flow, server, Terms(), outcome)
         return outcome
 
     def pin(self, flow: str, waypoints: tuple[str, ...]) -> Outcome:
@@ -277,31 +308,51 @@ class ControllerCore:
         self.flows.pop(flow, None)
         return Outcome(switches=self._refresh(flow))
 
-    def _migrate(self, migration: Migration, outcome: Outcome) -> None:
-        record = self.flows[migration.flow]
-        self._check_server(record.placement.request.service, migration.server)
-        if migration.server != record.placement.server:
+    def _migrate(self, flow: str, server: str, terms: Terms, outcome: Outcome) -> None:
+        """Move ``flow`` to ``server``; ``terms`` replace the flow's where they say something."""
+        record = self.flows[flow]
+        self._check_server(record.placement.request.service, server)
+        self._check_terms(record.placement.request.service, terms)
+        if server != record.placement.server:
             record.former_servers = tuple(sorted(
-                (set(record.former_servers) | {record.placement.server}) - {migration.server}))
-        record.placement = Placement(record.placement.request, migration.server,
-                                     migration.bitrate if migration.bitrate is not None
-                                     else record.placement.bitrate)
+                (set(record.former_servers) | {record.placement.server}) - {server}))
+        record.placement = Placement.of(record.placement.request, server,
+                                        record.placement.terms.updated(terms))
         record.migrations += 1
-        outcome.placed[migration.flow] = migration.server
-        outcome.switches |= self._refresh(migration.flow)
+        outcome.placed[flow] = server
+        outcome.switches |= self._refresh(flow)
 
     def _check_server(self, service: str, server: str) -> None:
         if server not in self.view.services[service].servers:
             raise ValueError(f"{server} does not serve {service}")
+
+    def _check_terms(self, service: str, terms: Terms) -> None:
+        """What a decision message can carry: candidates serve the service, relays are hosts
+        of the network, attributes are a few named scalars."""
+        for candidate in terms.candidates:
+            self._check_server(service, candidate)
+        for relay in terms.via:
+            self.view.attachment(relay)  # KeyError for a node that is not a host
+        if len(terms.candidates) > MAX_TERMS or len(terms.via) > MAX_TERMS or len(
+                terms.attributes) > MAX_TERMS:
+            raise ValueError(f"at most {MAX_TERMS} candidates, relays and attributes each")
+        for name, value in terms.attributes.items():
+            if not (value is None or isinstance(value, (bool, int, str))
+                    or isinstance(value, float) and math.isfinite(value)):
+                raise ValueError(f"attribute {name!r} is not a scalar: {value!r}")
 
     # persistence: a restarted controller takes over the flows placed before
 
     def snapshot(self) -> dict:
         return {"flows": [{"flow": flow, "client": r.placement.request.client,
                            "service": r.placement.request.service,
+                           "port": r.placement.request.client_port,
                            "demand": r.placement.request.demand,
                            "bitrates": list(r.placement.request.bitrates),
                            "server": r.placement.server, "bitrate": r.placement.bitrate,
+                           "candidates": list(r.placement.candidates),
+                           "via": list(r.placement.via),
+                           "attributes": dict(r.placement.attributes),
                            "path": list(r.path) if r.path else None,
                            "migrations": r.migrations, "former_servers": list(r.former_servers)}
                           for flow, r in self.flows.items()],
@@ -315,9 +366,11 @@ class ControllerCore:
             if item["service"] not in self.view.services:
                 continue
             request = self.request_for(item["client"], item["service"], item["demand"],
-                                       tuple(item["bitrates"]), item["flow"])
+                                       tuple(item["bitrates"]), item["flow"], item.get("port"))
+            terms = Terms(item["bitrate"], tuple(item.get("candidates", ())),
+                          tuple(item.get("via", ())), dict(item.get("attributes", {})))
             self.flows[item["flow"]] = FlowRecord(
-                Placement(request, item["server"], item["bitrate"]),
+                Placement.of(request, item["server"], terms),
                 tuple(item["path"]) if item["path"] else None, item["migrations"],
                 tuple(item.get("former_servers", ())))
             self._refresh(item["flow"])
@@ -331,13 +384,37 @@ class ControllerCore:
                     item.get("sent", 0.0) if _finite(item.get("sent")) else 0.0))
 
     def request_for(self, client: str, service: str, demand: float | None = None,
-                    bitrates: tuple[float, ...] = (), flow: str | None = None) -> Request:
-        """A request as the controller names it: flow ``client/service`` unless given."""
+                    bitrates: tuple[float, ...] = (), flow: str | None = None,
+                    port: int | None = None) -> Request:
+        """A request as the controller names it: flow ``client/service`` (``:port`` with a
+        client port) unless given."""
         if service not in self.view.services:
             raise KeyError(f"unknown service {service!r}")
-        return Request(flow or f"{client}/{service}", client, service,
+        default = f"{client}/{service}" + (f":{port}" if port is not None else "")
+        return Request(flow or default, client, service,
                        self.view.services[service].demand if demand is None else demand,
-                       tuple(bitrates), dict(self.view.labels.get(client, {})))
+                       tuple(bitrates), dict(self.view.labels.get(client, {})), port)
+
+    def decision_message(self, request_id: int, flow: str,
+                         migrated: bool = False) -> protocol.Decision:
+        """The control protocol's ``decision`` about a placed flow: its server and terms, the
+        hosts they name with their addresses."""
+        record = self.flows[flow]
+        placement = record.placement
+
+        def hops(names) -> list[protocol.Hop]:
+            return [protocol.Hop(name=name, address=self.view.attachment(name).address)
+                    for name in names]
+
+        return protocol.Decision(id=request_id, flow=flow, client=placement.request.client,
+                                 service=placement.request.service,
+                                 port=placement.request.client_port, server=placement.server,
+                                 address=self.view.attachment(placement.server).address,
+                                 bitrate=placement.bitrate,
+                                 candidates=hops(placement.candidates),
+                                 via=hops(placement.via), attributes=dict(placement.attributes),
+                                 path=list(record.path) if record.path else None,
+                                 migrated=migrated)
 
     def client_of(self, address: str) -> str | None:
         attachment = self.view.by_address.get(address)

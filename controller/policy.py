@@ -8,8 +8,9 @@ State in: the network (a graph of nodes with one-way link delays), the servers o
 with their capacities and last reported loads, the recent load reports of every server (with
 the times they arrived), the clients, the flows already placed and the
 requests waiting for a decision. Decisions out: for each request the server it goes to (or a
-rejection), the bitrate to serve it at, an explicit path when the default shortest path will
-not do, and migrations of flows already placed.
+rejection) with its :class:`Terms` (the bitrate to serve it at, ranked candidates to probe, a
+via chain of relays, attributes), an explicit path when the default shortest path will not do,
+and migrations of flows already placed.
 
 Units are the scenario's: capacity, load and demand are in the same unit per service (bits
 per second for streams, requests per second for request/response services, or whatever the
@@ -72,9 +73,12 @@ class Client:
 class Request:
     """A flow asking to be placed: ``client`` wants ``service`` with ``demand``.
 
-    ``flow`` names the flow and is unique within the controller (``client/service`` unless the
-    client asks for several); ``bitrates`` lists what the client can take, best first, for
-    policies that choose a bitrate (empty: the policy chooses none).
+    ``flow`` names the flow and is unique within the controller (``client/service``, or
+    ``client/service:port`` with a ``client_port``); ``bitrates`` lists what the client can
+    take, best first, for policies that choose a bitrate (empty: the policy chooses none).
+    ``client_port`` is the transport port the client sends this flow from, when one host
+    stands for several terminals or cameras: it has a flow per port, each steered on its own
+    (None: the flow is all the host's traffic to the service).
     """
 
     flow: str
@@ -83,15 +87,67 @@ class Request:
     demand: float = 0.0
     bitrates: tuple[float, ...] = ()
     labels: dict = field(default_factory=dict, hash=False, compare=False)
+    client_port: int | None = None
+
+
+# A value of a decision's attribute map: small, typed, and what JSON carries as it is.
+Attribute = bool | int | float | str | None
 
 
 @dataclass(frozen=True)
-class Placement:
-    """A flow already placed: the request and the server it is on."""
+class Terms:
+    """What a decision tells the flow's hosts beside its server, carried as one piece from the
+    policy through the controller to the decision message and the agent that follows it:
+
+    * ``bitrate`` to serve the flow at (None: the policy chooses none);
+    * ``candidates``: servers ranked best first for the client to probe before it confirms
+      one with ``steer`` (seed 001); the decided server is the policy's own pick;
+    * ``via``: relay hosts the flow goes through, in order from the client's side (relays,
+      back-to-source, cascades, a streamer's edge); a forwarder at ``via[i]`` sends on to
+      ``via[i + 1]``, the last one to the server;
+    * ``attributes``: anything else a scheme's agents need, name -> bool, int, float, string
+      or None (at most 16)."""
+
+    bitrate: float | None = None
+    candidates: tuple[str, ...] = ()
+    via: tuple[str, ...] = ()
+    attributes: Mapping[str, Attribute] = field(default_factory=dict, hash=False)
+
+    def updated(self, newer: Terms) -> Terms:
+        """These terms with what ``newer`` says replacing them, field by field (a migration
+        that names no bitrate keeps the flow's)."""
+        return Terms(self.bitrate if newer.bitrate is None else newer.bitrate,
+                     newer.candidates or self.candidates, newer.via or self.via,
+                     newer.attributes or self.attributes)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _WithTerms:
+    """The fields of :class:`Terms` besides the bitrate, by keyword, on placements and
+    decisions (each has its own ``bitrate`` field, positional, as before there were terms)."""
+
+    candidates: tuple[str, ...] = ()
+    via: tuple[str, ...] = ()
+    attributes: Mapping[str, Attribute] = field(default_factory=dict, hash=False)
+
+    @property
+    def terms(self) -> Terms:
+        return Terms(self.bitrate, tuple(self.candidates), tuple(self.via),
+                     dict(self.attributes))
+
+
+@dataclass(frozen=True)
+class Placement(_WithTerms):
+    """A flow already placed: the request, the server it is on and its terms."""
 
     request: Request
     server: str
     bitrate: float | None = None
+
+    @classmethod
+    def of(cls, request: Request, server: str, terms: Terms) -> Placement:
+        return cls(request, server, terms.bitrate, candidates=terms.candidates, via=terms.via,
+                   attributes=terms.attributes)
 
 
 @dataclass(frozen=True)
@@ -151,9 +207,10 @@ class State:
 
 
 @dataclass(frozen=True)
-class Assignment:
+class Assignment(_WithTerms):
     """Put ``flow`` on ``server`` (at ``bitrate``, along ``path`` when given: the node names from
-    the client to the server, switches included)."""
+    the client to the server, switches included), with ``candidates``, ``via`` and
+    ``attributes`` as :class:`Terms` says."""
 
     flow: str
     server: str
@@ -162,9 +219,9 @@ class Assignment:
 
 
 @dataclass(frozen=True)
-class Migration:
+class Migration(_WithTerms):
     """Move a placed flow to another server (the flow keeps running; the controller re-steers
-    it)."""
+    it). Terms it gives replace the flow's; those it leaves out (None, empty) stay."""
 
     flow: str
     server: str

@@ -12,7 +12,9 @@ load        host -> controller  node, service (or null), load (>= 0, the service
                                 (the sender's CLOCK_REALTIME, seconds), seq (the sender's
                                 report count), urgent (sent on a threshold crossing); never
                                 answered
-join        host -> controller  id, node, service, flow (default ``node/service``), demand
+join        host -> controller  id, node, service, port (the client's transport port of
+                                this flow, or null: all its traffic), flow (default
+                                ``node/service``, ``node/service:port`` with a port), demand
                                 (>= 0, default 0), bitrates (best first, at most 16)
 leave       host -> controller  id, node, flow
 steer       any -> controller   id, flow, server: move a placed flow there (a migration)
@@ -20,7 +22,9 @@ path        any -> controller   id, flow, via (1 to 32 node names, client to ser
 subscribe   host -> controller  id, node: push decisions about this node's flows and servers
 query       any -> controller   id: the controller's placements and servers
 decision    controller -> host  id (the request's; 0 when pushed), flow, client, service,
-                                server, address (the server's IP), bitrate, path, migrated
+                                port, server, address (the server's IP), bitrate, candidates
+                                and via (lists of {name, address}), attributes (name ->
+                                scalar), path, migrated
 rejected    controller -> host  id (0 when pushed), flow, reason
 ack         controller -> host  id
 error       controller -> host  id (null when the request had none that was valid), reason
@@ -65,6 +69,10 @@ Count = Annotated[int, Field(strict=True, ge=0, le=MAX_ID)]
 RequestId = Annotated[int, Field(strict=True, ge=1, le=MAX_ID)]
 ReplyId = Annotated[int, Field(strict=True, ge=0, le=MAX_ID)]  # 0: pushed, not a reply
 Route = Annotated[tuple[Name, ...], Field(min_length=1, max_length=32)]
+TransportPort = Annotated[int, Field(strict=True, ge=1, le=65535)]
+MAX_CANDIDATES = 16
+MAX_VIA = 16
+MAX_ATTRIBUTES = 16
 
 
 def _address(value: str) -> str:
@@ -80,6 +88,20 @@ Entry = Annotated[dict[Annotated[str, Field(strict=True, min_length=1, max_lengt
 # No count limit: a datagram's size bounds the entries of a part, and a client's merged state
 # holds them all.
 Entries = tuple[Entry, ...]
+
+
+AttributeName = Annotated[str, Field(strict=True, pattern=r"^[A-Za-z][A-Za-z0-9_]{0,31}$")]
+Attributes = Annotated[dict[AttributeName, Scalar], Field(max_length=MAX_ATTRIBUTES)]
+
+
+class Hop(BaseModel):
+    """A host a decision names (a candidate server, a relay), with its address, so the agent
+    following the decision needs no map of the network."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: Name
+    address: Address
 
 
 class Message(BaseModel):
@@ -147,6 +169,7 @@ class Join(Message):
     id: RequestId
     node: Name
     service: Name
+    port: TransportPort | None = None
     flow: Flow
     demand: Amount = 0.0
     bitrates: Annotated[tuple[Amount, ...], Field(max_length=16)] = ()
@@ -156,7 +179,9 @@ class Join(Message):
     def _default_flow(cls, data: Any) -> Any:
         if (isinstance(data, dict) and data.get("flow") is None
                 and isinstance(data.get("node"), str) and isinstance(data.get("service"), str)):
-            return {**data, "flow": f"{data['node']}/{data['service']}"}
+            port = data.get("port")
+            suffix = f":{port}" if type(port) is int else ""
+            return {**data, "flow": f"{data['node']}/{data['service']}{suffix}"}
         return data
 
 
@@ -206,16 +231,24 @@ class Query(Message):
 
 
 class Decision(Message):
-    """Where a flow goes: the reply to ``join`` or ``steer``, or pushed (``id`` 0)."""
+    """Where a flow goes: the reply to ``join`` or ``steer``, or pushed (``id`` 0). Beside the
+    server, the decision's terms (:class:`controller.policy.Terms`): ``bitrate``, ranked
+    ``candidates`` to probe before confirming one with ``steer``, the ``via`` chain of relay
+    hosts from the client's side, and ``attributes``. ``port`` is the client's transport port
+    of the flow (null: all its traffic to the service); ``path`` the pinned switches."""
 
     type: Literal["decision"] = "decision"
     id: ReplyId
     flow: Flow
     client: Name
     service: Name
+    port: TransportPort | None = None
     server: Name
     address: Address
     bitrate: Amount | None = None
+    candidates: Annotated[tuple[Hop, ...], Field(max_length=MAX_CANDIDATES)] = ()
+    via: Annotated[tuple[Hop, ...], Field(max_length=MAX_VIA)] = ()
+    attributes: Attributes = {}
     path: Route | None = None
     migrated: Annotated[bool, Field(strict=True)] = False
 

@@ -231,20 +231,24 @@ def _distance(distance_to, source: str, target: str) -> float:
 
 
 def steering(view: NetworkView, service: ServiceView, client: Attachment,
-             server: Attachment) -> tuple[str, list[Rule]]:
+             server: Attachment, client_port: int | None = None) -> tuple[str, list[Rule]]:
     """The two rules that bind a client's flow to a server, both on the client's switch: its
     packets to the service address go to the server, and the server's answers come back from
-    the service address. Returns the switch and the rules."""
+    the service address. With ``client_port`` the flow is only what the client sends from that
+    transport port (and the answers to it), so one host can have a flow per port, each on a
+    server of its own. Returns the switch and the rules."""
     protocol = IP_PROTO[service.protocol]
-    port_field = f"{service.protocol}_dst"
-    answer_field = f"{service.protocol}_src"
+    destination, source = f"{service.protocol}_dst", f"{service.protocol}_src"
     outbound = dict(eth_type=ETH_IPV4, ip_proto=protocol, ipv4_src=client.address,
                     ipv4_dst=service.address)
     inbound = dict(eth_type=ETH_IPV4, ip_proto=protocol, ipv4_src=server.address,
                    ipv4_dst=client.address)
     if service.port is not None:
-        outbound[port_field] = service.port
-        inbound[answer_field] = service.port
+        outbound[destination] = service.port
+        inbound[source] = service.port
+    if client_port is not None:
+        outbound[source] = client_port
+        inbound[destination] = client_port
     return client.switch, [
         Rule(CLASSIFY, PRIORITY_STEER, match(**outbound),
              (("set_field", "eth_dst", server.mac), ("set_field", "ipv4_dst", server.address)),

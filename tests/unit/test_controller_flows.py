@@ -285,3 +285,80 @@ def test_a_new_period_decides_every_flow_again_with_the_last_as_previous_state()
     for viewer in ("viewer1", "viewer2", "viewer3"):
         [(host, _)] = bed.udp(viewer, VIDEO)
         assert host == bed.core.flows[f"{viewer}/video"].placement.server
+
+
+# several flows per client and service, steered by the client's transport port
+
+
+def join_from(bed: Bed, client: str, port: int | None, flow: str | None = None):
+    outcome = bed.core.place([bed.core.request_for(client, "video", flow=flow, port=port)])
+    bed.sync(outcome.switches)
+    return outcome
+
+
+def test_one_host_has_a_flow_per_port_each_on_its_own_server():
+    bed = Bed()  # least loaded: the second flow goes to another edge
+    first = join_from(bed, "viewer1", 40001).placed["viewer1/video:40001"]
+    second = join_from(bed, "viewer1", 40002).placed["viewer1/video:40002"]
+    assert first != second
+    client = bed.view.attachment("viewer1")
+    for port, server in ((40001, first), (40002, second)):
+        [(host, delivered)] = bed.udp("viewer1", VIDEO, source_port=port)
+        assert host == server and delivered["udp_src"] == port
+        # the server's answer to that port comes back from the service address
+        [(host, answer)] = bed.send(server, eth_type=0x0800, ip_proto=UDP,
+                                    ipv4_dst=client.address, eth_dst=client.mac, udp_src=5004,
+                                    udp_dst=port)
+        assert (host, answer["ipv4_src"]) == ("viewer1", VIDEO)
+    # a port nobody joined from is no placed flow: the controller hears of it
+    assert bed.udp("viewer1", VIDEO, source_port=40003) == []
+    # answers from one flow's server to the other flow's port are not rewritten
+    [(host, answer)] = bed.send(first, eth_type=0x0800, ip_proto=UDP, ipv4_dst=client.address,
+                                eth_dst=client.mac, udp_src=5004, udp_dst=40002)
+    assert answer["ipv4_src"] == bed.view.attachment(first).address
+
+
+def test_port_flows_clash_with_the_same_port_and_with_a_whole_host_flow():
+    bed = Bed()
+    join_from(bed, "viewer1", 40001)
+    assert not join_from(bed, "viewer1", 40001).decision.rejections  # the same flow: placed
+    [again] = join_from(bed, "viewer1", 40001, "viewer1/camera7").decision.rejections
+    assert "already has flow viewer1/video:40001 for video from port 40001" in again.reason
+    [whole] = join_from(bed, "viewer1", None).decision.rejections
+    assert "already has flow viewer1/video:40001" in whole.reason
+    assert join_from(bed, "viewer1", 40002).placed  # another port is another flow
+    other = Bed()
+    join_from(other, "viewer1", None)
+    [port_flow] = join_from(other, "viewer1", 40001).decision.rejections
+    assert "already has flow viewer1/video" in port_flow.reason
+    # two ports asked for at once are both placed; two flows from one port are not
+    core = Bed().core
+    outcome = core.place([core.request_for("viewer2", "video", port=1),
+                          core.request_for("viewer2", "video", port=2),
+                          core.request_for("viewer2", "video", flow="viewer2/b", port=2)])
+    assert sorted(outcome.placed) == ["viewer2/video:1", "viewer2/video:2"]
+    assert [r.flow for r in outcome.decision.rejections] == ["viewer2/b"]
+
+
+def test_steering_one_port_flow_leaves_the_other_and_leaving_removes_only_its_rules():
+    bed = Bed()
+    first = join_from(bed, "viewer1", 40001).placed["viewer1/video:40001"]
+    second = join_from(bed, "viewer1", 40002).placed["viewer1/video:40002"]
+    target = next(edge for edge in ("edge1", "edge2", "edge3") if edge not in (first, second))
+    bed.sync(bed.core.steer("viewer1/video:40001", target).switches)
+    assert [h for h, _ in bed.udp("viewer1", VIDEO, source_port=40001)] == [target]
+    assert [h for h, _ in bed.udp("viewer1", VIDEO, source_port=40002)] == [second]
+    bed.sync(bed.core.leave("viewer1/video:40001").switches)
+    assert bed.udp("viewer1", VIDEO, source_port=40001) == []
+    assert [h for h, _ in bed.udp("viewer1", VIDEO, source_port=40002)] == [second]
+
+
+def test_port_flows_survive_a_controller_restart():
+    bed = Bed()
+    join_from(bed, "viewer1", 40001)
+    join_from(bed, "viewer1", 40002)
+    successor = ControllerCore(bed.view, create("least_loaded", {}))
+    successor.restore(bed.core.snapshot())
+    assert successor.flows["viewer1/video:40002"].placement.request.client_port == 40002
+    for switch in bed.view.switches:
+        assert not rules.diff(bed.installed[switch], successor.desired(switch))
