@@ -7,7 +7,8 @@ metrics are first averaged over its periods, so the repetitions are the independ
 ``summary.csv`` has, per sweep, value, policy and metric, their count, mean, standard deviation
 and the half-width of the 95% Student-t confidence interval of the mean. The plots (one per
 sweep and plotted metric, PNG and SVG, under ``plots/``) draw one line per policy with those
-intervals as error bars; they are drawn with matplotlib's Figure API, which renders with Agg
+intervals as error bars (or, for a metric the kind gives a model line for, the model's mean as
+the line and the measured means as points); they are drawn with matplotlib's Figure API, which renders with Agg
 and needs no display. ``report.md`` says what was run, compares the kind's claims with the
 paper's numbers the file cites, and tabulates every plotted metric.
 """
@@ -213,14 +214,23 @@ def plot(experiment: Experiment, summary: pd.DataFrame, directory: Path) -> list
             # Fixed margins: a layout engine would measure every label of every figure.
             figure.subplots_adjust(left=0.12, right=0.97, bottom=0.13, top=0.92)
             axes = figure.subplots()
+            line = kind.lines.get(name)
             for i, policy in enumerate(sweep.policies):
-                rows = (summary[(summary["sweep"] == sweep.name) & (summary["metric"] == name)
-                                & (summary["policy"] == policy)]
-                        .set_index("value").reindex(list(sweep.labels)))
+                def rows(metric: str) -> pd.DataFrame:
+                    return (summary[(summary["sweep"] == sweep.name)
+                                    & (summary["metric"] == metric)
+                                    & (summary["policy"] == policy)]
+                            .set_index("value").reindex(list(sweep.labels)))
                 # Side by side, so the policies' error bars do not hide one another.
                 shift = (i - (len(sweep.policies) - 1) / 2) * 0.012 * span
-                axes.errorbar(positions + shift, rows["mean"], yerr=rows["ci95"], label=policy,
-                              marker="o", markersize=4, capsize=3, linewidth=1.2)
+                measured = rows(name)
+                drawn = axes.errorbar(positions + shift, measured["mean"],
+                                      yerr=measured["ci95"], marker="o", markersize=4,
+                                      capsize=3, linewidth=0 if line else 1.2,
+                                      elinewidth=1.2, label=policy)
+                if line:
+                    axes.plot(positions, rows(line)["mean"], color=drawn[0].get_color(),
+                              linewidth=1.2, label=f"{policy}, {line}")
             if not sweep.numeric:
                 axes.set_xticks(positions, sweep.labels)
             axes.set_xlabel(_parameter_label(kind, sweep.parameter))

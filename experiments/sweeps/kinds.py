@@ -87,8 +87,10 @@ class Kind:
 
     ``run`` runs one cell and returns its rows, one per period, each holding ``metrics``
     (missing ones are left empty). ``plots`` names the metrics the report plots and tabulates.
-    ``claims`` are the paper's results an experiment file's ``paper:`` section may cite by
-    key; ``ablation`` names a parameter whose sweeps every claim is also measured along, value
+    ``lines`` maps a plotted metric to a model's prediction of it (another metric): its
+    figure draws the prediction as lines and the plotted metric as points with their
+    intervals, as papers draw theory against simulation. ``claims`` are the paper's results
+    an experiment file's ``paper:`` section may cite by key; ``ablation`` names a parameter whose sweeps every claim is also measured along, value
     by value. ``about`` is markdown opening the report (what a cell is, caveats), ``remarks``
     further markdown lines from the results."""
 
@@ -98,6 +100,7 @@ class Kind:
     run: CellRunner
     metrics: tuple[Metric, ...]
     plots: tuple[str, ...]
+    lines: Mapping[str, str] = field(default_factory=dict)
     claims: Mapping[str, Claim] = field(default_factory=dict)
     ablation: str | None = None
     about: str = ""

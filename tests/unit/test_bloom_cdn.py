@@ -4,6 +4,7 @@ simulation checked against the model."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from dataclasses import replace
 
 import numpy as np
@@ -16,13 +17,14 @@ from controller.policies.bloom_cdn.bloom import (CountingFilter, apply_update, b
 from controller.policies.bloom_cdn.chord import RING, ChordRing
 from controller.policies.bloom_cdn.model import (HIGH_TRAFFIC, LOW_TRAFFIC, Reading, Setting,
                                                  evaluate)
-from controller.policies.bloom_cdn.simulation import SimConfig, simulate
+from controller.policies.bloom_cdn.simulation import AdaptiveSwitch, SimConfig, Workload, simulate
 
 LOW = LOW_TRAFFIC
 
 
-def loads(result):
-    return {q.name: q.arrival_rate for q in result.queues}
+def loads(result, node=0):
+    """Each function's arrival rate at ``node`` (the DC's fetch queue has one)."""
+    return {q.name: q.arrival_rate for q in result.queues if q.node in (node, None)}
 
 
 # The model's traffic equations
@@ -97,7 +99,7 @@ def test_queue_at_its_rate_is_unstable():
 
 def test_every_reading_is_evaluated():
     readings = list(model.readings())
-    assert len(readings) == 3 * 2 * 2 * 2 * 2
+    assert len(readings) == 3 * 2 * 2 * 2 * 2 * 2
     rows = model.closest_readings()
     # Aggregate queues are unstable for linear at these rates: they are left out.
     assert all(row[1].node_queues != "aggregate" for row in rows)
@@ -193,7 +195,7 @@ def test_characteristic_time_fills_the_cache():
 def test_model_mean_is_inside_the_simulated_interval(setting, strategy, alpha):
     result = simulate(SimConfig(setting, strategy, alpha, duration=300, seed=7))
     assert abs(result.hit_rate - alpha) < 0.05
-    theory = evaluate(strategy, replace(setting, hops=result.mean_hops), result.hit_rate,
+    theory = evaluate(strategy, result.measured_setting(), result.hit_rate,
                       result.false_positive, result.false_miss)
     low, high = result.interval
     assert low <= theory.mean <= high, (theory.mean, result.interval)
@@ -212,3 +214,85 @@ def test_simulation_flags_an_overloaded_dc():
     assert result.unstable
     assert not simulate(SimConfig(LOW_TRAFFIC, "linear", 0.0, duration=100, warmup=10,
                                   seed=1)).unstable
+
+
+# The adaptive strategy
+
+
+def nominal(setting, small_popular):
+    workload = Workload(small_popular=small_popular)
+    popularity, sizes = workload.popularity(), workload.sizes()
+    return replace(setting, miss_item_bytes=float(popularity @ sizes),
+                   miss_item_bytes_square=float(popularity @ sizes ** 2))
+
+
+@pytest.mark.parametrize("setting,small_popular", [(LOW_TRAFFIC, True), (HIGH_TRAFFIC, False)])
+def test_adaptive_is_at_or_below_the_best_fixed_strategy_at_every_hit_rate(setting,
+                                                                          small_popular):
+    setting = nominal(setting, small_popular)
+    for alpha in np.linspace(0, 1, 21):
+        fixed = [evaluate(s, setting, alpha).mean for s in model.STRATEGIES]
+        assert model.adaptive(setting, alpha).mean <= min(fixed) * (1 + 1e-12)
+
+
+def test_high_traffic_cut_through_congests_the_dc_at_low_hit_rates():
+    setting = nominal(HIGH_TRAFFIC, False)
+    congested = [alpha for alpha in np.linspace(0, 1, 21)
+                 if not evaluate("cut_through", setting, alpha).stable]
+    assert congested and max(congested) < 0.4  # the paper: below ~30 %, fine above ~40 %
+    assert all(evaluate("parallel", setting, a).stable for a in congested)
+    assert model.adaptive(setting, 0.0).strategy == "adaptive"
+    assert model.adaptive(setting, 0.0).mean == evaluate("parallel", setting, 0.0).mean
+
+
+def test_adaptive_switch_has_hysteresis():
+    switch = AdaptiveSwitch(high=0.8, low=0.6, window=1.0)
+    for utilisation, cut in [(0.5, True), (0.79, True), (0.85, False), (0.7, False),
+                             (0.61, False), (0.55, True), (0.75, True)]:
+        switch.observe(utilisation)
+        assert switch.cut_through is cut, utilisation
+    assert switch.switches == 2
+    with pytest.raises(ValueError):
+        AdaptiveSwitch(high=0.5, low=0.6, window=1.0)
+
+
+def test_simulated_adaptive_leaves_cut_through_when_the_dc_congests():
+    workload = Workload(small_popular=False)
+    runs = {strategy: simulate(SimConfig(HIGH_TRAFFIC, strategy, 0.0, workload=workload,
+                                         duration=150, warmup=20, seed=5))
+            for strategy in ("cut_through", "adaptive")}
+    assert runs["cut_through"].dc_link_utilisation > 1  # two copies of every miss
+    assert runs["adaptive"].cut_through_share < 0.9
+    assert runs["adaptive"].dc_link_utilisation < runs["cut_through"].dc_link_utilisation
+
+
+# The experiment kind
+
+
+def test_kind_runs_a_cell_with_model_beside_it_and_the_files_load():
+    from experiments.kinds.bloom_cdn import KINDS, Parameters
+    from experiments.sweeps import experiment
+    from experiments.sweeps.kinds import Cell
+
+    (kind,) = KINDS
+    parameters = Parameters(traffic="low", hit_rate=0.5, duration=60, warmup=10)
+    (row,) = kind.run(Cell("e", "s", "hit_rate", "0.5", "parallel", 0, 3, parameters))
+    assert {metric.name for metric in kind.metrics} == set(row)
+    assert row["response_ci_low_ms"] <= row["response_ms"] <= row["response_ci_high_ms"]
+    assert abs(row["theory_error_pct"]) < 10 and row["theory_unstable"] == 0
+    (linear,) = kind.run(Cell("e", "s", "hit_rate", "0.5", "linear", 0, 3, parameters))
+    assert math.isnan(linear["fp"])  # linear has no filter
+    # An unstable model point is left empty, never a finite mean.
+    congested = Parameters(traffic="high", hit_rate=0.0, duration=40, warmup=5)
+    (cut,) = kind.run(Cell("e", "s", "hit_rate", "0", "cut_through", 0, 3, congested))
+    assert math.isnan(cut["theory_nominal_ms"])
+    saved = dict(experiment.KINDS)
+    try:
+        experiment.KINDS[kind.name] = kind
+        for name in ("low", "high"):
+            loaded = experiment.load(Path(__file__).parents[2] / "experiments"
+                                     / f"bloom_cdn-{name}.yaml")
+            assert loaded.kind is kind and loaded.sweeps[0].parameter == "hit_rate"
+    finally:
+        experiment.KINDS.clear()
+        experiment.KINDS.update(saved)

@@ -368,3 +368,14 @@ def test_later_periods_carry_the_allocation_forward():
 def test_the_optimal_cell_reports_its_solver():
     (row,) = live_edge.run_cell(tiny_cell("optimal", periods=1))
     assert row["solver_status"] == 0 and row["solver_gap"] == pytest.approx(0, abs=1e-6)
+
+
+def test_a_model_line_is_drawn_beside_the_measured_points(fake, monkeypatch, tmp_path):
+    # z as a "model" of y: y's figure draws z as each policy's line and y as its points.
+    with_line = dataclasses.replace(FAKE, lines={"y": "z"})
+    monkeypatch.setitem(experiments.KINDS, "fake", with_line)
+    experiment = dataclasses.replace(fake, kind=with_line)
+    run(experiment, tmp_path)
+    report.write(experiment, tmp_path)
+    svg = (tmp_path / "plots" / "along-x-y.svg").read_text()
+    assert "p, z" in svg and "q, z" in svg

@@ -65,12 +65,37 @@ whose ``mean`` is ``inf`` and whose ``unstable`` names the queues or links at fa
 - ``delay``: ``critical_path`` (what the user waits for) or ``all_visits`` (every queue a
   request visits, background ones included: the network's mean sojourn by Little's law).
 - ``cut_through_fetch``: ``once`` or ``twice`` (the DC queue serves the home node's copy too).
+- ``dc_link``: ``queue`` (the DC's output link is an M/G/1 FIFO of item transfers on the path
+  of every DC-served request, as in the simulation) or ``ignored`` (the paper's assumption 1:
+  transmission delays left out, the link only bounds stability).
 
-:func:`readings` enumerates them. None of the physically consistent readings reproduces both of
-the paper's low-traffic figures (parallel -23.6 %, cut-through -65.2 % against linear at 0 %
-hits): with the paper's rates the per-node response queue (1/(60 - 2) s) dominates linear's
-delay, and both filter strategies skip most of the rest, so parallel saves far more than 23.6 %
-and cut-through nearly everything. The report tabulates every reading's figures.
+**The adaptive strategy** (the paper's future work, :func:`adaptive`): cut-through while the DC
+is not congested, parallel when it is; in steady state at one operating point, cut-through
+where its DC utilisation stays at or below the switch's upper threshold.
+
+:func:`readings` enumerates them (96 combinations); :func:`closest_readings` ranks them by
+distance to the paper's low-traffic figures (parallel -23.6 %, cut-through -65.2 % against
+linear at 0 % hits). **None reproduces both.** The default reading (per-node queues, transit
+routing load, ceil(log2 N) hops, critical path) gives -55.7 % and -97.8 % (-54.7 % and -96.6 %
+with the DC link queue): with the paper's rates the per-node response queue, 1/(60 - 2) s, is
+42 % of linear's 41 ms and the hops 51 %, and a filter-judged miss skips both in cut-through
+and the hops in parallel. The nearest readings are ``pooled`` ones (parallel -26.1 %,
+cut-through -46.4 %): one queue per function at N times a node's rate shrinks the node queues
+to the DC's size. Free searches over which queues to count fit both figures only with paths
+no strategy has (parallel without the DC on a miss, for one): the paper's figures came from
+equations we cannot recover, so this module keeps the physically consistent reading as the
+default and reports the others. High traffic: with items sized by popularity (log-normal,
+sigma = 1, the largest most requested) and hits independent of size, cut-through's two copies
+per miss overload the DC's 100 MB/s link below ~35 % hits and beat every other strategy from
+~45 %, the shape the paper reports (congested below ~30 %, best above ~40 %); sigma was not
+tuned to it.
+
+**Filter errors.** fp from Bloom collisions is (1 - e^(-k n / m))^k for a node filter of
+m = 40,000 bits, k = 4 and n cached items (8e-5 at the paper's 1,000 items); a lookup tests
+only the home node's slice of the global filter. Staleness adds false positives (items evicted
+since the last synchronisation) and false misses (items cached since): :func:`stale_share`
+gives the first-order share, exact while the synchronisation interval is shorter than the
+LRU's characteristic time and an over-estimate beyond it.
 """
 
 from __future__ import annotations
@@ -85,6 +110,9 @@ from typing import Literal
 import numpy as np
 
 STRATEGIES = ("linear", "parallel", "cut_through")
+# The adaptive switch's DC utilisation thresholds: the upper one where the model's cut-through
+# and parallel delays cross in the high-traffic setting (0.875), the lower one for hysteresis.
+ADAPTIVE_HIGH, ADAPTIVE_LOW = 0.875, 0.7
 
 
 @dataclass(frozen=True)
@@ -102,6 +130,11 @@ class Setting:
     nodes: int = 50
     dc_bandwidth: float = math.inf
     miss_item_bytes: float = 0.0
+    miss_item_bytes_square: float | None = None  # E[size^2] of DC-sent items; None: all equal
+    # Each node's share of the lookups (its home items' popularity) and of the routing
+    # services; None: 1/N each, the paper's homogeneous nodes.
+    home_shares: tuple[float, ...] | None = None
+    routing_shares: tuple[float, ...] | None = None
     hops: float | None = None  # mean routing hops when known (a simulated ring's); else the reading's
 
 
@@ -122,6 +155,7 @@ class Reading:
     hops: Literal["ceil_log2", "chord_mean"] = "ceil_log2"
     delay: Literal["critical_path", "all_visits"] = "critical_path"
     cut_through_fetch: Literal["once", "twice"] = "once"
+    dc_link: Literal["queue", "ignored"] = "queue"
 
     def hop_count(self, nodes: int) -> float:
         return math.ceil(math.log2(nodes)) if self.hops == "ceil_log2" else math.log2(nodes) / 2
@@ -143,12 +177,13 @@ def readings() -> Iterator[Reading]:
 class QueueLoad:
     """One queue of the network: its arrival rate, service rate, utilisation and mean
     sojourn (inf when unstable), and how many times per request, on average, it sits on the
-    path to the user."""
+    path to the user (counted in the delay)."""
 
     name: str
     arrival_rate: float
     service_rate: float
     critical_visits: float
+    node: int | None = None  # per-node queues: whose
 
     @property
     def utilisation(self) -> float:
@@ -228,32 +263,89 @@ def evaluate(strategy: str, setting: Setting, alpha: float, fp: float = 0.0, fn:
         if strategy == "cut_through" and reading.cut_through_fetch == "twice":
             background["fetch"] = direct
     routing_visits = hops if reading.routing_load == "transit" else 1.0
-    loads = {"routing": routing_visits * lam, "lookup": lam,
-             "fetch": fetched * lam + background.get("fetch", 0.0) * lam,
-             "response": response_load * lam}
-    rates = {"routing": setting.routing_rate, "lookup": setting.lookup_rate,
-             "fetch": setting.fetch_rate, "response": setting.response_rate}
+    uniform = np.full(n, 1.0 / n)
+    home = uniform if setting.home_shares is None else np.asarray(setting.home_shares)
+    routing = uniform if setting.routing_shares is None else np.asarray(setting.routing_shares)
+    # Per function: (service rate, [(total load, critical visits per request, node shares)]).
+    parallel_direct = direct if strategy == "parallel" else 0.0
+    functions = {
+        "routing": (setting.routing_rate, [(routing_visits * lam, critical["routing"]
+                                            + _also(reading, background, "routing"), routing)]),
+        "lookup": (setting.lookup_rate, [(lam, critical["lookup"]
+                                          + _also(reading, background, "lookup"), home)]),
+        "response": (setting.response_rate,
+                     [((response_load - parallel_direct) * lam,
+                       critical["response"] - parallel_direct, home),
+                      (parallel_direct * lam, parallel_direct, uniform)]),
+    }
     queues = []
-    for name in ("routing", "lookup", "fetch", "response"):
-        load, rate = loads[name], rates[name]
-        if name != "fetch":
-            if reading.node_queues == "per_node":
-                load /= n
-            elif reading.node_queues == "pooled":
-                rate *= n
-        visits = critical[name] + (background.get(name, 0.0) if reading.delay == "all_visits"
-                                   else 0.0)
-        queues.append(QueueLoad(name, load, rate, visits))
-    copies = 2.0 if strategy == "cut_through" else 1.0
-    dc_bytes = lam * (fetched + (direct if copies == 2 else 0.0)) * setting.miss_item_bytes
+    for name, (rate, parts) in functions.items():
+        if reading.node_queues == "per_node":
+            loads = sum(load * shares for load, _, shares in parts)
+            visits = sum(visit * shares for _, visit, shares in parts)
+            queues += [QueueLoad(name, float(loads[i]), rate, float(visits[i]), i)
+                       for i in range(n)]
+        else:
+            queues.append(QueueLoad(name, sum(load for load, _, _ in parts),
+                                    rate * (n if reading.node_queues == "pooled" else 1),
+                                    sum(visit for _, visit, _ in parts)))
+    queues.append(QueueLoad("fetch", (fetched + background.get("fetch", 0.0)) * lam,
+                            setting.fetch_rate, critical["fetch"]))
+    copies = fetched + (direct if strategy == "cut_through" else 0.0)
+    dc_bytes = lam * copies * setting.miss_item_bytes
     link = dc_bytes / setting.dc_bandwidth
-    unstable = tuple(f"{q.name} queue (load {q.arrival_rate:.4g} >= rate {q.service_rate:.4g})"
-                     for q in queues if q.arrival_rate >= q.service_rate)
+    overloaded = {}
+    for q in queues:
+        if q.arrival_rate >= q.service_rate:
+            overloaded.setdefault(q.name, q)
+    unstable = tuple(f"{q.name} queue{'' if q.node is None else f' of node {q.node}'} (load "
+                     f"{q.arrival_rate:.4g} >= rate {q.service_rate:.4g})"
+                     for q in overloaded.values())
     if link >= 1:
         unstable += (f"DC link ({dc_bytes / 1e6:.4g} MB/s >= {setting.dc_bandwidth / 1e6:.4g})",)
     mean = math.inf if unstable else sum(q.critical_visits * q.sojourn for q in queues
                                          if q.critical_visits)
+    if not unstable and reading.dc_link == "queue" and setting.miss_item_bytes and fetched:
+        # Each DC-served request's own copy; cut-through's misses send two back to back.
+        batch_square = (shares.false_positive + (4 if strategy == "cut_through" else 1) * direct)
+        mean += fetched * _link_sojourn(setting, lam * fetched, batch_square / fetched,
+                                        lam * copies)
     return Result(strategy, mean, tuple(queues), link, unstable)
+
+
+def _also(reading: Reading, background: dict[str, float], name: str) -> float:
+    """The background visits that count as delay in ``reading``."""
+    return background.get(name, 0.0) if reading.delay == "all_visits" else 0.0
+
+
+def _link_sojourn(setting: Setting, batch_rate: float, batch_square: float,
+                  copies_rate: float) -> float:
+    """The DC output link as an M/G/1 FIFO (Pollaczek-Khinchine) whose jobs are each request's
+    copies sent back to back (a batch of b copies of one item, size b S): the mean wait
+    batch_rate E[b^2] E[S^2] / (2 (1 - rho)), then the request's own copy, E[S]."""
+    mean = setting.miss_item_bytes / setting.dc_bandwidth
+    square = (setting.miss_item_bytes ** 2 if setting.miss_item_bytes_square is None
+              else setting.miss_item_bytes_square) / setting.dc_bandwidth ** 2
+    rho = copies_rate * mean
+    return batch_rate * batch_square * square / (2 * (1 - rho)) + mean
+
+
+def dc_utilisation(result: Result) -> float:
+    """The DC's utilisation: the larger of its fetch queue's and its output link's."""
+    fetch = next(q for q in result.queues if q.name == "fetch")
+    return max(fetch.utilisation, result.dc_link_utilisation)
+
+
+def adaptive(setting: Setting, alpha: float, fp: float = 0.0, fn: float = 0.0,
+             reading: Reading = Reading(), high: float = ADAPTIVE_HIGH) -> Result:
+    """The adaptive strategy in steady state: cut-through where that keeps the DC's
+    utilisation at most ``high`` (the switch's upper threshold), parallel elsewhere. The
+    simulation's switch measures the utilisation and applies hysteresis; at a fixed operating
+    point it settles in one mode, this one."""
+    cut = evaluate("cut_through", setting, alpha, fp, fn, reading)
+    if cut.stable and dc_utilisation(cut) <= high:
+        return replace(cut, strategy="adaptive")
+    return replace(evaluate("parallel", setting, alpha, fp, fn, reading), strategy="adaptive")
 
 
 def false_positive_rate(bits: int, hashes: int, items: float) -> float:

@@ -28,15 +28,15 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import simpy
 
-from .bloom import (NODE_FILTER_BYTES, CountingFilter, GlobalFilter, SyncLog,
+from .bloom import (HASHES, NODE_FILTER_BYTES, CountingFilter, GlobalFilter, SyncLog,
                     bit_positions, delta_update)
 from .chord import ChordRing, identifier
-from .model import Setting, characteristic_time
+from .model import ADAPTIVE_HIGH, ADAPTIVE_LOW, Setting, characteristic_time, false_positive_rate, stale_share
 
 STRATEGIES = ("linear", "parallel", "cut_through", "adaptive")
 
@@ -81,8 +81,8 @@ class SimConfig:
     sync_period: float | None = None  # or seconds between them
     seed: int = 0
     batches: int = 20
-    adaptive_high: float = 0.8  # DC utilisation above which adaptive switches to parallel
-    adaptive_low: float = 0.6  # and below which it switches back to cut-through
+    adaptive_high: float = ADAPTIVE_HIGH  # DC utilisation above which adaptive goes parallel
+    adaptive_low: float = ADAPTIVE_LOW  # and below which it goes back to cut-through
     adaptive_window: float = 2.0  # seconds over which the DC's utilisation is measured
 
 
@@ -103,10 +103,21 @@ class SimResult:
     capacity: int
     dc_utilisation: float  # fetch queue busy share
     dc_link_utilisation: float
+    dc_item_bytes: tuple[float, float]  # mean and mean square of the sizes the DC sent
+    home_shares: tuple[float, ...]  # each node's share of the lookups
+    routing_shares: tuple[float, ...]  # and of the routing services
     sync: SyncLog
     cut_through_share: float = 0.0  # adaptive: share of filter-judged misses sent cut-through
     unstable: bool = False  # the DC fetch queue or link still grew at the end
     queue_busy: dict = field(default_factory=dict)
+
+    def measured_setting(self) -> Setting:
+        """The run's setting with what the run measured of its structure (mean routing hops,
+        each node's shares, the sizes the DC sent), for the model to be evaluated on."""
+        mean, square = self.dc_item_bytes
+        return replace(self.config.setting, hops=self.mean_hops, miss_item_bytes=mean,
+                       miss_item_bytes_square=square, home_shares=self.home_shares,
+                       routing_shares=self.routing_shares)
 
     @property
     def interval(self) -> tuple[float, float]:
@@ -256,6 +267,7 @@ class Simulation:
                                      "cut_through", "filter_miss"), 0)
         self.dc_link_busy = 0.0
         self.dc_link_free_at = 0.0
+        self.dc_sent: list[float] = []  # sizes of the items the DC sent (after the warm-up)
         self.switch = AdaptiveSwitch(config.adaptive_high, config.adaptive_low,
                                      config.adaptive_window)
 
@@ -313,13 +325,15 @@ class Simulation:
     # --- the DC
 
     def _dc_send(self, item: int) -> float:
-        """Queue ``item``'s bytes on the DC's output link (utilisation only; the paper's
-        model has no transmission delay). Returns the link's backlog in seconds."""
+        """Queue ``item``'s bytes on the DC's output link, a FIFO at the DC's bandwidth;
+        returns when the transfer ends."""
         seconds = self.sizes[item] / self.config.setting.dc_bandwidth
         start = max(self.env.now, self.dc_link_free_at)
         self.dc_link_free_at = start + seconds
         self.dc_link_busy += seconds
-        return self.dc_link_free_at - self.env.now
+        if self.env.now >= self.config.warmup:
+            self.dc_sent.append(self.sizes[item])
+        return self.dc_link_free_at
 
     def _dc_monitor(self):
         window = self.config.adaptive_window
@@ -342,9 +356,12 @@ class Simulation:
         return len(path) - 1
 
     def _fetch(self, item: int, copies: int):
+        """The DC fetches ``item`` and sends ``copies`` of it; the first is the one the
+        request waits for."""
         yield from self.fetch.serve()
-        for _ in range(copies):
-            self._dc_send(item)
+        done = [self._dc_send(item) for _ in range(copies)][0]
+        if self.config.setting.dc_bandwidth < math.inf:
+            yield self.env.timeout(done - self.env.now)
 
     def _home_path(self, entry: int, item: int, home: int):
         """Routed to the home node, looked up, fetched from the DC on a miss, answered."""
@@ -422,6 +439,24 @@ class Simulation:
                     return
                 self.env.process(self._request(int(self.entries[group]), int(item)))
 
+    def predicted_filter_errors(self) -> tuple[float, float]:
+        """The model's fp (Bloom collisions, :func:`.model.false_positive_rate` at each
+        node's load) and fn (:func:`.model.stale_share` at the synchronisation interval) for
+        this run's caches, as shares of all requests."""
+        setting, config = self.config.setting, self.config
+        fp = fn = 0.0
+        for index, node in enumerate(self.nodes):
+            rates = self.popularity[self.homes == index] * setting.arrival_rate
+            share = rates.sum() / setting.arrival_rate
+            t = characteristic_time(rates, node.capacity)
+            hit = 1.0 if math.isinf(t) else np.sum(rates * -np.expm1(-rates * t)) / rates.sum()
+            collision = false_positive_rate(NODE_FILTER_BYTES * 8, HASHES, node.capacity)
+            interval = (config.sync_period if config.sync_period
+                        else config.sync_every / rates.sum())
+            fp += share * (1 - hit) * collision
+            fn += share * stale_share(rates, t, interval)
+        return fp, fn
+
     def run(self) -> SimResult:
         config = self.config
         self.env.process(self._users())
@@ -455,11 +490,21 @@ class Simulation:
             false_positive_stale=fp_stale, false_miss=counts["fn"] / checks,
             mean_hops=counts["hops"] / max(issued, 1), capacity=self.capacity,
             dc_utilisation=self.fetch.busy / self.env.now,
-            dc_link_utilisation=self.dc_link_busy / config.duration, sync=self.sync,
+            dc_link_utilisation=self.dc_link_busy / config.duration,
+            dc_item_bytes=(float(np.mean(self.dc_sent)), float(np.mean(np.square(self.dc_sent))))
+            if self.dc_sent else (0.0, 0.0),
+            home_shares=_shares([node.lookup.arrivals for node in self.nodes]),
+            routing_shares=_shares([node.routing.arrivals for node in self.nodes]),
+            sync=self.sync,
             cut_through_share=counts["cut_through"] / max(counts["filter_miss"], 1),
             unstable=unstable,
             queue_busy={"routing": np.mean([n.routing.busy for n in self.nodes]) / self.env.now,
                         "response": np.mean([n.response.busy for n in self.nodes]) / self.env.now})
+
+
+def _shares(counts: list[int]) -> tuple[float, ...]:
+    total = sum(counts)
+    return tuple(count / total if total else 1 / len(counts) for count in counts)
 
 
 def simulate(config: SimConfig) -> SimResult:
