@@ -76,7 +76,7 @@ where its DC utilisation stays at or below the switch's upper threshold.
 :func:`readings` enumerates them (96 combinations); :func:`closest_readings` ranks them by
 distance to the paper's low-traffic figures (parallel -23.6 %, cut-through -65.2 % against
 linear at 0 % hits). **None reproduces both.** The default reading (per-node queues, transit
-routing load, ceil(log2 N) hops, critical path) gives -55.7 % and -97.8 % (-54.7 % and -96.6 %
+routing load, ceil(log2 N) hops, critical path) gives -55.7 % and -97.8 % (-55.2 % and -96.6 %
 with the DC link queue): with the paper's rates the per-node response queue, 1/(60 - 2) s, is
 42 % of linear's 41 ms and the hops 51 %, and a filter-judged miss skips both in cut-through
 and the hops in parallel. The nearest readings are ``pooled`` ones (parallel -26.1 %,
