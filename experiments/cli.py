@@ -349,16 +349,16 @@ def command_runs(arguments: argparse.Namespace) -> int:
         console.print(f"no runs under {_runs_root(arguments)}", markup=False)
         return 0
     table = Table(title=f"runs in {_runs_root(arguments)}", title_justify="left")
-    for column in ("run", "scenario", "status", "started", "duration s", "verdict"):
-        table.add_column(column, overflow="fold")
+    for column in ("run", "scenario", "status", "duration s", "verdict"):
+        table.add_column(column, no_wrap=True)
     for record in records:
         colour = {"completed": "green", "running": "yellow"}.get(record.status, "red")
         table.add_row(record.path.name, str(record.manifest.get("scenario")),
                       f"[{colour}]{record.status}[/{colour}]",
-                      str(record.manifest.get("started")),
                       f"{record.duration_s:.1f}" if record.duration_s is not None else "-",
-                      record.verdict)
+                      record.verdict.split(":")[0])
     console.print(table)
+    console.print("(edgebed report RUN for a run's flags, tables and plots)", markup=False)
     return 0
 
 
@@ -384,10 +384,11 @@ def command_compare(arguments: argparse.Namespace) -> int:
     if joined.empty:
         console.print("neither run measured a flow", markup=False)
         return 0
-    table = Table(title="flows (A → B)", title_justify="left")
-    for column in ("node", "flow", "loss A", "loss B", "delay ms A", "delay ms B",
-                   "Mbit/s A", "Mbit/s B"):
-        table.add_column(column, no_wrap=True)
+    table = Table(title="flows (A → B; delay: mean one-way ms)", title_justify="left")
+    table.add_column("node", no_wrap=True)
+    table.add_column("flow", overflow="fold", min_width=12)
+    for column in ("loss A", "loss B", "delay A", "delay B", "Mb/s A", "Mb/s B"):
+        table.add_column(column, no_wrap=True, min_width=len(column))
 
     def cell(value, scale=1.0, digits=2, suffix=""):
         return "-" if value != value else f"{value * scale:.{digits}f}{suffix}"

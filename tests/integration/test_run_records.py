@@ -24,7 +24,7 @@ def test_runs_compare_and_report_read_a_real_run(tmp_path, state_before):
 
     compared = edgebed("compare", str(run), run.name, "--runs-dir", str(runs))
     assert compared.returncode == 0, compared.stderr
-    assert "viewer1" in compared.stdout and "flows (A → B)" in compared.stdout
+    assert "viewer1" in compared.stdout and "flows (A → B" in compared.stdout
 
     reported = edgebed("report", run.name, "--runs-dir", str(runs))
     assert reported.returncode == 0, reported.stderr
