@@ -33,7 +33,9 @@ SERVERS = tuple(Server(name, "live", f"10.0.0.{i}", 2e6, labels={"region": regio
                 for i, (name, region) in enumerate((("a1", "cn"), ("b1", "cn"), ("u1", "us")), 1))
 CLIENTS = tuple(Client(name, f"10.0.1.{i}", {"region": region}) for i, (name, region) in
                 enumerate((("v1", "cn"), ("v2", "cn"), ("v3", "cn"), ("w1", "us"),
-                           ("x1", "eu")), 1))
+                           ("x1", "eu")), 1)) + tuple(
+    Client(center, f"10.0.2.{i}", {"role": "dispatch"})
+    for i, center in enumerate(("cn", "us", "c1", "c2", "c3"), 1))
 
 
 def request(client: str) -> Request:
@@ -95,7 +97,7 @@ def test_shared_capacity_trusts_stale_reports_and_redirects_after():
     second = State(graph(), SERVERS, clients, tuple(placed), (request("v3"),), 0.1)
     assert policy.decide(second).assignments[0].server == "a1"  # oversold: 3 on 2
     placed.append(Placement(request("v3"), "a1"))
-    report = {"a1": (LoadReport("a1", 0.2, 3e6, {"streams": 3}),)}
+    report = {"a1": (LoadReport("a1", 0.2, 3e6, {"sessions": 3}),)}
     redirect = policy.decide(State(graph(), SERVERS, clients, tuple(placed), (), 0.3,
                                    loads=report))
     assert [(m.flow, m.server) for m in redirect.migrations] == [("v3/live", "b1")]
@@ -127,3 +129,23 @@ def test_bad_input_is_rejected_with_a_reason():
         DispatchParams(centers={})
     nowhere = State(graph(), (), CLIENTS, (), (request("v1"),))
     assert "no media nodes" in policy.decide(nowhere).rejections[0].reason
+    typo = Dispatch(DispatchParams(centers={"cn": "cn", "uss": "us"}))
+    assert "dispatch center 'uss' is not a host" in typo.decide(state([request("v1")])
+                                                                ).rejections[0].reason
+
+
+def test_a_lingering_report_does_not_redirect_again():
+    policy = Dispatch(DispatchParams(centers={"c1": ""}, capacity_control="shared",
+                                     error_share=0.0))
+    # v3 was already redirected to b1; a1's report still counts its session.
+    placed = (Placement(request("v1"), "a1"), Placement(request("v2"), "a1"),
+              Placement(request("v3"), "b1"))
+    report = {"a1": (LoadReport("a1", 0.2, 3e6, {"sessions": 3}),)}
+    assert policy.decide(State(graph(), SERVERS, CLIENTS, placed, (), 0.3,
+                               loads=report)).migrations == []
+
+
+def test_the_decision_carries_the_ranked_candidates():
+    policy = Dispatch(DispatchParams(centers=CENTERS, error_share=0.0, candidates=3))
+    [assignment] = policy.decide(state([request("v1")])).assignments
+    assert (assignment.server, assignment.candidates) == ("a1", ("a1", "b1", "u1"))

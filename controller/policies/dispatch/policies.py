@@ -22,8 +22,8 @@ request it:
 default their site), ``cost`` and ``preference`` (numbers); clients ``center`` (the dispatch
 center they ask, default the one listed first for their region in ``centers``, else the first).
 A server's capacity in streams is its capacity over the service's per-flow demand (its
-capacity when the demand is 0); its load is the ``streams`` metric of its last report, else the
-report's load over the demand.
+capacity when the demand is 0); its load is the ``sessions`` metric of its last report (the
+downstream streams it serves), else the report's load over the demand.
 """
 
 from __future__ import annotations
@@ -101,8 +101,8 @@ class Dispatch:
             capacity = server.capacity if math.isinf(server.capacity) or demand <= 0 \
                 else math.floor(server.capacity / demand + 1e-9)
             report = state.latest_load(server.name)
-            streams = None if report is None else report.value("streams")
-            load = streams if streams is not None else (
+            sessions = None if report is None else report.value("sessions")
+            load = sessions if sessions is not None else (
                 (report.load / demand if demand > 0 else report.load) if report else 0.0)
             labels = server.labels
             nodes.append(MediaNode(server.name, str(labels.get("region", "")),
@@ -157,6 +157,14 @@ class Dispatch:
     def decide(self, state: State) -> Decision:
         decision = Decision()
         labels = {client.name: dict(client.labels) for client in state.clients}
+        absent = [center for center in self.params.centers if center not in labels]
+        if absent and state.clients:
+            # The centers are the scenario's dispatch hosts; a name that is none is a typo or
+            # a scenario without its dispatch centers, and no request is decided on a guess.
+            reason = (f"dispatch center {absent[0]!r} is not a host of the scenario (give each "
+                      "region's dispatch host in policy_params.centers)")
+            decision.rejections += [Rejection(r.flow, reason) for r in state.requests]
+            return decision
         by_service: dict[str, list[Request]] = defaultdict(list)
         for request in state.requests:
             by_service[request.service].append(request)
@@ -217,7 +225,10 @@ class Dispatch:
                 decision.rejections.append(Rejection(
                     request.flow, f"no media node has room for {request.client} at {center}"))
                 continue
-            decision.assignments.append(Assignment(request.flow, taken.name))
+            # The ranked list goes out with the decision: the client probes it and confirms
+            # the best with ``steer``; ``taken`` is the database's pick among those with room.
+            decision.assignments.append(Assignment(
+                request.flow, taken.name, candidates=tuple(node.name for node in offered)))
         if not requests:
             decision.migrations += self._redirects(state, nodes, geography, database, book,
                                                    labels)
@@ -229,22 +240,21 @@ class Dispatch:
         return candidates(ranked, self.params.candidates, other_regions=self.params.other_regions)
 
     def _redirects(self, state, nodes, geography, database, book, labels) -> list[Migration]:
-        """The latest flows beyond capacity on each node its last report shows oversold, each
-        to the best other node with room for its center."""
+        """Once a node's last report shows it oversold, the latest flows placed on it beyond
+        its capacity, each to the best other node with room for its center. The excess is
+        counted on the placements, not the report: a report still shows the sessions of flows
+        already redirected until their pulls time out, and must not redirect them again."""
         moves = []
         for node in nodes:
-            report = state.latest_load(node.name)
-            if report is None or node.load <= node.capacity:
+            if state.latest_load(node.name) is None or node.load <= node.capacity:
                 continue
             placed = [p for p in state.placements if p.server == node.name]
-            excess = int(node.load - node.capacity)
-            for placement in reversed(placed[len(placed) - excess:] if excess else []):
+            excess = len(placed) - int(node.capacity)
+            for placement in reversed(placed[-excess:] if excess > 0 else []):
                 client = placement.request.client
-                merged = labels.get(client, {}) | placement.request.labels
-                site = self._site(state, client)
-                center = self._center(merged)
-                others = [n for n in nodes if n.name != node.name]
-                ranked = rank(others, database.locate(client, site), geography,
+                center = self._center(labels.get(client, {}) | placement.request.labels)
+                ranked = rank([n for n in nodes if n.name != node.name],
+                              database.locate(client, self._site(state, client)), geography,
                               has_room=lambda n: book.has_room(center, n.name),
                               near_band=self.params.near_band)
                 target = next((n for n in ranked if book.admit(center, n.name)), None)
