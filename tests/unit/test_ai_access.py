@@ -309,3 +309,102 @@ def test_every_placed_flow_has_a_grant_time_in_order_of_rounds(allocator):
     allocation = allocator(flows(*[1] * 40), idle(*[spec(f"r{i}", 100) for i in range(4)]))
     assert allocation.granted.keys() == allocation.placed.keys()
     assert all(seconds >= 0 for seconds in allocation.granted.values())
+
+
+# The policies on the controller's interface
+
+from types import MappingProxyType  # noqa: E402
+
+import networkx as nx  # noqa: E402
+
+from controller.policies.ai_access import POLICIES as AI_POLICIES  # noqa: E402
+from controller.policies.ai_access.policies import AiAccessParams  # noqa: E402
+from controller.policy import LoadReport, Placement, Request, Server, State  # noqa: E402
+
+PORTS = {"ports": "6100=100Mbps,6101=50Mbps", "memory": "10MB"}
+
+
+def access_server(name, **labels):
+    return Server(name, "ai", "10.0.0.9", float("inf"), labels={**PORTS, **labels})
+
+
+def report(server, received, cpu=0.1, **port_bw):
+    metrics = {"cpu": cpu, **{f"port.{port}.bw_in": bw for port, bw in port_bw.items()}}
+    return LoadReport(server, received, 0.0, metrics)
+
+
+def ai_state(servers, requests=(), placements=(), loads=None, now=10.0):
+    return State(nx.MultiDiGraph(), tuple(servers), (), tuple(placements), tuple(requests),
+                 now, loads=MappingProxyType(loads or {}))
+
+
+def ai_request(flow, bandwidth=10e6, **labels):
+    return Request(flow, "t1", "ai", bandwidth, labels=labels)
+
+
+def create(name, **params):
+    return AI_POLICIES[name](AiAccessParams(**params))
+
+
+@pytest.mark.parametrize("name", ["ai_adga", "ai_adga_grouped", "ai_lc", "ai_wlc", "ai_p2c"])
+def test_policies_place_by_measured_load_and_reject_what_fits_nowhere(name):
+    policy = create(name)
+    servers = [access_server("a"), access_server("b")]
+    # a reports its 100 Mbit/s port nearly full; b is idle.
+    loads = {"a": (report("a", 9.5, **{"6100": 95e6, "6101": 45e6}),),
+             "b": (report("b", 9.5),)}
+    decision = policy.decide(ai_state(servers, [ai_request("f1", 20e6),
+                                                ai_request("huge", 500e6)], loads=loads))
+    assert [(a.flow, a.server) for a in decision.assignments] == [("f1", "b")]
+    assert [r.flow for r in decision.rejections] == ["huge"]
+    assert policy.last_ports["f1"] == "6100"
+
+
+def test_a_malformed_report_is_counted_and_a_stale_server_takes_nothing():
+    policy = create("ai_lc")
+    servers = [access_server("a"), access_server("b")]
+    loads = {"a": (report("a", 1.0),),  # stale at now = 10 (max_age 3 s)
+             "b": (report("b", 9.0, **{"6199": 1e6}),)}  # a port b does not have
+    decision = policy.decide(ai_state(servers, [ai_request("f1")], loads=loads))
+    assert policy.refused_reports == 1
+    # b's only report was refused: b counts as never measured (idle); a is stale.
+    assert [(a.flow, a.server) for a in decision.assignments] == [("f1", "b")]
+
+
+def test_a_server_without_ports_has_one_of_its_capacity_and_bad_labels_are_named():
+    policy = create("ai_adga")
+    plain = Server("plain", "ai", "10.0.0.9", 15e6)
+    decision = policy.decide(ai_state([plain], [ai_request("f1"), ai_request("f2")]))
+    assert [a.flow for a in decision.assignments] == ["f1"]  # 10 of 15 Mbit/s, not 20
+    broken = access_server("broken", ports="6100:100Mbps")
+    decision = policy.decide(ai_state([broken], [ai_request("f3")]))
+    assert "'broken': port '6100:100Mbps' is not PORT=RATE" in decision.rejections[0].reason
+
+
+def test_flows_placed_but_not_yet_measured_hold_their_demand():
+    policy = create("ai_lc")
+    servers = [access_server("a")]
+    placed = [Placement(ai_request(f"p{i}", 40e6), "a") for i in range(3)]
+    for i in range(3):
+        policy.last_ports[f"p{i}"] = "6100" if i < 2 else "6101"
+    decision = policy.decide(ai_state(servers, [ai_request("f1", 20e6)], placed))
+    # 6100 holds 80 of 100 Mbit/s, 6101 40 of 50: only 6100 takes 20 more.
+    assert [(a.flow, a.server) for a in decision.assignments] == [("f1", "a")]
+    assert policy.last_ports["f1"] == "6100"
+
+
+def test_migrating_policy_moves_flows_off_the_overloaded_server_on_reports():
+    policy = create("ai_adga", migrate=True, weights={"cpu": 0, "memory": 0, "network": 1})
+    assert policy.on_load == "rebalance"
+    servers = [access_server("a"), access_server("b")]
+    placements = []
+    for index in range(6):
+        placements.append(Placement(ai_request(f"f{index}", 20e6), "a"))
+        policy.last_ports[f"f{index}"] = "6100" if index < 4 else "6101"
+    loads = {"a": (report("a", 9.5, **{"6100": 95e6, "6101": 45e6}),),
+             "b": (report("b", 9.5),)}
+    decision = policy.decide(ai_state(servers, placements=placements, loads=loads))
+    assert decision.migrations and all(m.server == "b" for m in decision.migrations)
+    assert len(decision.migrations) <= 3  # b's ports take 150 Mbit/s; the spread stops earlier
+    # The same reports again are not new: no second round of moves.
+    assert not policy.decide(ai_state(servers, placements=placements, loads=loads)).migrations

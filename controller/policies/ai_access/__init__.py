@@ -1,3 +1,8 @@
-"""Seed 003 (AI data-flow access): the resource model, the access algorithms (ADGA, grouped
-ADGA, least connections, IPVS weighted least connections, power of two choices) and migration
-by load prediction, as pure code; the policy classes in :mod:`.policies`."""
+"""Seed 003, AI data-flow access (``../shared/spec/003-ai-dataflow-access.md``): the resource
+model (:mod:`.resources`), the access algorithms ADGA, improved ADGA, least connections, IPVS
+wlc and power of two choices (:mod:`.access`), migration by load prediction (:mod:`.migration`),
+the cluster as a fluid model (:mod:`.model`) and the policies (:mod:`.policies`)."""
+
+from controller.policies.ai_access.policies import AI_ACCESS_POLICIES
+
+POLICIES = {policy.name: policy for policy in AI_ACCESS_POLICIES}

@@ -354,3 +354,16 @@ def power_of_two_choices(flows: Sequence[FlowDemand], loads: Iterable[ServerLoad
         allocation.place(flow, room, room.port_for(flow))
         allocation.stamp((flow.flow,))
     return allocation
+
+
+Allocator = Callable[[Sequence[FlowDemand], Iterable[ServerLoad], LoadWeights, random.Random],
+                     Allocation]
+
+# Every access algorithm by its policy name, called the same way.
+ALLOCATORS: dict[str, Allocator] = {
+    "ai_adga": lambda flows, loads, weights, rng: adga(flows, loads),
+    "ai_adga_grouped": lambda flows, loads, weights, rng: grouped_adga(flows, loads),
+    "ai_lc": lambda flows, loads, weights, rng: least_connections(flows, loads),
+    "ai_wlc": lambda flows, loads, weights, rng: weighted_least_connections(flows, loads),
+    "ai_p2c": power_of_two_choices,
+}

@@ -28,6 +28,9 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SMOOTHING = 0.8  # the spec's delta (bandwidth) and its memory factor
+# The spec's unit: "one 672 KB unit = 945 packets" (the AI terminal's defaults).
+SPEC_FRAGMENTS, SPEC_FRAGMENT_PAYLOAD = 945, 711
+SPEC_UNIT_BYTES = SPEC_FRAGMENTS * SPEC_FRAGMENT_PAYLOAD
 
 
 class LoadWeights(BaseModel):

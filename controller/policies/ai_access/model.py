@@ -1,0 +1,232 @@
+"""Seed 003 at model level: an access-server cluster receiving AI data flows period after period,
+with loss from overload computed as a fluid, and the resource model, the access algorithms and
+migration of this package run on what the cluster "measures".
+
+**Flows.** Every flow sends one unit per ``period``, paced over the first ``send_window`` of it
+(as :mod:`agents.ai_terminal` does). A flow asks for access with the nominal unit (the spec's
+672 KB), so the access algorithms see ``unit_bytes``; its real units differ and drift (the
+spec's "dynamic change of AI data units"): flow k's unit in period t is
+``unit_bytes * m_k * exp(x_k(t))``, ``m_k`` lognormal (``size_spread``, its mean 1) for the
+flow's own scene and ``x_k`` an AR(1) series (``drift`` per period, correlation ``persistence``)
+for what it sees now.
+
+**What a flow needs** (:func:`demand_of`): bandwidth at the paced rate, ``unit * 8 /
+(send_window * period)`` bit/s, which is what a port must carry while the units are sent;
+memory ``hold_units`` units (the open one and the one handed to a GPU server in rotation).
+
+**Loss, per period, as a fluid.** A port takes, during the send window, ``rate * window``
+plus its receive queue (``queue_packets``); what it is offered beyond that is lost. The
+server's receiver then processes at most ``cpu_budget`` packets a second; packets beyond what it
+processes in the window plus the socket queue are lost (receive-queue overflow). The loss rate
+(DPR) is what is lost of the first transmissions. Lost fragments are retransmitted after the
+window, within what the port and the processing budget have left of the period; what still
+does not fit is residual loss.
+
+**What is measured** (:class:`~.resources.Measurement`): per port the paced rate received
+(bits of first copies received over the window), the memory its flows hold (units received
+times ``hold_units``) and the CPU as the share of the processing budget used.
+
+The cluster's heterogeneous servers (the paper's Table 1 was lost) are the caller's; this
+module knows nothing of the paper's scale.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from controller.policies.ai_access.access import ALLOCATORS
+from controller.policies.ai_access.migration import (ALPHA, REMAINING_SMOOTHING, THETA,
+                                                     Migrator, PlacedFlow)
+from controller.policies.ai_access.resources import (SPEC_FRAGMENT_PAYLOAD, SPEC_UNIT_BYTES,
+                                                     FlowDemand, LoadWeights, Measurement,
+                                                     ServerLoad, ServerSpec, ServerTracker)
+
+PACKET_OVERHEAD = 68  # AI data header 26, UDP 8, IPv4 20, Ethernet 14 (a rate limiter counts it)
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """How the flows' units look and are sent."""
+
+    unit_bytes: float = SPEC_UNIT_BYTES
+    fragment_payload: int = SPEC_FRAGMENT_PAYLOAD
+    period: float = 1.0
+    send_window: float = 0.5
+    hold_units: float = 2.0
+    size_spread: float = 0.3
+    drift: float = 0.1
+    persistence: float = 0.9
+
+    def packets(self, unit: np.ndarray) -> np.ndarray:
+        return np.ceil(unit / self.fragment_payload)
+
+    def wire_bytes(self, unit: np.ndarray) -> np.ndarray:
+        return unit + self.packets(unit) * PACKET_OVERHEAD
+
+    def demand_of(self, flow: str, unit: float) -> FlowDemand:
+        """What a flow whose units are ``unit`` bytes needs."""
+        wire = float(self.wire_bytes(np.array([unit]))[0])
+        return FlowDemand(flow, wire * 8 / (self.send_window * self.period),
+                          unit * self.hold_units)
+
+
+class UnitSizes:
+    """The units every flow sends, period by period (module docstring)."""
+
+    def __init__(self, flows: int, traffic: Traffic, rng: np.random.Generator):
+        self.traffic, self.rng = traffic, rng
+        sigma = traffic.size_spread
+        self.scene = rng.lognormal(-sigma ** 2 / 2, sigma, flows) if sigma > 0 else np.ones(flows)
+        stationary = traffic.drift / math.sqrt(1 - traffic.persistence ** 2) \
+            if traffic.persistence < 1 else traffic.drift
+        self.now = rng.normal(0, stationary, flows)
+
+    def next(self) -> np.ndarray:
+        traffic = self.traffic
+        self.now = traffic.persistence * self.now + self.rng.normal(0, traffic.drift,
+                                                                    len(self.now))
+        return traffic.unit_bytes * self.scene * np.exp(self.now)
+
+
+@dataclass(frozen=True)
+class Receiver:
+    """An access server in the model: its spec and its receiver's limits."""
+
+    spec: ServerSpec
+    cpu_budget: float  # packets a second its receiver processes
+    queue_packets: int = 1000  # per port, and the socket's
+
+
+@dataclass
+class PeriodOutcome:
+    """One period of one server: packets sent and lost, and what the server measured."""
+
+    packets: float
+    lost: float
+    residual: float
+    measurement: Measurement
+
+
+def period_outcome(receiver: Receiver, traffic: Traffic, units: dict[str, np.ndarray]
+                   ) -> PeriodOutcome:
+    """The fluid outcome of one period on ``receiver`` whose ports get the units ``units``
+    (port -> array of unit bytes)."""
+    window = traffic.send_window * traffic.period
+    rest = traffic.period - window
+    bandwidth, memory = {}, {}
+    offered_packets = delivered_packets = repair_room_packets = lost_packets = 0.0
+    port_lost: dict[str, float] = {}
+    for port in receiver.spec.ports:
+        sizes = units.get(port.name, np.zeros(0))
+        wire = float(traffic.wire_bytes(sizes).sum())
+        packets = float(traffic.packets(sizes).sum())
+        if not packets:
+            bandwidth[port.name] = memory[port.name] = 0.0
+            port_lost[port.name] = 0.0
+            continue
+        packet_bytes = wire / packets
+        room = port.rate / 8 * window + receiver.queue_packets * packet_bytes
+        delivered = min(1.0, room / wire)
+        offered_packets += packets
+        delivered_packets += packets * delivered
+        port_lost[port.name] = packets * (1 - delivered)
+        repair_room_packets += port.rate / 8 * rest / packet_bytes
+        bandwidth[port.name] = wire * delivered * 8 / window
+        memory[port.name] = float(sizes.sum()) * delivered * traffic.hold_units
+    processed_in_window = receiver.cpu_budget * window + receiver.queue_packets
+    processed = min(delivered_packets, processed_in_window)
+    lost_packets = offered_packets - processed
+    # Retransmissions: limited by what the ports carry after the window and what the receiver
+    # processes in the rest of the period.
+    repaired = min(lost_packets, repair_room_packets, receiver.cpu_budget * rest)
+    cpu = min(1.0, (processed + repaired) / (receiver.cpu_budget * traffic.period))
+    if delivered_packets > processed:  # the receiver's overflow, spread over the ports
+        kept = processed / delivered_packets
+        bandwidth = {name: value * kept for name, value in bandwidth.items()}
+        memory = {name: value * kept for name, value in memory.items()}
+    return PeriodOutcome(offered_packets, lost_packets, lost_packets - repaired,
+                         Measurement(bandwidth, memory, cpu))
+
+
+@dataclass(frozen=True)
+class Period:
+    """What one period of :func:`simulate` measured."""
+
+    period: int
+    packets: dict[str, float]  # server -> packets sent to it
+    lost: dict[str, float]  # server -> first transmissions lost
+    residual: dict[str, float]  # server -> lost after retransmission
+    load: dict[str, float]  # server -> load degree from its smoothed measurements
+    forecast: dict[str, float]  # server -> forecast load degree for the next period
+    spread: float  # LSD of the forecasts
+    migrations: int
+
+
+@dataclass(frozen=True)
+class Run:
+    """A simulated run: the access decision and every period after it."""
+
+    placed: int
+    rejected: int
+    response_s: float  # mean time from the batch of requests to each grant
+    decision_s: float  # the whole decision's computation
+    periods: list[Period]
+
+
+def simulate(allocator: str, receivers: list[Receiver], traffic: Traffic, flows: int,
+             periods: int, *, migrate: bool, weights: LoadWeights | None = None,
+             theta: float = THETA, alpha: float = ALPHA,
+             remaining_factor: float = REMAINING_SMOOTHING, seed: int = 0) -> Run:
+    """``flows`` flows ask for access at once and are placed by ``allocator`` (a name of
+    :data:`~.access.ALLOCATORS`) on the idle cluster, then send ``periods`` periods of units;
+    each period every server's measurements are smoothed into its load and, with ``migrate``,
+    the migrator moves flows for the next period."""
+    weights = weights or LoadWeights()
+    rng = np.random.default_rng([seed, 3])
+    sizes = UnitSizes(flows, traffic, rng)
+    specs = {receiver.spec.name: receiver for receiver in receivers}
+    trackers = {name: ServerTracker(receiver.spec) for name, receiver in specs.items()}
+    names = [f"f{k}" for k in range(flows)]
+    requested = [traffic.demand_of(name, traffic.unit_bytes) for name in names]
+    began = time.perf_counter()
+    allocation = ALLOCATORS[allocator](requested, [ServerLoad.idle(r.spec) for r in receivers],
+                                       weights, random.Random(seed))
+    decision_s = time.perf_counter() - began
+    where = dict(allocation.placed)
+    index = {name: k for k, name in enumerate(names)}
+    migrator = Migrator(weights, theta, alpha, remaining_factor)
+    records = []
+    for period in range(periods):
+        units = sizes.next()
+        per_port: dict[tuple[str, str], list[float]] = {}
+        for flow, (server, port) in where.items():
+            per_port.setdefault((server, port), []).append(units[index[flow]])
+        loads, packets, lost, residual = {}, {}, {}, {}
+        for name, receiver in specs.items():
+            outcome = period_outcome(receiver, traffic, {
+                port: np.array(per_port.get((name, port), [])) for port in
+                (p.name for p in receiver.spec.ports)})
+            flows_on = {p.name: len(per_port.get((name, p.name), ()))
+                        for p in receiver.spec.ports}
+            loads[name] = trackers[name].update(outcome.measurement, flows_on)
+            packets[name], lost[name] = outcome.packets, outcome.lost
+            residual[name] = outcome.residual
+        forecast = migrator.observe(loads)
+        moves = []
+        if migrate:
+            placed = [PlacedFlow(traffic.demand_of(flow, units[index[flow]]), server, port)
+                      for flow, (server, port) in where.items()]
+            moves = migrator.plan(loads, placed)
+            for move in moves:
+                where[move.flow] = (move.target, move.port)
+        records.append(Period(period + 1, packets, lost, residual,
+                              {name: load.degree(weights) for name, load in loads.items()},
+                              forecast, migrator.spread, len(moves)))
+    granted = list(allocation.granted.values())
+    return Run(len(allocation.placed), len(allocation.rejected),
+               sum(granted) / len(granted) if granted else 0.0, decision_s, records)

@@ -1,0 +1,234 @@
+"""Seed 003's access algorithms and migration on the controller's policy interface
+(:mod:`controller.policy`).
+
+One policy class per access algorithm of :data:`~.access.ALLOCATORS`, named as it
+(``ai_adga``, ``ai_adga_grouped``, ``ai_lc``, ``ai_wlc``, ``ai_p2c``); with ``migrate: true``
+each also migrates by load prediction. Each call builds, per service:
+
+* the servers from their labels: ``ports``, the receive ports and their rates as
+  ``"6100=100Mbps,6101=50Mbps"``, and ``memory`` (a size such as ``512MB``; absent:
+  unlimited); a server without ``ports`` has one port, ``any``, of its ``capacity``; a server
+  whose labels do not read takes no flows, and the requests it could have taken are rejected
+  naming it;
+* each server's load from its load reports in ``State.loads`` (never from what was assigned):
+  ``port.<port>.bw_in`` (bit/s received at the paced rate), ``port.<port>.memory`` (bytes its
+  flows hold) and ``cpu``, each new report smoothed by a
+  :class:`~.resources.ServerTracker` the policy keeps. A report that does not fit the server
+  (an unknown port, a figure out of range) is counted in :attr:`refused_reports` and skipped;
+  a server whose last report is older than ``max_age`` seconds takes no new flows (its load is
+  unknown); one that never reported is idle;
+* each request's needs: ``demand`` is its bandwidth (bit/s while its units are sent) and its
+  label ``memory`` (default ``flow_memory``) its memory.
+
+A port's bandwidth used is what was measured, but never less than the demand of the flows
+placed on it: a flow granted since the last report has not been measured yet (in a burst of
+requests every grant would otherwise see the same idle port). Memory likewise. A decision's port is in :attr:`last_ports`
+(flow -> port name) until decisions carry it.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import defaultdict
+
+from pydantic import Field
+
+from controller.policies.ai_access.access import ALLOCATORS, Allocator
+from controller.policies.ai_access.migration import (ALPHA, REMAINING_SMOOTHING, THETA,
+                                                     Migrator, PlacedFlow)
+from controller.policies.ai_access.resources import (SPEC_UNIT_BYTES, FlowDemand, LoadWeights,
+                                                     Measurement, Port, ServerLoad, ServerSpec,
+                                                     ServerTracker)
+from controller.policies.baseline import PolicyParams
+from controller.policy import Assignment, Decision, Migration, Rejection, Request, Server, State
+from topologies import units
+
+ANY_PORT = "any"  # the one port of a server whose labels list none
+SPEC_UNIT_MEMORY = 2 * SPEC_UNIT_BYTES  # the open unit and the one handed to a GPU server
+
+
+class AiAccessParams(PolicyParams):
+    """What every seed 003 policy takes."""
+
+    weights: LoadWeights = Field(default_factory=LoadWeights,
+                                 description="weights of CPU, memory, network in L_i")
+    migrate: bool = Field(False, description="migrate by load prediction on every report")
+    theta: float = Field(THETA, gt=0, description="trigger: LSD of the forecast loads")
+    alpha: float = Field(ALPHA, gt=0, lt=1, description="double smoothing constant")
+    remaining_factor: float = Field(REMAINING_SMOOTHING, gt=0, le=1,
+                                    description="u: smoothing of remaining bandwidth")
+    max_age: float = Field(3.0, gt=0, description="seconds after which a server's last "
+                                                  "report is stale")
+    flow_memory: float = Field(SPEC_UNIT_MEMORY, gt=0, description="bytes a flow holds when "
+                                                                   "its request does not say")
+    seed: int = Field(0, description="seed of p2c's draws")
+
+
+def server_spec(server: Server) -> ServerSpec:
+    """The receive ports and memory a server's labels give (module docstring); ValueError
+    naming the server for labels that do not read."""
+    memory = units.parse_size(server.labels["memory"]) if "memory" in server.labels \
+        else math.inf
+    text = server.labels.get("ports")
+    if not text:
+        return ServerSpec(server.name, (Port(ANY_PORT, server.capacity),), memory)
+    ports = []
+    for item in str(text).split(","):
+        name, _, rate = item.strip().partition("=")
+        if not name or not rate:
+            raise ValueError(f"access server {server.name!r}: port {item!r} is not PORT=RATE "
+                             f"(write ports: \"6100=100Mbps,6101=50Mbps\")")
+        ports.append(Port(name, units.parse_rate(rate)))
+    return ServerSpec(server.name, tuple(ports), memory)
+
+
+def measurement_of(metrics, spec: ServerSpec) -> Measurement:
+    """A load report's figures for ``spec``'s ports (port metrics of other ports included, so
+    the check sees them)."""
+    bandwidth, memory = {}, {}
+    for name, value in metrics.items():
+        if name.startswith("port."):
+            port, _, kind = name[len("port."):].rpartition(".")
+            if kind == "bw_in":
+                bandwidth[port] = value
+            elif kind == "memory":
+                memory[port] = value
+    return Measurement(bandwidth, memory, metrics.get("cpu", 0.0))
+
+
+class AiAccessPolicy:
+    """Base of the seed 003 policies; ``allocator`` is the access algorithm's name."""
+
+    name: str
+    allocator: str
+    Params = AiAccessParams
+    on_load = "nothing"
+
+    def __init__(self, params: AiAccessParams | None = None):
+        self.params = params or AiAccessParams()
+        self.on_load = "rebalance" if self.params.migrate else "nothing"
+        self.rng = random.Random(self.params.seed)
+        self.trackers: dict[str, ServerTracker] = {}
+        self.seen: dict[str, float] = {}  # server -> arrival time of its last report taken
+        self.migrators: dict[str, Migrator] = {}
+        self.refused_reports = 0
+        self.last_ports: dict[str, str] = {}
+        self.last_forecasts: dict[str, float] = {}
+
+    def _loads(self, state: State, servers: list[Server]
+               ) -> tuple[dict[str, ServerLoad], bool, list[str]]:
+        """The servers' current loads (stale ones and ones whose labels do not read left out),
+        whether a new report came, and why servers were left out."""
+        loads, fresh, problems = {}, False, []
+        for server in servers:
+            try:
+                spec = server_spec(server)
+            except ValueError as error:
+                problems.append(str(error))
+                continue
+            tracker = self.trackers.get(server.name)
+            if tracker is None or tracker.spec != spec:
+                tracker = self.trackers[server.name] = ServerTracker(spec)
+            for report in state.loads.get(server.name, ()):
+                if report.received <= self.seen.get(server.name, -1.0):
+                    continue
+                self.seen[server.name] = report.received
+                try:
+                    tracker.update(measurement_of(report.metrics, spec))
+                    fresh = True
+                except ValueError:
+                    self.refused_reports += 1
+            if tracker.load is None:
+                loads[server.name] = ServerLoad.idle(spec)
+            elif not state.is_stale(server.name, self.params.max_age):
+                loads[server.name] = tracker.load
+            else:
+                problems.append(f"access server {server.name!r} has not reported for "
+                                f"{state.load_age(server.name):.1f} s")
+        return loads, fresh, problems
+
+    def _with_placed(self, state: State, service: str, loads: dict[str, ServerLoad]
+                     ) -> dict[str, ServerLoad]:
+        """``loads`` with each port's bandwidth and memory at least what its placed flows
+        asked for, and the flows counted per port."""
+        demand = defaultdict(float)
+        memory = defaultdict(float)
+        flows = defaultdict(int)
+        for placement in state.placements:
+            load = loads.get(placement.server)
+            if placement.request.service != service or load is None:
+                continue
+            port = self.last_ports.get(placement.request.flow)
+            if port not in load.bandwidth:
+                port = load.spec.ports[0].name  # placed before this policy knew it
+            key = (placement.server, port)
+            flow = self._demand(placement.request)
+            demand[key] += flow.bandwidth
+            memory[key] += flow.memory
+            flows[key] += 1
+        return {name: ServerLoad(
+            load.spec,
+            {port: max(used, demand[name, port]) for port, used in load.bandwidth.items()},
+            {port: max(held, memory[name, port]) for port, held in load.memory.items()},
+            load.cpu, {port: flows[name, port] for port in load.bandwidth})
+            for name, load in loads.items()}
+
+    def _demand(self, request: Request) -> FlowDemand:
+        memory = request.labels.get("memory")
+        return FlowDemand(request.flow, request.demand,
+                          units.parse_size(memory) if memory is not None
+                          else self.params.flow_memory)
+
+    def decide(self, state: State) -> Decision:
+        decision = Decision()
+        by_service: dict[str, list[Request]] = defaultdict(list)
+        for request in state.requests:
+            by_service[request.service].append(request)
+        services = set(by_service) | {p.request.service for p in state.placements}
+        allocate: Allocator = ALLOCATORS[self.allocator]
+        for service in sorted(services):
+            servers = sorted(state.servers_of(service), key=lambda server: server.name)
+            loads, fresh, problems = self._loads(state, servers)
+            loads = self._with_placed(state, service, loads)
+            requests = by_service.get(service, [])
+            if requests:
+                allocation = allocate([self._demand(r) for r in requests], loads.values(),
+                                      self.params.weights, self.rng)
+                for request in requests:
+                    if request.flow in allocation.placed:
+                        server, port = allocation.placed[request.flow]
+                        self.last_ports[request.flow] = port
+                        decision.assignments.append(Assignment(request.flow, server))
+                    else:
+                        reason = "; ".join(
+                            [allocation.rejected.get(request.flow)
+                             or f"service {service!r} has no usable access server", *problems])
+                        decision.rejections.append(Rejection(request.flow, reason))
+            if self.params.migrate and fresh and len(loads) > 1:
+                decision.migrations.extend(self._migrations(state, service, loads))
+        return decision
+
+    def _migrations(self, state: State, service: str, loads: dict[str, ServerLoad]
+                    ) -> list[Migration]:
+        params = self.params
+        migrator = self.migrators.setdefault(service, Migrator(
+            params.weights, params.theta, params.alpha, params.remaining_factor))
+        self.last_forecasts.update(migrator.observe(loads))
+        placed = [PlacedFlow(self._demand(p.request), p.server,
+                             self.last_ports.get(p.request.flow, ""))
+                  for p in state.placements
+                  if p.request.service == service and p.server in loads]
+        moves = migrator.plan(loads, placed)
+        for move in moves:
+            self.last_ports[move.flow] = move.port
+        return [Migration(move.flow, move.target) for move in moves]
+
+
+def _policy(allocator: str) -> type[AiAccessPolicy]:
+    return type(f"AiAccess_{allocator}", (AiAccessPolicy,),
+                {"name": allocator, "allocator": allocator,
+                 "__doc__": f"Seed 003's {allocator} access (with migration when asked)."})
+
+
+AI_ACCESS_POLICIES = tuple(_policy(name) for name in ALLOCATORS)
