@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         table.add_column(column)
     for row in rows(args.rounds):
         table.add_row(*row)
-    Console().print(table)
+    Console(width=120).print(table)
     return 0
 
 
