@@ -357,7 +357,7 @@ def test_policies_place_by_measured_load_and_reject_what_fits_nowhere(name):
                                                 ai_request("huge", 500e6)], loads=loads))
     assert [(a.flow, a.server) for a in decision.assignments] == [("f1", "b")]
     assert [r.flow for r in decision.rejections] == ["huge"]
-    assert policy.last_ports["f1"] == "6100"
+    assert decision.assignments[0].attributes == {"port": "6100"}
 
 
 def test_a_malformed_report_is_counted_and_a_stale_server_takes_nothing():
@@ -384,9 +384,8 @@ def test_a_server_without_ports_has_one_of_its_capacity_and_bad_labels_are_named
 def test_flows_placed_but_not_yet_measured_hold_their_demand():
     policy = create("ai_lc")
     servers = [access_server("a")]
-    placed = [Placement(ai_request(f"p{i}", 40e6), "a") for i in range(3)]
-    for i in range(3):
-        policy.last_ports[f"p{i}"] = "6100" if i < 2 else "6101"
+    placed = [Placement(ai_request(f"p{i}", 40e6), "a",
+                        attributes={"port": "6100" if i < 2 else "6101"}) for i in range(3)]
     decision = policy.decide(ai_state(servers, [ai_request("f1", 20e6)], placed))
     # 6100 holds 80 of 100 Mbit/s, 6101 40 of 50: only 6100 takes 20 more.
     assert [(a.flow, a.server) for a in decision.assignments] == [("f1", "a")]
@@ -405,6 +404,7 @@ def test_migrating_policy_moves_flows_off_the_overloaded_server_on_reports():
              "b": (report("b", 9.5),)}
     decision = policy.decide(ai_state(servers, placements=placements, loads=loads))
     assert decision.migrations and all(m.server == "b" for m in decision.migrations)
+    assert all(m.attributes["port"] in ("6100", "6101") for m in decision.migrations)
     assert len(decision.migrations) <= 3  # b's ports take 150 Mbit/s; the spread stops earlier
     # The same reports again are not new: no second round of moves.
     assert not policy.decide(ai_state(servers, placements=placements, loads=loads)).migrations

@@ -22,8 +22,11 @@ each also migrates by load prediction. Each call builds, per service:
 
 A port's bandwidth used is what was measured, but never less than the demand of the flows
 placed on it: a flow granted since the last report has not been measured yet (in a burst of
-requests every grant would otherwise see the same idle port). Memory likewise. A decision's port is in :attr:`last_ports`
-(flow -> port name) until decisions carry it.
+requests every grant would otherwise see the same idle port). Memory likewise.
+
+Each assignment and migration names the receive port in its attribute ``port`` (the terminal
+sends there); a placement's port is read back from its attributes (a placement without one,
+from :attr:`last_ports`, what this policy decided last).
 """
 
 from __future__ import annotations
@@ -41,9 +44,11 @@ from controller.policies.ai_access.resources import (SPEC_UNIT_BYTES, FlowDemand
                                                      Measurement, Port, ServerLoad, ServerSpec,
                                                      ServerTracker)
 from controller.policies.baseline import PolicyParams
-from controller.policy import Assignment, Decision, Migration, Rejection, Request, Server, State
+from controller.policy import (Assignment, Decision, Migration, Placement, Rejection, Request,
+                               Server, State)
 from topologies import units
 
+PORT_ATTRIBUTE = "port"  # the decision attribute naming the receive port
 ANY_PORT = "any"  # the one port of a server whose labels list none
 SPEC_UNIT_MEMORY = 2 * SPEC_UNIT_BYTES  # the open unit and the one handed to a GPU server
 
@@ -159,7 +164,7 @@ class AiAccessPolicy:
             load = loads.get(placement.server)
             if placement.request.service != service or load is None:
                 continue
-            port = self.last_ports.get(placement.request.flow)
+            port = self._port_of(placement)
             if port not in load.bandwidth:
                 port = load.spec.ports[0].name  # placed before this policy knew it
             key = (placement.server, port)
@@ -173,6 +178,10 @@ class AiAccessPolicy:
             {port: max(held, memory[name, port]) for port, held in load.memory.items()},
             load.cpu, {port: flows[name, port] for port in load.bandwidth})
             for name, load in loads.items()}
+
+    def _port_of(self, placement: Placement) -> str | None:
+        return str(placement.attributes.get(PORT_ATTRIBUTE,
+                                             self.last_ports.get(placement.request.flow, "")))
 
     def _demand(self, request: Request) -> FlowDemand:
         memory = request.labels.get("memory")
@@ -199,7 +208,8 @@ class AiAccessPolicy:
                     if request.flow in allocation.placed:
                         server, port = allocation.placed[request.flow]
                         self.last_ports[request.flow] = port
-                        decision.assignments.append(Assignment(request.flow, server))
+                        decision.assignments.append(Assignment(
+                            request.flow, server, attributes={PORT_ATTRIBUTE: port}))
                     else:
                         reason = "; ".join(
                             [allocation.rejected.get(request.flow)
@@ -216,13 +226,14 @@ class AiAccessPolicy:
             params.weights, params.theta, params.alpha, params.remaining_factor))
         self.last_forecasts.update(migrator.observe(loads))
         placed = [PlacedFlow(self._demand(p.request), p.server,
-                             self.last_ports.get(p.request.flow, ""))
+                             self._port_of(p))
                   for p in state.placements
                   if p.request.service == service and p.server in loads]
         moves = migrator.plan(loads, placed)
         for move in moves:
             self.last_ports[move.flow] = move.port
-        return [Migration(move.flow, move.target) for move in moves]
+        return [Migration(move.flow, move.target, attributes={PORT_ATTRIBUTE: move.port})
+                for move in moves]
 
 
 def _policy(allocator: str) -> type[AiAccessPolicy]:
