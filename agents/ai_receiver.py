@@ -50,6 +50,12 @@ from agents.formats import AI_DATA, MAGIC, VERSION
 from agents.viewer import DATAGRAM_BUFFER, listen
 from topologies.model import Duration
 
+TABLES = {
+    # One row per AI data unit whose outcome is known.
+    "ai_units": ("node", "agent", "stream", "unit", "fragments", "received", "missing_at_end",
+                 "nacks_sent", "retransmissions_received", "complete", "completion_ms"),
+}
+
 MIN_GRACE_NS = 10_000_000  # scheduling noise of sender and receiver, on a path of no delay
 # Datagrams read in one go before looking at the timers again: the NACKs of one unit must not
 # wait for the whole burst of the next.
@@ -273,7 +279,7 @@ class AiReceiver:
 
 
 def main(argv: list[str] | None = None) -> int:
-    agent = Agent("ai_receiver", argv)
+    agent = Agent("ai_receiver", argv, TABLES)
     params = Params.model_validate(agent.params)
     sock = listen(params.port)
     sock.setblocking(False)  # select() does the waiting, with the NACK timers in view

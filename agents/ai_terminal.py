@@ -46,6 +46,12 @@ from agents.formats import AI_DATA, AI_NACK, MAGIC, VERSION, pack_u16_list, unpa
 from agents.viewer import DATAGRAM_BUFFER, listen
 from topologies.model import Fraction, PositiveDuration, Size
 
+TABLES = {
+    # One row per AI data unit sent.
+    "ai_units_sent": ("node", "agent", "stream", "unit", "fragments", "sent", "retransmitted",
+                      "nacks_received"),
+}
+
 DATA_PORT = 6100
 NACK_PORT = 6101
 MAX_DATAGRAM = 1500 - 20 - 8  # the UDP payload of one Ethernet frame, IPv4 without options
@@ -267,7 +273,7 @@ class Terminal:
 
 
 def main(argv: list[str] | None = None) -> int:
-    agent = Agent("ai_terminal", argv)
+    agent = Agent("ai_terminal", argv, TABLES)
     params = Params.model_validate(agent.params)
     nacks = listen(params.nack_port)
     nacks.setblocking(False)  # read between packets without waiting; select() does the waiting

@@ -1,19 +1,28 @@
-"""The agents a scenario's ``workload`` can start, and what their parameters look like.
+"""The agents a scenario's ``workload`` can start, what their parameters look like and which
+tables they write.
 
-Every agent but ``command`` is a module ``agents.<name>`` with a ``Params`` model; this module
-finds them, so the scenario checks can validate ``params:`` and the runner can start them.
+An agent is found by convention, not registered: every module directly in ``agents/`` that
+defines ``Params`` (a subclass of :class:`agents.common.AgentParams`) and ``main`` is one, named
+after its module, and the tables it writes beyond the shared ones are its own ``TABLES`` (table
+name -> columns). ``command`` runs a program given in the scenario; it has no module and no
+params.
 """
 
 from __future__ import annotations
 
-import importlib
+import inspect
 import string
+import sys
 import typing
+from types import ModuleType
 
 from pydantic import BaseModel
 
-AGENTS = ("streamer", "camera", "viewer", "chat_collector", "edge_forwarder", "live_edge",
-          "ai_terminal", "ai_receiver", "request_client", "request_server", "iperf")
+import agents
+from agents.common import TABLES as SHARED_TABLES
+from agents.common import AgentParams, with_shared_tables
+from topologies import discovery
+
 COMMAND = "command"  # runs a program given in the scenario; no module, no params
 COMMAND_PLACEHOLDERS = ("node", "ip", "run_dir")  # what {name} in a command is replaced with
 RUN_DIR_VARIABLE = "EDGEBED_RUN_DIR"  # every program a run starts finds its run directory here
@@ -35,26 +44,44 @@ def command_placeholder_problem(part: str) -> str | None:
     return None
 
 
+def is_agent(module: ModuleType) -> bool:
+    """Whether ``module`` is an agent: it has a ``Params`` model and a ``main`` entry."""
+    params = getattr(module, "Params", None)
+    return (inspect.isclass(params) and issubclass(params, AgentParams)
+            and callable(getattr(module, "main", None)))
+
+
+def modules() -> dict[str, ModuleType]:
+    """Every agent module, by agent name (the module's last name part)."""
+    return {module.__name__.rsplit(".", 1)[-1]: module
+            for module in discovery.modules(sys.modules[agents.__name__]) if is_agent(module)}
+
+
 def available() -> list[str]:
-    """Agents whose module is present, plus ``command``."""
-    return [COMMAND] + [name for name in AGENTS if _module(name) is not None]
-
-
-def _module(name: str):
-    try:
-        return importlib.import_module(f"agents.{name}")
-    except ModuleNotFoundError as error:
-        if error.name == f"agents.{name}":
-            return None
-        raise
+    """``command`` and every agent found."""
+    return [COMMAND] + sorted(modules())
 
 
 def params_model(name: str) -> type[BaseModel]:
-    return _module(name).Params
+    return modules()[name].Params
 
 
 def module_name(name: str) -> str:
-    return f"agents.{name}"
+    return modules()[name].__name__
+
+
+def tables() -> dict[str, tuple[str, ...]]:
+    """Every table an agent may write, shared or its own, with its columns; ValueError if two
+    agents declare one table with different columns."""
+    found = dict(SHARED_TABLES)
+    where = dict.fromkeys(SHARED_TABLES, "agents.common")
+    for name, module in modules().items():
+        for table, columns in with_shared_tables(getattr(module, "TABLES", {})).items():
+            if found.setdefault(table, columns) != columns:
+                raise ValueError(f"table {table!r} has other columns in agent {name} than in "
+                                 f"{where[table]}")
+            where.setdefault(table, f"agent {name}")
+    return found
 
 
 def node_reference_fields(model: type[BaseModel]) -> list[str]:

@@ -6,7 +6,9 @@ An agent is a module run inside a host as::
     python -m agents.<agent> --node NAME --out RUN_DIR --params JSON [--seed N]
 
 Each agent module defines ``Params`` (an :class:`AgentParams` model: what the scenario's
-``params:`` may say, with units parsed by :mod:`topologies.units`) and ``main(argv=None)``.
+``params:`` may say, with units parsed by :mod:`topologies.units`), ``main(argv=None)`` and, if
+it writes tables of its own, ``TABLES`` (table name -> columns); :mod:`agents.catalog` finds
+agent modules by these names, so adding an agent edits no shared file.
 The runner passes the validated parameters as JSON, node references already turned into IPs.
 
 It writes tidy tables (one CSV per table and agent: ``RUN_DIR/records/<table>/<node>-<agent>.csv``,
@@ -69,7 +71,7 @@ POLL_S = 0.1
 # Waits on a socket or event end this long before something is due; the pacer's sleep and spin
 # do the rest, which a wake-up from select() would not do on time.
 WAKE_EARLY_NS = 1_000_000
-TABLE_COLUMNS = {
+TABLES = {
     # gap_max_ms: the longest time between two consecutive arrivals (new packets only).
     "flows": ("node", "agent", "flow", "peer", "packets", "unique", "lost", "loss_fraction",
               "duplicates", "reordered", "bytes", "duration_s", "goodput_bps", "delay_mean_ms",
@@ -80,33 +82,10 @@ TABLE_COLUMNS = {
     "sender_lateness": ("node", "agent", "flow", "packets", "late_p50_us", "late_p99_us",
                         "late_max_us", "late_over_1ms_fraction"),
     "malformed": ("node", "agent", "port", "count", "first_seen_ns", "example_hex"),
-    # agents.viewer and agents.edge_forwarder: one row per frame of each stream received.
-    "frames": ("node", "agent", "flow", "frame", "frame_type", "rung", "fragments", "received",
-               "complete", "delay_ms"),
-    # agents.edge_forwarder: per stream, what became of the packets it received.
-    "forwarding": ("node", "agent", "flow", "received", "forwarded", "dropped", "unsent",
-                   "drop_fraction", "backlog_max"),
-    # agents.ai_terminal: one row per AI data unit sent.
-    "ai_units_sent": ("node", "agent", "stream", "unit", "fragments", "sent", "retransmitted",
-                      "nacks_received"),
-    # agents.ai_receiver: one row per AI data unit whose outcome is known.
-    "ai_units": ("node", "agent", "stream", "unit", "fragments", "received", "missing_at_end",
-                 "nacks_sent", "retransmissions_received", "complete", "completion_ms"),
-    # agents.request_server and agents.request_client: one row per request.
-    "requests_served": ("node", "agent", "request", "client", "queued_ms", "service_ms"),
-    "responses": ("node", "agent", "request", "content", "response_ms", "bytes"),
-    # agents.live_edge: one row per session (a viewer's pulls of one stream at one bitrate).
-    "live_sessions": ("node", "agent", "viewer", "port", "flow", "bitrate_bps", "started_s",
-                      "ended_s", "frames", "packets", "refused"),
-    # agents.viewer in pull mode: one row per decision it followed.
-    "live_decisions": ("node", "agent", "time_s", "server", "bitrate_bps", "migrated", "flow"),
-    # agents.iperf: one row per side (sent, received) of each test, one per reporting interval.
-    "iperf": ("node", "agent", "role", "protocol", "test", "side", "seconds", "bytes",
-              "bits_per_second", "retransmits", "jitter_ms", "lost_percent"),
-    "iperf_intervals": ("node", "agent", "role", "protocol", "test", "start_s", "end_s",
-                        "bytes", "bits_per_second", "retransmits", "jitter_ms", "lost_percent",
-                        "omitted"),
 }
+"""The tables every agent may write (through :class:`FlowStats`, :class:`Pacer` and
+:class:`MalformedLog`). An agent module declares the tables only it writes in its own ``TABLES``
+(table name -> columns, ``node`` and ``agent`` first) and hands them to :class:`Agent`."""
 
 
 _cpu_latency_requested = False
@@ -174,10 +153,21 @@ class TableWriter:
         self._stream.close()
 
 
+def with_shared_tables(tables: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+    """An agent module's ``tables`` with the shared :data:`TABLES`; ValueError if it redeclares
+    a shared one."""
+    clash = sorted(set(tables) & set(TABLES))
+    if clash:
+        raise ValueError(f"tables {', '.join(clash)} are shared (agents.common.TABLES); "
+                         f"an agent module may not declare them again")
+    return TABLES | tables
+
+
 class Agent:
     """An agent's context: who and where it is, its parameters, its tables, its stop flag."""
 
-    def __init__(self, name: str, argv: list[str] | None = None):
+    def __init__(self, name: str, argv: list[str] | None = None,
+                 tables: dict[str, tuple[str, ...]] | None = None):
         parser = argparse.ArgumentParser(prog=f"python -m agents.{name}")
         parser.add_argument("--node", required=True)
         parser.add_argument("--out", required=True, type=Path, help="the run directory")
@@ -193,6 +183,7 @@ class Agent:
         except ValueError as error:
             parser.error(f"--params: {error}")
         self.stopping = False
+        self.columns = with_shared_tables(tables or {})
         self._tables: dict[str, TableWriter] = {}
         # Measurement state grows with every packet (flows, frames, per-second buckets), and
         # the cycle collector's passes over it stall the hot path for milliseconds; agents
@@ -207,7 +198,10 @@ class Agent:
     def table(self, name: str) -> TableWriter:
         if name not in self._tables:
             path = self.out / "records" / name / f"{self.node}-{self.name}.csv"
-            self._tables[name] = TableWriter(path, TABLE_COLUMNS[name])
+            if name not in self.columns:
+                raise KeyError(f"agent {self.name} writes table {name!r}, which neither its "
+                               f"module's TABLES nor agents.common.TABLES declares")
+            self._tables[name] = TableWriter(path, self.columns[name])
         return self._tables[name]
 
     def row(self, table: str, *values) -> None:

@@ -41,8 +41,15 @@ from pydantic import Field
 from agents.common import SPIN_NS, Agent, AgentParams, NodeRef, Pacer, receive
 from agents.formats import MEDIA
 from agents.streamer import flow_name
-from agents.viewer import DATAGRAM_BUFFER, MediaMeter, listen
+from agents.viewer import DATAGRAM_BUFFER, MEDIA_TABLES, MediaMeter, listen
 from topologies.model import Duration, Rate
+
+TABLES = {
+    **MEDIA_TABLES,
+    # Per stream, what became of the packets it received.
+    "forwarding": ("node", "agent", "flow", "received", "forwarded", "dropped", "unsent",
+                   "drop_fraction", "backlog_max"),
+}
 
 RUNG = struct.Struct("!B")
 RUNG_OFFSET = MEDIA.field_offset("rung")
@@ -175,7 +182,7 @@ def forward(agent: Agent, params: Params, sock: socket.socket, meter: MediaMeter
 
 
 def main(argv: list[str] | None = None) -> int:
-    agent = Agent("edge_forwarder", argv)
+    agent = Agent("edge_forwarder", argv, TABLES)
     params = Params.model_validate(agent.params)
     sock = listen(params.port)
     meter = MediaMeter(sock.getsockname()[1])

@@ -37,6 +37,15 @@ from pydantic import Field, model_validator
 from agents.common import Agent, AgentParams, NodeRef
 from topologies.model import Duration, PositiveDuration, Rate
 
+TABLES = {
+    # One row per side (sent, received) of each test, one per reporting interval.
+    "iperf": ("node", "agent", "role", "protocol", "test", "side", "seconds", "bytes",
+              "bits_per_second", "retransmits", "jitter_ms", "lost_percent"),
+    "iperf_intervals": ("node", "agent", "role", "protocol", "test", "start_s", "end_s",
+                        "bytes", "bits_per_second", "retransmits", "jitter_ms", "lost_percent",
+                        "omitted"),
+}
+
 POLL_S = 0.1  # how often the agent looks at its stop flag while iperf3 runs
 KILL_AFTER_S = 5.0
 TCP_LISTEN = "0A"  # the LISTEN state in /proc/net/tcp
@@ -182,7 +191,7 @@ def write_report(agent: Agent, params: Params, test: int, report: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    agent = Agent("iperf", argv)
+    agent = Agent("iperf", argv, TABLES)
     params = Params.model_validate(agent.params)
     output, exit_code, stopped = run_iperf3(agent, params)
     found = reports(output)

@@ -74,8 +74,15 @@ from agents.formats import MAGIC, MEDIA, PULL, VERSION
 from agents.streamer import (MAX_PAYLOAD, MIN_FRAME_SIZE, PER_PACKET, PER_PACKET_OFFSET,
                              flow_name, fragment_sizes)
 from agents.control import LoadReporter, ReportingParams
-from agents.viewer import DATAGRAM_BUFFER, MediaMeter, epoch_seconds, listen
+from agents.viewer import DATAGRAM_BUFFER, MEDIA_TABLES, MediaMeter, epoch_seconds, listen
 from topologies.model import Duration, PositiveDuration, Size
+
+TABLES = {
+    **MEDIA_TABLES,
+    # One row per session (a viewer's pulls of one stream at one bitrate).
+    "live_sessions": ("node", "agent", "viewer", "port", "flow", "bitrate_bps", "started_s",
+                      "ended_s", "frames", "packets", "refused"),
+}
 
 MBPS = 1e6
 
@@ -402,7 +409,7 @@ def serve(agent: Agent, params: Params, service: socket.socket, source: socket.s
 
 
 def main(argv: list[str] | None = None) -> int:
-    agent = Agent("live_edge", argv)
+    agent = Agent("live_edge", argv, TABLES)
     params = Params.model_validate(agent.params)
     service = listen(params.port)
     source = listen(params.source_port)

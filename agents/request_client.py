@@ -38,6 +38,11 @@ from agents.request_server import MAX_RESPONSE_BYTES, REQUEST_PORT, readable_bef
 from agents.viewer import DATAGRAM_BUFFER
 from topologies.model import Duration, PositiveDuration, Size
 
+TABLES = {
+    # One row per request.
+    "responses": ("node", "agent", "request", "content", "response_ms", "bytes"),
+}
+
 
 class Params(AgentParams):
     """Where the requests go, how often, how many, and what they ask for."""
@@ -152,7 +157,7 @@ class RequestClient:
 
 
 def main(argv: list[str] | None = None) -> int:
-    agent = Agent("request_client", argv)
+    agent = Agent("request_client", argv, TABLES)
     params = Params.model_validate(agent.params)
     agent.finish(RequestClient(agent, params).run())
     return 0

@@ -44,6 +44,11 @@ from agents.formats import REQUEST, RESPONSE
 from agents.viewer import DATAGRAM_BUFFER, listen
 from topologies.model import Duration
 
+TABLES = {
+    # One row per request.
+    "requests_served": ("node", "agent", "request", "client", "queued_ms", "service_ms"),
+}
+
 REQUEST_PORT = 7100
 MAX_RESPONSE_BYTES = 65000
 
@@ -185,7 +190,7 @@ class QueueServer:
 
 
 def main(argv: list[str] | None = None) -> int:
-    agent = Agent("request_server", argv)
+    agent = Agent("request_server", argv, TABLES)
     params = Params.model_validate(agent.params)
     sock = listen(params.port)
     sock.setblocking(False)  # select() does the waiting, with the next departure in view

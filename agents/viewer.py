@@ -61,6 +61,18 @@ from agents.streamer import flow_name
 from controller import protocol
 from topologies.model import Duration, PositiveDuration, Rate
 
+# Written by every agent that meters a media stream with MediaMeter (this one and
+# agents.edge_forwarder): one row per frame of each stream received.
+MEDIA_TABLES = {
+    "frames": ("node", "agent", "flow", "frame", "frame_type", "rung", "fragments", "received",
+               "complete", "delay_ms"),
+}
+TABLES = {
+    **MEDIA_TABLES,
+    # In pull mode: one row per decision it followed.
+    "live_decisions": ("node", "agent", "time_s", "server", "bitrate_bps", "migrated", "flow"),
+}
+
 GRACE_S = 0.5  # listening on after the expected packets arrived, for stragglers and duplicates
 DATAGRAM_BUFFER = 65536  # larger than any UDP payload
 U32_MAX = 2**32 - 1
@@ -461,7 +473,7 @@ class Puller(threading.Thread):
 
 
 def main(argv: list[str] | None = None) -> int:
-    agent = Agent("viewer", argv)
+    agent = Agent("viewer", argv, TABLES)
     params = Params.model_validate(agent.params)
     sock = listen(params.port)
     meter = MediaMeter(sock.getsockname()[1])

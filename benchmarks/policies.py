@@ -28,8 +28,8 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from controller.live_edge.model import MBPS, evaluate, generate  # noqa: E402
-from controller.live_edge.policies import ALLOCATORS  # noqa: E402
+from controller.policies.live_edge.allocators import ALLOCATORS  # noqa: E402
+from controller.policies.live_edge.model import MBPS, evaluate, generate  # noqa: E402
 
 LADDER_5 = tuple(rate * MBPS for rate in (0.5, 1.0, 2.5, 5.0, 8.0))
 GEOMETRIES = {"500 m square": 500.0, "2 km square": 2000.0}

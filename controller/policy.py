@@ -26,6 +26,7 @@ from types import MappingProxyType
 from typing import Literal, Protocol
 
 import networkx as nx
+from pydantic import BaseModel, ConfigDict
 
 
 @dataclass(frozen=True)
@@ -246,6 +247,12 @@ class Decision:
 
 OnLoad = Literal["redecide", "rebalance", "nothing"]
 ON_LOAD: tuple[OnLoad, ...] = ("redecide", "rebalance", "nothing")
+
+
+class PolicyParams(BaseModel):
+    """Base of every policy's parameters (its ``Params``): unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class Policy(Protocol):

@@ -263,7 +263,7 @@ def command_policies(arguments: argparse.Namespace) -> int:
     from controller import policies
 
     for name in policies.available():
-        _print_parameters(f"{name}: {_first_sentence(policies.POLICIES[name].__doc__)}",
+        _print_parameters(f"{name}: {_first_sentence(policies.policy_class(name).__doc__)}",
                           policies.params_model(name))
     return 0
 

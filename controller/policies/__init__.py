@@ -1,37 +1,50 @@
 """The scheduling policies a scenario can select by name, and what their parameters look like.
 
-A policy here is a class with a ``name``, a ``Params`` model (a pydantic model; unknown keys are
-errors) and a constructor taking validated ``Params``; registering one is listing it in
-``POLICIES``. The scenario checks validate ``params:`` with :func:`params_model`; the controller
-builds the policy with :func:`create`.
+A policy is a class with a ``name``, a ``Params`` model (a subclass of
+:class:`controller.policy.PolicyParams`; unknown keys are errors) and a constructor taking
+validated ``Params``. Policies are found by convention, not registered: every module or package
+directly in ``controller/policies/`` (a scheme's ``controller/policies/<slug>/``) that exposes
+``POLICIES``, an iterable of policy classes, contributes them. The scenario checks validate
+``params:`` with :func:`params_model`; the controller builds the policy with :func:`create`.
 """
 
 from __future__ import annotations
 
+import sys
+
 from pydantic import BaseModel, ValidationError
 
-from controller.policies.baseline import LeastLoaded, RoundRobin
-from controller.policies.live_edge import LIVE_EDGE_POLICIES
 from controller.policy import Policy
+from topologies import discovery
 
-POLICIES = {policy.name: policy for policy in (RoundRobin, LeastLoaded, *LIVE_EDGE_POLICIES)}
+
+def classes() -> dict[str, type]:
+    """Every policy class the modules of this package expose in ``POLICIES``, by name."""
+    return discovery.declared(sys.modules[__name__], "POLICIES")
 
 
 def available() -> list[str]:
-    return sorted(POLICIES)
+    return sorted(classes())
+
+
+def policy_class(name: str) -> type:
+    """The class of policy ``name``; ValueError naming the valid ones if there is none."""
+    found = classes()
+    if name not in found:
+        raise ValueError(f"unknown policy {name!r}; valid policies: {', '.join(sorted(found))}")
+    return found[name]
 
 
 def params_model(name: str) -> type[BaseModel]:
     """The parameters model of policy ``name``; ValueError if there is no such policy."""
-    if name not in POLICIES:
-        raise ValueError(f"unknown policy {name!r}; valid policies: {', '.join(available())}")
-    return POLICIES[name].Params
+    return policy_class(name).Params
 
 
 def create(name: str, params: dict | None = None) -> Policy:
     """A new policy ``name`` with ``params`` (none: the defaults); ValueError naming the policy
     and the offending parameters, with the valid ones, if ``params`` do not validate."""
-    model = params_model(name)
+    policy = policy_class(name)
+    model = policy.Params
     try:
         validated = model.model_validate(params or {})
     except ValidationError as error:
@@ -39,4 +52,4 @@ def create(name: str, params: dict | None = None) -> Policy:
                              for problem in error.errors())
         raise ValueError(f"policy {name!r}: {problems} (valid params: "
                          f"{', '.join(model.model_fields) or 'none'})") from error
-    return POLICIES[name](validated)
+    return policy(validated)

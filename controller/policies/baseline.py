@@ -12,15 +12,10 @@ import math
 from collections import defaultdict
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from controller.policy import Assignment, Decision, Migration, Placement, Rejection, Server, State
-
-
-class PolicyParams(BaseModel):
-    """Base of every policy's parameters: unknown keys are errors."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+from controller.policy import (Assignment, Decision, Migration, Placement, PolicyParams, Rejection,
+                               Server, State)
 
 
 class RoundRobinParams(PolicyParams):
@@ -174,3 +169,6 @@ class LeastLoaded(_OneServerPerRequest):
                     and abs(after[0] - after[1]) < hot - cool):
                 return placement, coolest
         return None
+
+
+POLICIES = (RoundRobin, LeastLoaded)

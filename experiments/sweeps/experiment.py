@@ -6,8 +6,8 @@ policies, the varied parameters, every cell's parameters and the ``paper:`` cita
 problem is collected and raised together as :class:`~topologies.problems.ScenarioInvalid`,
 each pointing at file, line, column and field, as for scenario files::
 
-    name: live-edge-model          # names the output directory, reports/<name>/
-    kind: live_edge_model          # a key of KINDS: what one cell runs
+    name: live_edge-model          # names the output directory, reports/<name>/
+    kind: live_edge_model          # what one cell runs: a kind of experiments/kinds/
     seed: 2023                     # with sweep, value and repetition, derives each cell's seed
     repetitions: 20                # instances per value; every policy sees the same ones
     policies: [lua, df, mhcp]      # compared in every sweep unless the sweep says otherwise
@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from experiments import live_edge, live_edge_emulation
+from experiments.kinds import registered as registered_kinds
 from topologies.loader import ScenarioSyntaxError, SourceMap, load_scenario_file, load_scenario_text
 from topologies.model import SAFE_NAME
 from topologies.problems import Problem, ScenarioInvalid, did_you_mean
@@ -47,8 +47,6 @@ from topologies.scenario import data_path, schema_problem
 
 from .kinds import Cell, Kind
 
-KINDS: dict[str, Kind] = {kind.name: kind for kind in (live_edge.KIND,
-                                                       live_edge_emulation.KIND)}
 QUICK_REPETITIONS = 2
 
 
@@ -91,7 +89,8 @@ class ExperimentDocument(_Strict):
     """An experiment file as written."""
 
     name: str = Field(pattern=SAFE_NAME, description="names the output directory")
-    kind: str = Field(description="what one cell runs: a key of KINDS")
+    kind: str = Field(description="what one cell runs: the name of a kind in "
+                                  "experiments/kinds/")
     seed: int = Field(0, ge=0, description="root of every cell's seed")
     repetitions: int = Field(ge=1, description="instances per sweep value")
     policies: list[str] = Field(min_length=1, description="the policies compared")
@@ -250,10 +249,11 @@ class _Resolver:
 
     def run(self) -> Experiment:
         document = self.document
-        kind = KINDS.get(document.kind)
+        kinds = registered_kinds()
+        kind = kinds.get(document.kind)
         if kind is None:
             self.problem(("kind",), f"unknown kind {document.kind!r}",
-                         did_you_mean(document.kind, KINDS))
+                         did_you_mean(document.kind, kinds))
             raise ScenarioInvalid(self.problems)
         self._check_policies(kind, document.policies, ("policies",))
         written = {name: ("base", name) for name in document.base}

@@ -3,8 +3,9 @@ one cell.
 
 A kind has a parameters model (a pydantic model; unknown keys are errors), the policies it can
 compare, a function running one :class:`Cell` and returning one row of metrics per period,
-the metrics those rows hold, and what the report should make of them. Registering a kind is
-listing it in :data:`experiments.sweeps.experiment.KINDS`; for an emulated kind (one
+the metrics those rows hold, and what the report should make of them. A scheme adds kinds by
+listing them in ``KINDS`` of its module ``experiments/kinds/<slug>.py`` (found by
+:func:`experiments.kinds.registered`); for an emulated kind (one
 ``edgebed run`` of a scenario per cell, its ``${VAR}`` values set from the cell's parameters)
 that is a :class:`Kind` around one such function.
 """

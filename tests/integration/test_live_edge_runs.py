@@ -1,4 +1,4 @@
-"""Seed 000's emulated experiment (topologies/live-edge.yaml) on a real Mininet network: the
+"""Seed 000's emulated experiment (topologies/live_edge.yaml) on a real Mininet network: the
 controller's policy gives each viewer an edge server and a bitrate, and the data plane carries
 it out. Checked at the edges (whom each served, at which bitrate), at the viewers (what
 arrived, how late) and against the controller's own records.
@@ -14,13 +14,13 @@ import yaml
 
 from agents import live_edge, streamer
 from controller.view import NetworkView
-from experiments.live_edge_emulation import viewer_qoe
+from experiments.kinds.live_edge_emulation import viewer_qoe
 from experiments.measurements import read_table
 from tests.conftest import ROOT
 from tests.integration.conftest import assert_nothing_left, edgebed, only_run_dir
 from tests.integration.test_controller_runs import addresses
 
-SCENARIO = ROOT / "topologies" / "live-edge.yaml"
+SCENARIO = ROOT / "topologies" / "live_edge.yaml"
 GOODPUT_TOLERANCE = 0.15
 # How much later than its path and transcoding a packet may arrive: the source frame's own
 # arrival (it is transcoded whole) and the spreading of the transcoded frame's packets over as

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from controller import policies
-from controller.live_edge import model
-from controller.live_edge.model import (MBPS, EdgeServer, Instance, Viewer, Weights, evaluate,
-                                        generate, violations)
-from controller.live_edge.policies import ALLOCATORS, optimal
-from controller.policies.live_edge import instance_from_state
+from controller.policies.live_edge import model
+from controller.policies.live_edge.allocators import ALLOCATORS, optimal
+from controller.policies.live_edge.model import (MBPS, EdgeServer, Instance, Viewer, Weights,
+                                                 evaluate, generate, violations)
+from controller.policies.live_edge.policies import instance_from_state
 from controller.policy import Client, Placement, Request, Server, State
 
 W = Weights()
@@ -365,7 +365,7 @@ def test_policies_respect_covering_labels_links_down_and_placed_load():
     assert "covers it with the stream reaching it" in rejected["v3/live"]
 
 
-@pytest.mark.parametrize("name", ["lua", "df", "mhcp", "random_allocation", "optimal"])
+@pytest.mark.parametrize("name", ["lua", "df", "mhcp", "random", "optimal"])
 def test_every_live_edge_policy_decides_every_request_within_capacity(name):
     crowd = [live_request(client) for client in ("v1", "v2", "v3")] + [
         Request(f"v{i % 3 + 1}/extra{i}", f"v{i % 3 + 1}", "live") for i in range(6)] + [
@@ -383,7 +383,7 @@ def test_every_live_edge_policy_decides_every_request_within_capacity(name):
 
 def test_random_allocation_policy_is_seeded_and_optimal_reports_its_solver():
     state = live_state(REQUESTS)
-    runs = [[decided(policies.create("random_allocation", {"seed": 4}), state) for _ in range(2)]
+    runs = [[decided(policies.create("random", {"seed": 4}), state) for _ in range(2)]
             for _ in range(2)]
     assert runs[0] == runs[1]
     policy = policies.create("optimal", {"time_limit": 5})

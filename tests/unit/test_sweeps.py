@@ -12,9 +12,10 @@ import pandas as pd
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from controller.live_edge.model import MBPS, MS, evaluate
-from controller.live_edge.policies import ALLOCATORS
-from experiments import live_edge, report
+from controller.policies.live_edge.allocators import ALLOCATORS
+from controller.policies.live_edge.model import MBPS, MS, evaluate
+from experiments import report
+from experiments.kinds import live_edge
 from experiments.cli import main
 from experiments.sweeps import experiment as experiments
 from experiments.sweeps.kinds import Claim, Kind, Metric
@@ -62,9 +63,15 @@ paper:
 """
 
 
+def register_fake(monkeypatch, kind: Kind) -> None:
+    """Makes ``kind`` one of the kinds experiment files may name, beside the discovered ones."""
+    discovered = experiments.registered_kinds
+    monkeypatch.setattr(experiments, "registered_kinds", lambda: {**discovered(), "fake": kind})
+
+
 @pytest.fixture
 def fake(monkeypatch):
-    monkeypatch.setitem(experiments.KINDS, "fake", FAKE)
+    register_fake(monkeypatch, FAKE)
     return experiments.loads(FAKE_FILE, "tiny.yaml")
 
 
@@ -78,7 +85,7 @@ def problems(text: str) -> list:
 
 
 def test_the_papers_experiment_file_is_valid():
-    loaded = experiments.load(ROOT / "experiments" / "live-edge-model.yaml")
+    loaded = experiments.load(ROOT / "experiments" / "live_edge-model.yaml")
     assert loaded.repetitions >= 5
     assert {"viewers", "servers", "danmaku", "a", "G"} <= {s.parameter for s in loaded.sweeps}
     small = [s for s in loaded.sweeps if "optimal" in s.policies]
@@ -253,10 +260,10 @@ def test_the_command_resumes_and_says_where(fake, tmp_path, capsys, monkeypatch)
         calls.append(cell)
         return fake_run(cell)
 
-    monkeypatch.setitem(experiments.KINDS, "fake", dataclasses.replace(FAKE, run=interrupted))
+    register_fake(monkeypatch, dataclasses.replace(FAKE, run=interrupted))
     assert main(["experiment", str(source), "--out", str(out)]) == 130
     assert "run the same command again" in capsys.readouterr().err
-    monkeypatch.setitem(experiments.KINDS, "fake", FAKE)
+    register_fake(monkeypatch, FAKE)
     assert main(["experiment", str(source), "--out", str(out)]) == 0
     assert f"20 cells run, 1 already in {out / RESULTS}" in capsys.readouterr().out
 

@@ -1,11 +1,12 @@
 """Seed 000 at model level: the ``live_edge_model`` kind of experiment cell, and the paper's
 results it is compared with.
 
-A cell draws one random instance with :func:`controller.live_edge.model.generate` (planar,
-synthetic geometry) and lets one allocator of :data:`controller.live_edge.policies.ALLOCATORS`
-decide ``periods`` periods in a row, judging each with :func:`~controller.live_edge.model.evaluate`.
-No network is emulated: latencies are the model's, QoE is the model's (a reconstruction; see
-that module's docstring).
+A cell draws one random instance with :func:`controller.policies.live_edge.model.generate`
+(planar, synthetic geometry) and lets one allocator of
+:data:`controller.policies.live_edge.allocators.ALLOCATORS` decide ``periods`` periods in a row,
+judging each with :func:`~controller.policies.live_edge.model.evaluate`. No network is
+emulated: latencies are the model's, QoE is the model's (a reconstruction; see that module's
+docstring).
 
 **Periods.** The generator draws a pool of viewers; period p (from 1, as in results) watches
 pool viewers (p − 1)·n .. (p − 1)·n + viewers − 1, n = round(churn · viewers), so each period
@@ -35,9 +36,9 @@ import pandas as pd
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field,
                       model_validator)
 
-from controller.live_edge.model import (MBPS, MS, Allocation, Instance, Viewer, Weights,
-                                        check_ladder, evaluate, generate)
-from controller.live_edge.policies import ALLOCATORS, Allocator, optimal
+from controller.policies.live_edge.allocators import ALLOCATORS, Allocator, optimal
+from controller.policies.live_edge.model import (MBPS, MS, Allocation, Instance, Viewer,
+                                                 Weights, check_ladder, evaluate, generate)
 from experiments.sweeps.kinds import Cell, Claim, Kind, Metric
 from topologies import units
 
@@ -86,7 +87,7 @@ RateRange = Annotated[tuple[NonNegative, NonNegative], AfterValidator(_ordered)]
 
 
 class Parameters(BaseModel):
-    """One cell's parameters: what :func:`~controller.live_edge.model.generate` takes, the
+    """One cell's parameters: what :func:`~controller.policies.live_edge.model.generate` takes, the
     model's weights, the periods and the exact solver's time limit, in the paper's units."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -294,8 +295,8 @@ CLAIMS = {
 
 ABOUT = """\
 **The QoE model is a reconstruction.** The paper's equations were lost in extraction; the
-formulas used here (`controller/live_edge/model.py`) have every property the paper states but
-are the project's, as are the stand-in formula for MHCP's remaining-space score and the
+formulas used here (`controller/policies/live_edge/model.py`) have every property the paper
+states but are the project's, as are the stand-in formula for MHCP's remaining-space score and the
 weights the paper does not give (gamma, alpha, k). **The geometry is synthetic**: servers,
 viewers and streamers are placed uniformly at random in a square (the paper's Melbourne
 base-station data set is not available), delays grow with distance. Nothing is emulated:
@@ -330,3 +331,4 @@ KIND = Kind(name="live_edge_model", parameters=Parameters, policies=tuple(ALLOCA
             plots=("objective", "mean_qoe", "mean_latency_ms", "mean_bitrate_mbps",
                    "mean_interaction", "switches", "drops", "served"),
             claims=CLAIMS, ablation="G", about=ABOUT, remarks=remarks)
+KINDS = (KIND,)

@@ -1,5 +1,5 @@
 """The allocators of seed 000: LUA (the paper's greedy) and its baselines DF, MHCP, Random and
-Optimal, on the model of :mod:`controller.live_edge.model`.
+Optimal, on the model of :mod:`controller.policies.live_edge.model`.
 
 Each is ``allocate(instance, rng) -> Allocation``; only ``random_allocation`` draws from ``rng``.
 The four heuristics are one greedy pass with three parameters (the viewer order, the rung each
@@ -17,7 +17,7 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import csr_array
 
-from controller.live_edge.model import Allocation, Instance, SolverReport, Tables, headroom
+from controller.policies.live_edge.model import Allocation, Instance, SolverReport, Tables, headroom
 
 Allocator = Callable[[Instance, np.random.Generator], Allocation]
 

@@ -2,8 +2,9 @@
 Optimal) on the plain-Python policy interface.
 
 Each call allocates, service by service, the requests it is given as one period of the model in
-:mod:`controller.live_edge.model` (a reconstruction; its docstring has the formulas), with the
-allocator of the same name from :mod:`controller.live_edge.policies`. As
+:mod:`controller.policies.live_edge.model` (a reconstruction; its docstring has the
+formulas), with the allocator of the same name from
+:mod:`controller.policies.live_edge.allocators`. As
 :class:`~controller.policy.State` says, ``placements`` are flows that stay where they are and
 use up bandwidth and compute there, and ``previous`` is where the requests were last period
 (the controller's new period re-decides every flow), which the switch and drop penalties look
@@ -46,11 +47,12 @@ import networkx as nx
 import numpy as np
 from pydantic import BeforeValidator, Field, model_validator
 
-from controller.live_edge.model import (DEFAULT_LADDER, SOURCE_BITRATE, Allocation, EdgeServer,
-                                        Instance, Viewer, Weights, check_ladder)
-from controller.live_edge.policies import Allocator, df, lua, mhcp, optimal, random_allocation
-from controller.policies.baseline import PolicyParams
-from controller.policy import Assignment, Decision, Rejection, Request, State
+from controller.policies.live_edge.allocators import (Allocator, df, lua, mhcp, optimal,
+                                                      random_allocation)
+from controller.policies.live_edge.model import (DEFAULT_LADDER, SOURCE_BITRATE, Allocation,
+                                                 EdgeServer, Instance, Viewer, Weights,
+                                                 check_ladder)
+from controller.policy import Assignment, Decision, PolicyParams, Rejection, Request, State
 from topologies import units
 
 Rate = Annotated[float, BeforeValidator(units.parse_rate), Field(gt=0)]
@@ -61,7 +63,7 @@ class LiveEdgeParams(PolicyParams):
 
     weights: Weights = Field(default_factory=Weights,
                              description="QoE weights and constants, SI units (see "
-                                         "controller.live_edge.model.Weights)")
+                                         "controller.policies.live_edge.model.Weights)")
     ladder: tuple[Rate, ...] = Field(DEFAULT_LADDER, min_length=1,
                                      description="bitrate ladder, ascending (bit/s or rates "
                                                  "such as 2.5Mbps)")
@@ -206,7 +208,7 @@ class LiveEdgePolicy:
 class Lua(LiveEdgePolicy):
     """LUA, the paper's greedy: viewers heaviest gift weight first, each to the covering server
     where the bitrate that fits gives the highest QoE (see
-    ``controller.live_edge.policies.lua``)."""
+    ``controller.policies.live_edge.allocators.lua``)."""
 
     name = "lua"
     allocator = lua
@@ -214,7 +216,7 @@ class Lua(LiveEdgePolicy):
 
 class DelayFirst(LiveEdgePolicy):
     """Delay first: each viewer to the covering server with the lowest network delay, at the
-    fitting bitrate nearest its preference (see ``controller.live_edge.policies.df``)."""
+    fitting bitrate nearest its preference (see ``controller.policies.live_edge.allocators.df``)."""
 
     name = "df"
     allocator = df
@@ -222,7 +224,7 @@ class DelayFirst(LiveEdgePolicy):
 
 class Mhcp(LiveEdgePolicy):
     """MHCP: each viewer to the covering server with the most remaining space, at the highest
-    bitrate that fits (see ``controller.live_edge.policies.mhcp``)."""
+    bitrate that fits (see ``controller.policies.live_edge.allocators.mhcp``)."""
 
     name = "mhcp"
     allocator = mhcp
@@ -230,17 +232,17 @@ class Mhcp(LiveEdgePolicy):
 
 class RandomAllocation(LiveEdgePolicy):
     """Random: each viewer to a random covering server at a random bitrate, among those that
-    fit, seeded (see ``controller.live_edge.policies.random_allocation``)."""
+    fit, seeded (see ``controller.policies.live_edge.allocators.random_allocation``)."""
 
-    name = "random_allocation"
+    name = "random"
     Params = RandomParams
     allocator = random_allocation
 
 
 class Optimal(LiveEdgePolicy):
     """Optimal: the exact MILP allocation, the most viewers served and then the highest
-    objective (see ``controller.live_edge.policies.optimal``); the solver's status and gap are
-    in ``last_period[service][1].solver``."""
+    objective (see ``controller.policies.live_edge.allocators.optimal``); the solver's status
+    and gap are in ``last_period[service][1].solver``."""
 
     name = "optimal"
     Params = OptimalParams
@@ -250,4 +252,4 @@ class Optimal(LiveEdgePolicy):
                        mip_rel_gap=self.params.mip_rel_gap)
 
 
-LIVE_EDGE_POLICIES = (Lua, DelayFirst, Mhcp, RandomAllocation, Optimal)
+POLICIES = (Lua, DelayFirst, Mhcp, RandomAllocation, Optimal)

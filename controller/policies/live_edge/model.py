@@ -39,7 +39,7 @@ Here: :class:`Weights`, :class:`Viewer`, :class:`EdgeServer`, :class:`Instance`,
 :class:`Allocation`; the formula functions (:func:`latency` to :func:`gift_weight`, each taking
 numbers or numpy arrays); :func:`evaluate` and :func:`objective` of an allocation,
 :func:`violations` of its constraints; and :func:`generate`, seeded random instances with planar
-geometry for the experiments. The allocators are in :mod:`controller.live_edge.policies`.
+geometry for the experiments. The allocators are in :mod:`controller.policies.live_edge.allocators`.
 """
 
 from __future__ import annotations

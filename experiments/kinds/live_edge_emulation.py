@@ -1,5 +1,5 @@
 """Seed 000 emulated: the ``live_edge_emulation`` kind of experiment cell (one ``edgebed run`` of
-``topologies/live-edge.yaml`` per cell), and the run's QoE twice: as the model predicted it and as
+``topologies/live_edge.yaml`` per cell), and the run's QoE twice: as the model predicted it and as
 the agents measured it.
 
 The prediction is the policy's own view of the run's last period: the instance it built from
@@ -27,14 +27,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from controller import policies
 from controller.core import ControllerCore
-from controller.live_edge.model import interaction_experience, qoe, video_quality
-from controller.policies.live_edge import instance_from_state
+from controller.policies.live_edge.model import interaction_experience, qoe, video_quality
+from controller.policies.live_edge.policies import instance_from_state
 from controller.policy import Placement
 from controller.view import NetworkView
 from experiments.measurements import read_table
 from experiments.sweeps.kinds import Cell, Kind, Metric
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 COLUMNS = ("viewer", "flow", "server", "bitrate_bps", "goodput_bps", "latency_model_ms",
            "latency_measured_ms", "weight", "qoe_model", "qoe_measured")
@@ -107,7 +107,7 @@ class Parameters(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    scenario: str = Field("topologies/live-edge.yaml", description="the scenario file")
+    scenario: str = Field("topologies/live_edge.yaml", description="the scenario file")
     duration: float = Field(20.0, gt=0, description="run length (s)")
     G: float = Field(50.0, ge=0, description="transcoding delay per Mbps below the source "
                                              "(ms/Mbps)")
@@ -142,7 +142,7 @@ METRICS = (Metric("objective_model", "objective, model's prediction"),
            Metric("fidelity_ok", "runs the fidelity monitor passed"))
 
 ABOUT = """\
-Each cell is one emulated run of `topologies/live-edge.yaml` (real packets on a Mininet network,
+Each cell is one emulated run of `topologies/live_edge.yaml` (real packets on a Mininet network,
 userspace Open vSwitch, edgebed's controller running the policy every 5 s period): a streamer's
 8 Mbit/s source through a streamer-side edge to three transcoding edges over 150-174 ms
 inter-edge links, six viewers 5-15 ms from the two edges covering each, three joining in the
@@ -158,11 +158,12 @@ edge transcodes a frame once all of it has arrived and spreads the result over a
 interval; the model's G·(R−R_v) counts neither), which lowers the measured QoE of everyone
 alike. LUA and DF decide alike here: with capacity to spare both keep every viewer's
 preferred rung and its nearest covering edge; the differences the paper reports need binding
-capacity, which the model-level report (`reports/live-edge-model/`) shows. MHCP serves every
+capacity, which the model-level report (`reports/live_edge-model/`) shows. MHCP serves every
 viewer the untranscoded top rung, so at G = 50 ms/Mbps it has the lowest latency and the
 highest QoE, predicted and measured, as in the model-level ablation.
 """
 
 KIND = Kind(name="live_edge_emulation", parameters=Parameters,
-            policies=("lua", "df", "mhcp", "random_allocation", "optimal"), run=run_cell,
+            policies=("lua", "df", "mhcp", "random", "optimal"), run=run_cell,
             metrics=METRICS, plots=tuple(metric.name for metric in METRICS[:6]), about=ABOUT)
+KINDS = (KIND,)

@@ -1,0 +1,44 @@
+"""Finding a layer's entries by convention: the modules of a package, each declaring its own.
+
+Every layer that a scheme adds to (policies under ``controller/policies/``, experiment kinds
+under ``experiments/kinds/``, agents under ``agents/``) lists its entries by scanning its package
+here instead of keeping a registry, so adding a scheme adds files and edits none. The scan reads
+the package's ``__path__`` (as the import system does), so a directory appended to it, by a plugin
+or a test, is scanned too. It lives in ``topologies`` because every other layer already imports
+this one, and it imports nothing of the project's.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Iterator, Mapping
+from types import ModuleType
+
+
+def modules(package: ModuleType) -> Iterator[ModuleType]:
+    """The modules and subpackages directly inside ``package``, imported, in name order; names
+    starting with ``_`` are private and skipped. A module that fails to import raises: an entry
+    that silently vanished would be worse."""
+    names = sorted({info.name for info in pkgutil.iter_modules(package.__path__)
+                    if not info.name.startswith("_")})
+    for name in names:
+        yield importlib.import_module(f"{package.__name__}.{name}")
+
+
+def declared(package: ModuleType, attribute: str, key=lambda entry: entry.name) -> dict:
+    """Every entry the modules of ``package`` declare in their iterable ``attribute`` (a mapping
+    counts by its values), by ``key``; ValueError naming both modules when two declare different entries under one key
+    (a module re-exporting another's entry is fine)."""
+    found: dict = {}
+    where: dict = {}
+    for module in modules(package):
+        entries = getattr(module, attribute, ())
+        for entry in entries.values() if isinstance(entries, Mapping) else entries:
+            name = key(entry)
+            if name in found and found[name] is not entry:
+                raise ValueError(f"{attribute} entry {name!r} is declared by both "
+                                 f"{where[name]} and {module.__name__}")
+            found[name] = entry
+            where.setdefault(name, module.__name__)
+    return found
