@@ -34,8 +34,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from controller.policies.baseline import PolicyParams
-from controller.policy import Assignment, Decision, Migration, Placement, Rejection, Request, State
+from controller.policy import (Assignment, Decision, Migration, Placement, PolicyParams,
+                               Rejection, Request, State)
 
 from .access import Geography, LocationDatabase, MediaNode, candidates, rank
 from .capacity import SharedCapacity, Tickets

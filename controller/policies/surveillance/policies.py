@@ -30,13 +30,13 @@ from collections import Counter
 
 from pydantic import Field
 
-from controller.policies.baseline import PolicyParams
 from controller.policies.surveillance.balancer import (BALANCERS, Balancer, Choice, Cluster,
                                                        ImprovedFeedback, PowerOfTwoChoices,
                                                        Refusal)
 from controller.policies.surveillance.load import (HEAVY_ABOVE, LIGHT_BELOW, Hardware,
                                                    LoadWeights, node_weights)
-from controller.policy import Assignment, Decision, Rejection, Request, Server, State
+from controller.policy import (Assignment, Decision, PolicyParams, Rejection, Request, Server,
+                               State)
 
 HARDWARE_LABELS = ("cpu_ghz", "memory_gb", "bandwidth_mbps", "disk_gb")
 
