@@ -3,7 +3,7 @@ VENV := .venv
 EDGEBED := $(VENV)/bin/edgebed
 SCENARIO ?= topologies/demo.yaml
 
-.PHONY: setup demo test unit clean schema bench
+.PHONY: setup demo test unit clean schema bench vm-test
 
 setup:
 	@scripts/setup.sh
@@ -13,6 +13,11 @@ demo: setup
 
 test: setup
 	$(VENV)/bin/python -m pytest -ra tests
+
+# The tests that need a kernel with sch_netem and the openvswitch module, in a Debian VM under
+# qemu (scripts/vm.sh; README "The VM lane"). setup first: the host's .venv builds the wheelhouse.
+vm-test: setup
+	scripts/vm.sh
 
 unit: setup
 	$(VENV)/bin/python -m pytest -ra tests/unit

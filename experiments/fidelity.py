@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from experiments import registry
@@ -57,6 +58,7 @@ class FidelityPath:
                                        wired_links(self.scenario, self.backend))
         self.log_dir = log_dir
         self.links = None
+        self.agent_start_s = 0.0
 
     def start(self) -> None:
         registry.register(self.names.prefix, self.log_dir)
@@ -70,6 +72,12 @@ class FidelityPath:
             node = self.scenario.nodes[peer.name]
             host.cmd(f"ip neigh replace {node.ip.ip} lladdr {host_mac(node.ip)} dev eth1 "
                      "nud permanent")
+        # How long a probe process takes to start here: well under a second on a machine, many
+        # seconds in a VM under CPU emulation (TCG). The receiver waits that much longer for the
+        # sender, so a slow start is not mistaken for a path that loses packets.
+        begin = time.monotonic()
+        v1.cmd(f"{sys.executable} -c 'import agents.probe'")
+        self.agent_start_s = time.monotonic() - begin
 
     def stop(self) -> None:
         if self.links is not None:
@@ -91,20 +99,21 @@ class FidelityPath:
     def udp(self, rate_pps: float, count: int, size: int = 64, all_sent: bool = True) -> dict:
         """Send ``count`` probe packets v1 -> e1; the receiver's summary. ``all_sent``: the
         sender's socket took every packet (false when v1's own interface is down)."""
+        slack_s = 5 + 3 * self.agent_start_s
         receiver = self.host("e1").popen(
             [sys.executable, "-m", "agents.probe", "receive", "--port", "5005", "--expect",
-             str(count), "--duration", str(count / rate_pps + 5)],
+             str(count), "--duration", str(count / rate_pps + slack_s)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert "listening" in receiver.stderr.readline()
         sender = self.host("v1").popen(
             [sys.executable, "-m", "agents.probe", "send", "--to", "10.9.0.2:5005", "--rate",
              str(rate_pps), "--count", str(count), "--size", str(size)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        sent, sender_errors = sender.communicate(timeout=count / rate_pps + 30)
+        sent, sender_errors = sender.communicate(timeout=count / rate_pps + 30 + slack_s)
         if all_sent:
             assert sender.returncode == 0, sender_errors
             assert json.loads(sent)["sent"] == count
-        output, errors = receiver.communicate(timeout=count / rate_pps + 30)
+        output, errors = receiver.communicate(timeout=count / rate_pps + 30 + slack_s)
         assert receiver.returncode == 0, errors
         return json.loads(output)
 

@@ -4,6 +4,13 @@
 # the Python dependencies), starts Open vSwitch with the kernel datapath where the openvswitch
 # module loads and the userspace datapath where it does not, and says which.
 # Idempotent and quick when nothing is missing. Needs root (apt, OVS).
+#
+#   scripts/setup.sh                    # as root: set this machine up
+#   scripts/setup.sh --print-packages   # the apt packages it needs, one a line (scripts/vm.sh
+#                                       # bakes them into the VM image)
+#   EDGEBED_WHEELHOUSE=DIR scripts/setup.sh
+#       offline: Python packages only from the wheels in DIR (no index), and no apt-get: a
+#       missing apt package is an error. The VM lane (scripts/vm.sh) runs it this way.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -15,6 +22,16 @@ packages=(mininet openvswitch-switch iperf3 tcpdump ethtool iproute2 iputils-pin
 
 say() { printf 'setup: %s\n' "$*"; }
 
+if [ "${1:-}" = "--print-packages" ]; then
+    printf '%s\n' "${packages[@]}"
+    exit 0
+fi
+wheelhouse="${EDGEBED_WHEELHOUSE:-}"
+if [ -n "$wheelhouse" ] && [ ! -d "$wheelhouse" ]; then
+    say "EDGEBED_WHEELHOUSE=$wheelhouse is not a directory" >&2
+    exit 2
+fi
+
 if [ "$(id -u)" -ne 0 ]; then
     say "needs root (apt-get, Open vSwitch, network namespaces); run it with sudo" >&2
     exit 3
@@ -24,6 +41,10 @@ missing=()
 for package in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" || missing+=("$package")
 done
+if [ "${#missing[@]}" -gt 0 ] && [ -n "$wheelhouse" ]; then
+    say "offline (EDGEBED_WHEELHOUSE set) and these apt packages are missing: ${missing[*]}" >&2
+    exit 1
+fi
 if [ "${#missing[@]}" -gt 0 ]; then
     say "installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
@@ -39,7 +60,14 @@ want="$(sha256sum "$repo/pyproject.toml" | cut -c1-16)"
 if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     say "creating $venv and installing edgebed with its dependencies"
     /usr/bin/python3 -m venv --system-site-packages "$venv"
-    "$venv/bin/pip" install --quiet --disable-pip-version-check -e "$repo[test]"
+    pip_source=()
+    if [ -n "$wheelhouse" ]; then
+        say "offline: Python packages from the wheelhouse $wheelhouse"
+        # --no-compile: offline is how the VM lane installs, under CPU emulation, where
+        # byte-compiling every installed module takes minutes; Python compiles what it imports.
+        pip_source=(--no-index --find-links "$wheelhouse" --no-compile)
+    fi
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "${pip_source[@]}" -e "$repo[test]"
     echo "$want" > "$stamp"
 fi
 "$venv/bin/python" -c "import mininet.net" || { say "the venv cannot import Mininet" >&2; exit 1; }

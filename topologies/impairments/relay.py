@@ -55,9 +55,10 @@ class Relay:
                 stdin=subprocess.PIPE, stdout=stream, stderr=subprocess.STDOUT,
                 env=dict(os.environ, **{ENVIRONMENT_KEY: prefix}))
 
-    def wait_ready(self, timeout_s: float = 15.0) -> None:
+    def wait_ready(self, timeout_s: float = 120.0) -> None:
         """Return once the relay forwards: it writes its first status right after opening its
-        sockets. Until then the wire drops every frame, ARP included."""
+        sockets. Until then the wire drops every frame, ARP included. The timeout only catches
+        a relay that never starts: a VM under CPU emulation takes tens of seconds to start one."""
         deadline = time.monotonic() + timeout_s
         while not self.status.exists():
             if self.process.poll() is not None or time.monotonic() > deadline:
