@@ -255,6 +255,15 @@ class PolicyParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class PolicyLabels(BaseModel):
+    """Base of the host labels a policy reads: its ``ClientLabels`` (of every host that is not a
+    server) and ``ServerLabels`` (of the services' servers), checked when the scenario loads.
+    Labels a policy does not declare are other policies' or the user's and are ignored, but one
+    a letter or two from a declared name is refused as a misspelling."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
 class Policy(Protocol):
     """A scheduling policy. ``decide`` may keep state between calls on the policy object (a
     round-robin cursor, say); it must not change ``state``.

@@ -9,6 +9,7 @@ addresses, datapath ids and OpenFlow port numbers, and collects *every* problem 
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import re
 import shlex
@@ -898,4 +899,46 @@ class _Resolver:
                                                       f"{server}: {error}", key=True)
             services[name] = Service(name, spec.address, spec.protocol, spec.port, spec.demand,
                                      servers)
+        if controller.policy in policies.available():
+            self._check_policy_labels(controller.policy, services)
         return services
+
+    def _check_policy_labels(self, policy: str, services: dict[str, Service]) -> None:
+        """The labels ``policy`` reads, typed by its label models: the servers' by
+        ``ServerLabels``, every other host's by ``ClientLabels``; a label one or two letters
+        off a declared one is refused as a misspelling."""
+        from controller import policies
+
+        client_labels, server_labels = policies.label_models(policy)
+        servers = {server for service in services.values() for server in service.servers}
+        for node in self.hosts_in_order():
+            model = server_labels if node.name in servers else client_labels
+            try:
+                model.model_validate(node.labels)
+            except ValidationError as error:
+                for problem in error.errors():
+                    label = str(problem["loc"][0])
+                    described = model.model_fields[label].description
+                    self.problem(self._label_origin(node, label),
+                                 f"label {label} of {node.name}: {problem['msg']}",
+                                 f"policy {policy} reads it as {described}" if described
+                                 else "")
+            for label in node.labels:
+                close = difflib.get_close_matches(label, model.model_fields, n=1, cutoff=0.85)
+                if label not in model.model_fields and close:
+                    self.problem(self._label_origin(node, label),
+                                 f"label {label} of {node.name} is not one policy {policy} "
+                                 f"reads", f"did you mean {close[0]!r}?", key=True)
+
+    def _label_origin(self, node: Node, label: str) -> tuple:
+        """Where ``label`` of ``node`` was set: the innermost of node, group, kind and defaults
+        that sets it."""
+        topology = self.topology
+        spec_path = self.origin[node.name]
+        for path, layer in ((spec_path, topology.nodes.get(spec_path[-1])),
+                            (("topology", "groups", node.group), topology.groups.get(node.group)),
+                            (("topology", "kinds", node.kind), topology.kinds.get(node.kind)),
+                            (("topology", "defaults"), topology.defaults)):
+            if layer is not None and label in layer.labels:
+                return path + ("labels", label)
+        return spec_path

@@ -2,7 +2,8 @@
 
 A policy is a class with a ``name``, a ``Params`` model (a subclass of
 :class:`controller.policy.PolicyParams`; unknown keys are errors) and a constructor taking
-validated ``Params``. Policies are found by convention, not registered: every module or package
+validated ``Params``; the host labels it reads are its ``ClientLabels`` and ``ServerLabels``
+(subclasses of :class:`controller.policy.PolicyLabels`). Policies are found by convention, not registered: every module or package
 directly in ``controller/policies/`` (a scheme's ``controller/policies/<slug>/``) that exposes
 ``POLICIES``, an iterable of policy classes, contributes them. The scenario checks validate
 ``params:`` with :func:`params_model`; the controller builds the policy with :func:`create`.
@@ -14,7 +15,7 @@ import sys
 
 from pydantic import BaseModel, ValidationError
 
-from controller.policy import Policy
+from controller.policy import Policy, PolicyLabels
 from topologies import discovery
 
 
@@ -38,6 +39,14 @@ def policy_class(name: str) -> type:
 def params_model(name: str) -> type[BaseModel]:
     """The parameters model of policy ``name``; ValueError if there is no such policy."""
     return policy_class(name).Params
+
+
+def label_models(name: str) -> tuple[type[PolicyLabels], type[PolicyLabels]]:
+    """The client and server labels policy ``name`` reads (``ClientLabels`` and
+    ``ServerLabels``; a policy declaring none reads none)."""
+    policy = policy_class(name)
+    return (getattr(policy, "ClientLabels", PolicyLabels),
+            getattr(policy, "ServerLabels", PolicyLabels))
 
 
 def create(name: str, params: dict | None = None) -> Policy:

@@ -52,7 +52,8 @@ from controller.policies.live_edge.allocators import (Allocator, df, lua, mhcp, 
 from controller.policies.live_edge.model import (DEFAULT_LADDER, SOURCE_BITRATE, Allocation,
                                                  EdgeServer, Instance, Viewer, Weights,
                                                  check_ladder)
-from controller.policy import Assignment, Decision, PolicyParams, Rejection, Request, State
+from controller.policy import (Assignment, Decision, PolicyLabels, PolicyParams, Rejection,
+                               Request, State)
 from topologies import units
 
 Rate = Annotated[float, BeforeValidator(units.parse_rate), Field(gt=0)]
@@ -73,6 +74,30 @@ class LiveEdgeParams(PolicyParams):
     def _ladder_fits_the_source(self) -> LiveEdgeParams:
         check_ladder(self.ladder, self.source_bitrate)
         return self
+
+
+Fraction = Annotated[float, Field(ge=0)]
+
+
+class ViewerLabels(PolicyLabels):
+    """The viewer labels the live-edge policies read (from a request's labels, then its
+    client's host); see the module docstring."""
+
+    preferred_bitrate: Rate | None = Field(None, description="R*_v, bit/s or a rate such as "
+                                                             "5Mbps")
+    danmaku_rate: Fraction | None = Field(None, description="F_v, danmaku messages per second")
+    gifts: Fraction | None = Field(None, description="p_v, gifts given")
+    covering: str | list[str] | None = Field(None, description="M(v): server names, a list or "
+                                                               "comma-separated")
+    streamer: str | None = Field(None, description="the host the viewer's streamer uploads from")
+    streamer_edge: str | None = Field(None, description="the node the stream enters the edge at")
+
+
+class EdgeServerLabels(PolicyLabels):
+    """The server labels the live-edge policies read."""
+
+    vcpu: Annotated[float, Field(ge=0)] | None = Field(None, description="compute C_m in vCPU "
+                                                                         "(absent: unlimited)")
 
 
 class RandomParams(LiveEdgeParams):
@@ -163,6 +188,8 @@ class LiveEdgePolicy:
 
     name: str
     Params: type[LiveEdgeParams] = LiveEdgeParams
+    ClientLabels = ViewerLabels
+    ServerLabels = EdgeServerLabels
     allocator: Allocator
     # Reported loads include the flows being decided (see above): they change nothing.
     on_load = "nothing"
