@@ -82,7 +82,8 @@ def command_run(arguments: argparse.Namespace) -> int:
     if code := _need_root("run"):
         return code
     options = RunOptions(runs_root=Path(arguments.runs_dir), cli=arguments.cli,
-                         duration=arguments.duration, datapath=arguments.datapath)
+                         duration=arguments.duration, datapath=arguments.datapath,
+                         concurrent=arguments.concurrent, wait=not arguments.no_wait)
     with console.status(f"{loaded.name}: starting") as status:
         options.on_phase = lambda phase: status.update(f"{loaded.name}: {phase}")
         options.on_warning = lambda warning: console.print(f"[yellow]warning:[/yellow] {warning}",
@@ -447,6 +448,11 @@ def parser() -> argparse.ArgumentParser:
                      help="where run directories go (default: ./runs, or $EDGEBED_RUNS)")
     run.add_argument("--datapath", choices=("kernel", "user"),
                      help="override the detected OVS datapath")
+    run.add_argument("--concurrent", action="store_true",
+                     help="run side by side with other --concurrent runs on purpose (they "
+                          "share ovs-vswitchd and the CPUs; the summary warns)")
+    run.add_argument("--no-wait", action="store_true",
+                     help="if another run holds the machine, exit 3 instead of waiting")
     run.set_defaults(handler=command_run)
 
     runs_dir = argparse.ArgumentParser(add_help=False)

@@ -35,6 +35,7 @@ from topologies.scenario import Scenario
 from agents import catalog
 
 from . import measurements, registry
+from .machine_lock import machine_lock
 from .rundir import RunDirectory, edgebed_version, iso, utc_now
 
 LOAD_CHECK_PERIOD_S = 1.0
@@ -57,6 +58,8 @@ class RunOptions:
     datapath: str | None = None  # overrides detection: "kernel" or "user"
     on_phase: Callable[[str], None] = lambda phase: None
     on_warning: Callable[[str], None] = lambda warning: None  # as it happens, during the run
+    concurrent: bool = False  # run beside other concurrent runs (shared machine lock)
+    wait: bool = True  # for the machine when another run holds it; False: refuse
 
 
 @dataclass
@@ -159,7 +162,12 @@ class Run:
         self.summary["run_dir"] = str(self.run_dir.path)
         self.run_dir.write_yaml("scenario.yaml", self.scenario.resolved())
         self.run_dir.write_json("manifest.json", self._manifest(found, datapath, backend))
+        others = registry.live_prefixes()
         registry.register(self.names.prefix, self.run_dir.path)
+        if others:  # only --concurrent runs get here while others are live
+            self.warnings.append(f"ran side by side with {len(others)} other run(s) "
+                                 f"({', '.join(sorted(others))}, --concurrent): they share "
+                                 "ovs-vswitchd and the CPUs, so timing may be disturbed")
         status, error = "failed", None
         with _mininet_log_to(self.run_dir.path / "runner.log") as log:
             try:
@@ -205,6 +213,7 @@ class Run:
             "ended": None,
             "host": platform.node(),
             "runner_pid": os.getpid(),
+            "concurrent": self.options.concurrent,
             "backends": {"ovs_datapath": datapath, "controller": self.scenario.document.controller.app,
                          "impairments": backend.name},
             "capabilities": found.as_dict(),
@@ -454,5 +463,9 @@ class Run:
 
 
 def run_scenario(scenario: Scenario, options: RunOptions | None = None) -> RunResult:
-    """Build, run and tear down ``scenario``; the result points at the run directory."""
-    return Run(scenario, options or RunOptions()).execute()
+    """Build, run and tear down ``scenario`` while holding the machine
+    (:mod:`experiments.machine_lock`); the result points at the run directory."""
+    options = options or RunOptions()
+    with machine_lock(scenario.name, str(scenario.source), concurrent=options.concurrent,
+                      wait=options.wait, on_wait=options.on_warning):
+        return Run(scenario, options).execute()

@@ -176,9 +176,11 @@ workload:
   - {agent: command, nodes: [v1, e1], command: sleep 600}
 """)
     runs = tmp_path / "runs"
-    bystander = start_edgebed("run", str(path), "--runs-dir", str(tmp_path / "other"))
+    # Side by side on purpose: both runs say --concurrent, or the second would wait.
+    bystander = start_edgebed("run", str(path), "--runs-dir", str(tmp_path / "other"),
+                              "--concurrent")
     bystander_run = wait_for_phase(tmp_path / "other", "network up", bystander)
-    victim = start_edgebed("run", str(path), "--runs-dir", str(runs))
+    victim = start_edgebed("run", str(path), "--runs-dir", str(runs), "--concurrent")
     run = wait_for_phase(runs, "network up", victim)
     prefix = json.loads((run / "manifest.json").read_text())["prefix"]
     time.sleep(0.5)  # let the workload start
