@@ -183,6 +183,10 @@ workload:
     victim = start_edgebed("run", str(path), "--runs-dir", str(runs), "--concurrent")
     run = wait_for_phase(runs, "network up", victim)
     prefix = json.loads((run / "manifest.json").read_text())["prefix"]
+    deadline = time.monotonic() + 30
+    while "timeline_started" not in json.loads((run / "manifest.json").read_text()):
+        assert time.monotonic() < deadline, "the victim's timeline did not start"
+        time.sleep(0.1)
     time.sleep(0.5)  # let the workload start
     victim.kill()
     victim.wait()
