@@ -911,6 +911,8 @@ class _Resolver:
 
         client_labels, server_labels = policies.label_models(policy)
         servers = {server for service in services.values() for server in service.servers}
+        # A label set on a kind, group or the defaults is wrong once, not once per host.
+        reported: set[tuple] = set()
         for node in self.hosts_in_order():
             model = server_labels if node.name in servers else client_labels
             try:
@@ -919,7 +921,11 @@ class _Resolver:
                 for problem in error.errors():
                     label = str(problem["loc"][0])
                     described = model.model_fields[label].description
-                    self.problem(self._label_origin(node, label),
+                    origin = self._label_origin(node, label)
+                    if origin in reported:
+                        continue
+                    reported.add(origin)
+                    self.problem(origin,
                                  f"label {label} of {node.name}: {problem['msg']}",
                                  f"policy {policy} reads it as {described}" if described
                                  else "")
