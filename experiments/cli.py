@@ -8,6 +8,7 @@ interrupted by Ctrl-C / SIGTERM.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -84,8 +85,14 @@ def command_run(arguments: argparse.Namespace) -> int:
     options = RunOptions(runs_root=Path(arguments.runs_dir), cli=arguments.cli,
                          duration=arguments.duration, datapath=arguments.datapath,
                          concurrent=arguments.concurrent, wait=not arguments.no_wait)
-    with console.status(f"{loaded.name}: starting") as status:
-        options.on_phase = lambda phase: status.update(f"{loaded.name}: {phase}")
+    # No spinner over the Mininet prompt: with --cli the phases are printed as lines.
+    progress = (contextlib.nullcontext() if arguments.cli
+                else console.status(f"{loaded.name}: starting"))
+    with progress as status:
+        options.on_phase = ((lambda phase: console.print(f"{loaded.name}: {phase}",
+                                                         markup=False))
+                            if arguments.cli else
+                            (lambda phase: status.update(f"{loaded.name}: {phase}")))
         options.on_warning = lambda warning: console.print(f"[yellow]warning:[/yellow] {warning}",
                                                            markup=True, highlight=False)
         try:

@@ -420,9 +420,18 @@ class Run:
 
         for node in self.scenario.switches:
             print(f"switch {node.name} is bridge {self.network.bridge_of(node)}")
+        from mininet.log import StreamHandlerNoNewline, lg
+
         for entry in self.scenario.workload:
             self._start_workload(entry)
-        CLI(self.network.net)
+        # The CLI prints what commands answer through Mininet's log: to the terminal, as in
+        # plain Mininet, while the log file keeps its copy.
+        terminal = StreamHandlerNoNewline(sys.stdout)
+        lg.addHandler(terminal)
+        try:
+            CLI(self.network.net)
+        finally:
+            lg.removeHandler(terminal)
 
     def _teardown(self, log: logging.Logger) -> None:
         self.options.on_phase("tearing down")
