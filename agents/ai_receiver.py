@@ -47,7 +47,7 @@ from pydantic import Field
 from agents.ai_terminal import DATA_PORT, NACK_PORT, UnitTiming, flow_name, nack_messages
 from agents.common import POLL_S, Agent, FlowStats, MalformedLog, percentile, receive
 from agents.formats import AI_DATA, MAGIC, VERSION
-from agents.viewer import DATAGRAM_BUFFER, listen
+from agents.common import DATAGRAM_BUFFER, listen
 from topologies.model import Duration
 
 TABLES = {

@@ -43,7 +43,7 @@ from pydantic import Field, model_validator
 from agents.common import (POLL_S, WAKE_EARLY_NS, Agent, AgentParams, MalformedLog, NodeRef,
                            Pacer, receive)
 from agents.formats import AI_DATA, AI_NACK, MAGIC, VERSION, pack_u16_list, unpack_u16_list
-from agents.viewer import DATAGRAM_BUFFER, listen
+from agents.common import DATAGRAM_BUFFER, listen
 from topologies.model import Fraction, PositiveDuration, Size
 
 TABLES = {

@@ -23,7 +23,8 @@ from pydantic import Field
 
 from agents.common import Agent, AgentParams, FlowStats, MalformedLog
 from agents.formats import DANMAKU, GIFT, message_type
-from agents.viewer import DATAGRAM_BUFFER, chat_flow, datagrams, listen
+from agents.common import DATAGRAM_BUFFER, datagrams, listen
+from agents.viewer import chat_flow
 from topologies.model import Duration
 
 

@@ -43,7 +43,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Callable, Iterator
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -384,3 +384,38 @@ class MalformedLog:
             agent.row("malformed", port, count, first, example)
             print(f"{agent.name} on {agent.node}: {count} malformed datagrams on port {port}",
                   file=sys.stderr, flush=True)
+
+
+GRACE_S = 0.5  # listening on after the expected packets arrived, for stragglers and duplicates
+DATAGRAM_BUFFER = 65536  # larger than any UDP payload
+
+
+def listen(port: int) -> socket.socket:
+    """A receiving socket on ``port`` (0: any free port), announced on stderr as ``listening on
+    PORT`` once bound, so that whoever starts a sender can wait for it."""
+    sock = receiving_socket(port)
+    print(f"listening on {sock.getsockname()[1]}", file=sys.stderr, flush=True)
+    return sock
+
+
+def datagrams(agent: Agent, sock: socket.socket, buffer: bytearray,
+              duration_s: float | None = None,
+              enough: Callable[[], bool] | None = None) -> Iterator[tuple[int, int, tuple]]:
+    """The datagrams arriving on ``sock``, each read into ``buffer`` and given as (size, kernel
+    receive time ns, sender address), until the agent is stopped, ``duration_s`` has passed or
+    GRACE_S after ``enough()`` first says so."""
+    end = math.inf if duration_s is None else time.monotonic() + duration_s
+    while not agent.stopping and time.monotonic() < end:
+        arrival = receive(sock, buffer)
+        if arrival is None:
+            continue
+        yield arrival
+        if enough is not None and enough():
+            end = min(end, time.monotonic() + GRACE_S)
+            enough = None
+
+
+def epoch_seconds(ns: int) -> str:
+    """A time in seconds since the epoch as a table writes it: to the microsecond (the
+    tables' default of six significant digits would leave whole minutes)."""
+    return f"{ns / 1e9:.6f}"

@@ -15,7 +15,7 @@ edge thus first delays packets, then drops what exceeds its capacity, as a real 
 drop is left to chance. A packet leaves ``processing_delay`` after its processing ends (the
 latency of, say, a transcoder's pipeline, which does not limit its throughput).
 
-The input is measured like a viewer's (:class:`agents.viewer.MediaMeter`: ``flows``,
+The input is measured like a viewer's (:class:`agents.media.MediaMeter`: ``flows``,
 ``flow_seconds``, ``frames``, ``malformed``). Per stream, ``forwarding`` counts packets
 received, forwarded, dropped over budget and unsent (still held when the edge stopped), and the
 largest backlog; ``sender_lateness`` says how late packets left against their due times (the
@@ -41,7 +41,8 @@ from pydantic import Field
 from agents.common import SPIN_NS, Agent, AgentParams, NodeRef, Pacer, receive
 from agents.formats import MEDIA
 from agents.streamer import flow_name
-from agents.viewer import DATAGRAM_BUFFER, MEDIA_TABLES, MediaMeter, listen
+from agents.common import DATAGRAM_BUFFER, listen
+from agents.media import MEDIA_TABLES, MediaMeter
 from topologies.model import Duration, Rate
 
 TABLES = {

@@ -6,7 +6,7 @@ a compute budget.
 
 **Source.** Media packets of the source streams arrive on ``source_port``, typically from the
 streamer-side edge's ``edge_forwarder``; their headers give the source bitrate R. They are
-measured like a viewer's input (:class:`agents.viewer.MediaMeter`: ``flows``, ``flow_seconds``,
+measured like a viewer's input (:class:`agents.media.MediaMeter`: ``flows``, ``flow_seconds``,
 ``frames``, ``malformed``) and gathered into frames. A frame is transcoded when its last
 fragment arrives or, when one was lost, when a later frame of its stream begins (a transcoder
 cannot wait for what never comes); fragments of frames already transcoded are not used.
@@ -74,7 +74,8 @@ from agents.formats import MAGIC, MEDIA, PULL, VERSION
 from agents.streamer import (MAX_PAYLOAD, MIN_FRAME_SIZE, PER_PACKET, PER_PACKET_OFFSET,
                              flow_name, fragment_sizes)
 from agents.control import LoadReporter, ReportingParams
-from agents.viewer import DATAGRAM_BUFFER, MEDIA_TABLES, MediaMeter, epoch_seconds, listen
+from agents.common import DATAGRAM_BUFFER, epoch_seconds, listen
+from agents.media import MEDIA_TABLES, MediaMeter
 from topologies.model import Duration, PositiveDuration, Size
 
 TABLES = {

@@ -35,7 +35,7 @@ from agents.common import (WAKE_EARLY_NS, Agent, AgentParams, MalformedLog, Node
                            percentile, receive, receiving_socket)
 from agents.formats import REQUEST, RESPONSE
 from agents.request_server import MAX_RESPONSE_BYTES, REQUEST_PORT, readable_before
-from agents.viewer import DATAGRAM_BUFFER
+from agents.common import DATAGRAM_BUFFER
 from topologies.model import Duration, PositiveDuration, Size
 
 TABLES = {

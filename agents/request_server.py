@@ -41,7 +41,7 @@ from pydantic import Field
 from agents.common import (POLL_S, WAKE_EARLY_NS, Agent, AgentParams, MalformedLog, Pacer,
                            receive)
 from agents.formats import REQUEST, RESPONSE
-from agents.viewer import DATAGRAM_BUFFER, listen
+from agents.common import DATAGRAM_BUFFER, listen
 from topologies.model import Duration
 
 TABLES = {

@@ -21,7 +21,9 @@ lateness goes to ``sender_lateness``.
 
 **Pull mode** (``pull``, seed 000): the viewer asks for its stream instead of waiting for it.
 It subscribes to the controller named by ``$EDGEBED_CONTROLLER`` and joins ``service`` with its
-preferred bitrate as demand and the ``bitrates`` of the ladder up to it, hears a decision
+preferred bitrate as demand and the ``bitrates`` of the ladder up to it, through a
+:class:`agents.follower.DecisionFollower` (which also probes and confirms candidates when a
+decision ranks some, and writes ``decisions_followed``), hears a decision
 (server and bitrate; no bitrate means the preferred one), and sends a pull
 (:data:`agents.formats.PULL`) for source stream ``pull_stream`` to ``pull`` (the service
 address, which the controller steers to the chosen edge) every ``pull_interval`` from its media
@@ -34,185 +36,47 @@ row of ``live_decisions``: when it was heard (seconds since the epoch, CLOCK_REA
 controller's ``decisions``), the server and bitrate, whether the server changed (migrated), and
 its flow. A decision that changes neither server nor bitrate is not a new one.
 
-:class:`MediaMeter`, :func:`listen` and :func:`datagrams` are shared with the edge forwarder
-and the chat collector.
+Its input is measured by :class:`agents.media.MediaMeter`, shared with the edge forwarder and
+the live edge.
 """
 
 from __future__ import annotations
 
-import math
 import random
 import socket
-import statistics
 import sys
 import threading
 import time
 import zlib
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Literal, Optional
+from typing import Callable, Literal, Optional
 
 from pydantic import Field, model_validator
 
-from agents.common import (WAKE_EARLY_NS, Agent, AgentParams, FlowStats, MalformedLog,
-                           NodeRef, Pacer, percentile, receive, receiving_socket)
-from agents.control import ControlClient, ControlError, controller_client
-from agents.formats import DANMAKU, FRAME_TYPES, GIFT, MAGIC, MEDIA, PULL, VERSION
+from agents.common import (DATAGRAM_BUFFER, WAKE_EARLY_NS, Agent, AgentParams, NodeRef, Pacer,
+                           datagrams, epoch_seconds, listen)
+from agents.control import ControlClient, controller_client
+from agents.follower import FOLLOWER_TABLES, DecisionFollower
+from agents.formats import DANMAKU, GIFT, PULL
+from agents.media import MEDIA_TABLES, MediaMeter
 from agents.streamer import flow_name
 from controller import protocol
 from topologies.model import Duration, PositiveDuration, Rate
 
-# Written by every agent that meters a media stream with MediaMeter (this one and
-# agents.edge_forwarder): one row per frame of each stream received.
-MEDIA_TABLES = {
-    "frames": ("node", "agent", "flow", "frame", "frame_type", "rung", "fragments", "received",
-               "complete", "delay_ms"),
-}
 TABLES = {
     **MEDIA_TABLES,
+    **FOLLOWER_TABLES,
     # In pull mode: one row per decision it followed.
     "live_decisions": ("node", "agent", "time_s", "server", "bitrate_bps", "migrated", "flow"),
 }
 
-GRACE_S = 0.5  # listening on after the expected packets arrived, for stragglers and duplicates
-DATAGRAM_BUFFER = 65536  # larger than any UDP payload
 U32_MAX = 2**32 - 1
 DANMAKU_TEXT = "666"  # the commonest danmaku there is ("awesome"), repeated to the length asked
-
-
-def listen(port: int) -> socket.socket:
-    """A receiving socket on ``port`` (0: any free port), announced on stderr as ``listening on
-    PORT`` once bound, so that whoever starts a sender can wait for it."""
-    sock = receiving_socket(port)
-    print(f"listening on {sock.getsockname()[1]}", file=sys.stderr, flush=True)
-    return sock
-
-
-def datagrams(agent: Agent, sock: socket.socket, buffer: bytearray,
-              duration_s: float | None = None,
-              enough: Callable[[], bool] | None = None) -> Iterator[tuple[int, int, tuple]]:
-    """The datagrams arriving on ``sock``, each read into ``buffer`` and given as (size, kernel
-    receive time ns, sender address), until the agent is stopped, ``duration_s`` has passed or
-    GRACE_S after ``enough()`` first says so."""
-    end = math.inf if duration_s is None else time.monotonic() + duration_s
-    while not agent.stopping and time.monotonic() < end:
-        arrival = receive(sock, buffer)
-        if arrival is None:
-            continue
-        yield arrival
-        if enough is not None and enough():
-            end = min(end, time.monotonic() + GRACE_S)
-            enough = None
-
-
-@dataclass(slots=True)
-class FrameArrival:
-    """What arrived of one frame."""
-
-    frame_type: int
-    rung: int
-    fragments: int
-    received: int  # distinct fragments
-    first_send_ns: int
-    last_arrival_ns: int
-
-    @property
-    def complete(self) -> bool:
-        return self.received >= self.fragments
-
-
-@dataclass
-class StreamMeter:
-    """One media stream as received: its packets and its frames."""
-
-    flow: FlowStats
-    frames: dict[int, FrameArrival] = field(default_factory=dict)
-
-    def write(self, agent: Agent, sent: int | None) -> dict:
-        """The stream's rows of ``flows``, ``flow_seconds`` and ``frames``; returns its
-        summary."""
-        summary = self.flow.write(agent, sent)
-        delays_ms = []
-        for number, frame in sorted(self.frames.items()):
-            delay_ms = None
-            if frame.complete:
-                delay_ms = (frame.last_arrival_ns - frame.first_send_ns) / 1e6
-                delays_ms.append(delay_ms)
-            agent.row("frames", self.flow.flow, number, FRAME_TYPES[frame.frame_type],
-                      frame.rung, frame.fragments, frame.received, frame.complete, delay_ms)
-        delays_ms.sort()
-        numbers = self.frames.keys()
-        return summary | {
-            "frames_complete": len(delays_ms),
-            "frames_incomplete": len(self.frames) - len(delays_ms),
-            # Frame numbers between the first and last seen of which no fragment arrived.
-            "frames_missing": (max(numbers) - min(numbers) + 1 - len(self.frames)
-                               if self.frames else 0),
-            "frame_delay_mean_ms": statistics.fmean(delays_ms) if delays_ms else None,
-            "frame_delay_p50_ms": percentile(delays_ms, 50) if delays_ms else None,
-            "frame_delay_p99_ms": percentile(delays_ms, 99) if delays_ms else None,
-        }
-
-
-class MediaMeter:
-    """The media packets arriving on one port, measured per stream and per frame. Anything else
-    is logged as malformed: too short for a media header, another magic, version or message
-    type, an unknown frame type, or a fragment index not below the fragment count."""
-
-    def __init__(self, port: int):
-        self.port = port
-        self.streams: dict[int, StreamMeter] = {}
-        self.unique = 0  # distinct packets, all streams together
-        self.malformed = MalformedLog()
-
-    def add(self, buffer: bytearray, size: int, received_ns: int, address: tuple) -> int | None:
-        """Measure the datagram of ``size`` bytes in ``buffer``; returns its stream id, or None
-        when it is not a media packet."""
-        if size < MEDIA.header_size:
-            self.malformed.add(self.port, memoryview(buffer)[:size])
-            return None
-        (magic, version, kind, stream, sequence, send_ns, frame, frame_type, rung, fragment,
-         fragments, _) = MEDIA.struct.unpack_from(buffer)
-        if (magic != MAGIC or version != VERSION or kind != MEDIA.type
-                or frame_type not in FRAME_TYPES or fragment >= fragments):
-            self.malformed.add(self.port, memoryview(buffer)[:size])
-            return None
-        meter = self.streams.get(stream)
-        if meter is None:
-            meter = self.streams[stream] = StreamMeter(FlowStats(flow_name(stream), address[0]))
-        duplicate = sequence in meter.flow.seen
-        meter.flow.add(sequence, send_ns, received_ns, size)
-        if duplicate:
-            return stream
-        self.unique += 1
-        arrival = meter.frames.get(frame)
-        if arrival is None:
-            meter.frames[frame] = FrameArrival(frame_type, rung, fragments, 1, send_ns,
-                                               received_ns)
-        else:
-            arrival.received += 1
-            arrival.first_send_ns = min(arrival.first_send_ns, send_ns)
-            arrival.last_arrival_ns = max(arrival.last_arrival_ns, received_ns)
-        return stream
-
-    def write(self, agent: Agent, expect: int | None = None) -> dict:
-        """Every stream's rows and the malformed datagrams' row; returns the summary. With one
-        stream, its loss counts against ``expect`` (so a lost tail counts too)."""
-        sent = expect if len(self.streams) == 1 else None
-        streams = [meter.write(agent, sent) for _, meter in sorted(self.streams.items())]
-        self.malformed.write(agent)
-        return {"port": self.port, "packets": sum(s["packets"] for s in streams),
-                "unique": self.unique, "malformed": self.malformed.count, "streams": streams}
 
 
 def chat_flow(kind: str, user: int) -> str:
     """The name of one user's danmaku or gifts in the sender's and the collector's tables."""
     return f"{kind}-{user}"
-
-
-def epoch_seconds(ns: int) -> str:
-    """A time in seconds since the epoch as a table writes it: to the microsecond (the
-    tables' default of six significant digits would leave whole minutes)."""
-    return f"{ns / 1e9:.6f}"
 
 
 @dataclass
@@ -384,6 +248,7 @@ class Puller(threading.Thread):
         self.flow = f"{agent.node}/{params.service}"
         self.done = threading.Event()
         self.decisions: list[LiveDecision] = []
+        self.follower: DecisionFollower | None = None
         self.pulls = self.send_errors = 0
         self.refusal: str | None = None  # why the viewer got no decision
 
@@ -403,32 +268,26 @@ class Puller(threading.Thread):
                 if control is None:
                     self.done.wait(wait_s)
                     continue
-                pushed = next(control.decisions(timeout=wait_s), None)
-                if isinstance(pushed, protocol.Decision) and pushed.flow == self.flow:
-                    if self._decided(pushed.server, pushed.bitrate or self.params.preferred):
-                        due = time.monotonic()  # the new server or bitrate at once
-                elif isinstance(pushed, protocol.Rejected) and pushed.flow == self.flow:
-                    print(f"viewer on {self.agent.node}: {pushed.flow} rejected: "
-                          f"{pushed.reason}", file=sys.stderr, flush=True)
+                changed = self.follower.poll(wait_s)
+                if changed is not None and self._decided(
+                        changed.server, changed.bitrate or self.params.preferred):
+                    due = time.monotonic()  # the new server or bitrate at once
         finally:
             if control is not None:
                 control.close()
 
     def _join(self, control: ControlClient) -> bool:
-        """Subscribe, then join (in that order, so that no period's decision falls between
-        the two); whether a decision came."""
+        """Join through the decision follower; whether a decision came."""
         ladder = [rate for rate in self.params.bitrates if rate <= self.params.preferred]
-        try:
-            control.subscribe()
-            answer = control.join(self.params.service, demand=self.params.preferred,
-                                  bitrates=ladder or self.params.bitrates[-1:])
-        except ControlError as error:
-            self.refusal = str(error)
-        else:
-            if isinstance(answer, protocol.Decision):
-                self._decided(answer.server, answer.bitrate or self.params.preferred)
-                return True
-            self.refusal = answer.reason
+        self.follower = DecisionFollower(control, self.params.service,
+                                         demand=self.params.preferred,
+                                         bitrates=ladder or self.params.bitrates[-1:])
+        followed = self.follower.join()
+        if followed is not None:
+            self.flow = self.follower.flow
+            self._decided(followed.server, followed.bitrate or self.params.preferred)
+            return True
+        self.refusal = self.follower.refusal
         print(f"viewer on {self.agent.node}: no stream: {self.refusal}", file=sys.stderr,
               flush=True)
         return False
@@ -461,15 +320,17 @@ class Puller(threading.Thread):
         self.join()
 
     def write(self, agent: Agent) -> dict:
-        """The rows of ``live_decisions``; returns what was decided and pulled."""
+        """The rows of ``live_decisions`` (and the follower's tables); returns what was
+        decided and pulled."""
         for decision in self.decisions:
             agent.row("live_decisions", epoch_seconds(decision.heard_ns), decision.server,
                       decision.bitrate, decision.migrated, flow_name(decision.delivered))
+        followed = self.follower.write(agent) if self.follower is not None else None
         return {"flow": self.flow if self.params.service else None,
                 "decisions": len(self.decisions),
                 "migrations": sum(d.migrated for d in self.decisions),
                 "refusal": self.refusal, "pulls": self.pulls,
-                "send_errors": self.send_errors}
+                "send_errors": self.send_errors, "followed": followed}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -43,6 +43,8 @@ class FlowRecord:
     # Servers the flow was moved away from: their answers still in flight (or sent before they
     # learn of the move) keep coming back from the service address until the flow leaves.
     former_servers: tuple[str, ...] = ()
+    # Counts the flow's decisions (1: placed), so a host can tell a late push from a newer one.
+    version: int = 1
 
 
 @dataclass
@@ -285,6 +287,7 @@ class ControllerCore:
                 # A period restates every term: what it leaves out is no longer wanted.
                 self.flows[assignment.flow].placement = Placement.of(
                     placement.request, placement.server, assignment.terms)
+                self.flows[assignment.flow].version += 1
                 outcome.placed[assignment.flow] = placement.server
         return outcome
 
@@ -319,6 +322,7 @@ class ControllerCore:
         record.placement = Placement.of(record.placement.request, server,
                                         record.placement.terms.updated(terms))
         record.migrations += 1
+        record.version += 1
         outcome.placed[flow] = server
         outcome.switches |= self._refresh(flow)
 
@@ -354,7 +358,8 @@ class ControllerCore:
                            "via": list(r.placement.via),
                            "attributes": dict(r.placement.attributes),
                            "path": list(r.path) if r.path else None,
-                           "migrations": r.migrations, "former_servers": list(r.former_servers)}
+                           "migrations": r.migrations, "version": r.version,
+                           "former_servers": list(r.former_servers)}
                           for flow, r in self.flows.items()],
                 "load_reports": [{"server": name, "load": history[-1].load,
                                   "metrics": dict(history[-1].metrics),
@@ -372,7 +377,7 @@ class ControllerCore:
             self.flows[item["flow"]] = FlowRecord(
                 Placement.of(request, item["server"], terms),
                 tuple(item["path"]) if item["path"] else None, item["migrations"],
-                tuple(item.get("former_servers", ())))
+                tuple(item.get("former_servers", ())), item.get("version", 1))
             self._refresh(item["flow"])
         # Each server's last report carries over, as arrived when this controller started (the
         # earlier controller's clock is gone); its history starts again from there.
@@ -414,7 +419,7 @@ class ControllerCore:
                                  candidates=hops(placement.candidates),
                                  via=hops(placement.via), attributes=dict(placement.attributes),
                                  path=list(record.path) if record.path else None,
-                                 migrated=migrated)
+                                 migrated=migrated, version=record.version)
 
     def client_of(self, address: str) -> str | None:
         attachment = self.view.by_address.get(address)

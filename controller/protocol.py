@@ -24,7 +24,8 @@ query       any -> controller   id: the controller's placements and servers
 decision    controller -> host  id (the request's; 0 when pushed), flow, client, service,
                                 port, server, address (the server's IP), bitrate, candidates
                                 and via (lists of {name, address}), attributes (name ->
-                                scalar), path, migrated
+                                scalar), path, migrated, version (the flow's
+                                decision count)
 rejected    controller -> host  id (0 when pushed), flow, reason
 ack         controller -> host  id
 error       controller -> host  id (null when the request had none that was valid), reason
@@ -235,7 +236,9 @@ class Decision(Message):
     server, the decision's terms (:class:`controller.policy.Terms`): ``bitrate``, ranked
     ``candidates`` to probe before confirming one with ``steer``, the ``via`` chain of relay
     hosts from the client's side, and ``attributes``. ``port`` is the client's transport port
-    of the flow (null: all its traffic to the service); ``path`` the pinned switches."""
+    of the flow (null: all its traffic to the service); ``path`` the pinned switches;
+    ``version`` counts the flow's decisions (1 when placed, one more at every change), so a
+    push that arrives late, after a newer decision, can be told apart and ignored."""
 
     type: Literal["decision"] = "decision"
     id: ReplyId
@@ -251,6 +254,7 @@ class Decision(Message):
     attributes: Attributes = {}
     path: Route | None = None
     migrated: Annotated[bool, Field(strict=True)] = False
+    version: Count = 0
 
 
 class Rejected(Message):

@@ -4,6 +4,12 @@ Both take the requests in order and put each on one server of its service that i
 server's load plus the request's demand within the server's capacity), rejecting it when none
 does; they differ in which fitting server they pick, and only least loaded migrates. Neither
 chooses a bitrate or a path: the controller uses the default shortest path.
+
+Both can hand the client ``candidates`` to probe (param ``candidates``: that many fitting
+servers, the pick first, then the others in the order the policy would pick them) and put a
+``via`` chain of relays on a flow from its request's or client's ``via`` label (host names, a
+list or comma-separated), for schemes and tests where clients choose among servers by what
+they measure or flows go through relays.
 """
 
 from __future__ import annotations
@@ -14,16 +20,23 @@ from typing import Annotated
 
 from pydantic import Field
 
-from controller.policy import (Assignment, Decision, Migration, Placement, PolicyParams, Rejection,
-                               Server, State)
+from controller.policy import (Assignment, Decision, Migration, Placement, PolicyParams,
+                               Rejection, Request, Server, State)
 
 
-class RoundRobinParams(PolicyParams):
-    """Round robin takes no parameters."""
+class BaselineParams(PolicyParams):
+    """What both baseline policies take."""
+
+    candidates: int = Field(0, ge=0, le=16, description="fitting servers handed to the client "
+                                                        "to probe, best first (0: none)")
 
 
-class LeastLoadedParams(PolicyParams):
-    """Parameters of least loaded: when and how much it rebalances."""
+class RoundRobinParams(BaselineParams):
+    """Round robin's parameters: only the candidates."""
+
+
+class LeastLoadedParams(BaselineParams):
+    """Parameters of least loaded: when and how much it rebalances, and the candidates."""
 
     rebalance_threshold: Annotated[float, Field(gt=0, le=1)] | None = Field(
         None, description="migrate when a service's most and least utilized servers are further "
@@ -67,8 +80,13 @@ class _OneServerPerRequest:
                 decision.rejections.append(Rejection(request.flow, reason))
                 continue
             server = self._pick(fitting, loads)
+            others = self._rank([s for s in fitting if s is not server], loads)
+            count = self.params.candidates
             loads[server.name] += request.demand
-            decision.assignments.append(Assignment(request.flow, server.name))
+            decision.assignments.append(Assignment(
+                request.flow, server.name,
+                candidates=tuple(s.name for s in [server] + others)[:count] if count else (),
+                via=_relays(request, state)))
         decision.migrations = self._migrations(state, loads)
         return decision
 
@@ -76,8 +94,22 @@ class _OneServerPerRequest:
         """One of ``fitting`` (servers of one service, sorted by name) given the current loads."""
         raise NotImplementedError
 
+    def _rank(self, servers: list[Server], loads: dict[str, float]) -> list[Server]:
+        """``servers`` in the order the policy prefers them after its pick."""
+        return servers
+
     def _migrations(self, state: State, loads: dict[str, float]) -> list[Migration]:
         return []
+
+
+def _relays(request: Request, state: State) -> tuple[str, ...]:
+    """The ``via`` label of the request, else of its client: host names, list or
+    comma-separated."""
+    labels = request.labels or next((c.labels for c in state.clients
+                                     if c.name == request.client), {})
+    value = labels.get("via", ())
+    names = value.split(",") if isinstance(value, str) else value
+    return tuple(str(name).strip() for name in names if str(name).strip())
 
 
 class RoundRobin(_OneServerPerRequest):
@@ -122,8 +154,11 @@ class LeastLoaded(_OneServerPerRequest):
         self.params = params or LeastLoadedParams()
 
     def _pick(self, fitting: list[Server], loads: dict[str, float]) -> Server:
-        return min(fitting, key=lambda server: (utilization(loads[server.name], server.capacity),
-                                                server.name))
+        return self._rank(fitting, loads)[0]
+
+    def _rank(self, servers: list[Server], loads: dict[str, float]) -> list[Server]:
+        return sorted(servers, key=lambda server: (
+            utilization(loads[server.name], server.capacity), server.name))
 
     def _migrations(self, state: State, loads: dict[str, float]) -> list[Migration]:
         if self.params.rebalance_threshold is None:

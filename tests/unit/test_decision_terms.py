@@ -10,6 +10,7 @@ import pytest
 
 from controller import protocol
 from controller.core import ControllerCore
+from controller.policies import create
 from controller.policy import (Assignment, Decision, Migration, Placement, Request, State,
                                Terms)
 from controller.view import NetworkView
@@ -155,3 +156,21 @@ def test_a_join_from_a_port_names_its_flow_after_it():
     join = protocol.Join(id=1, node="cams", service="ai", port=41000)
     assert join.flow == "cams/ai:41000"
     assert protocol.Join(id=1, node="cams", service="ai").flow == "cams/ai"
+
+
+def test_the_baseline_policies_rank_candidates_and_take_relays_from_labels():
+    view = NetworkView.from_scenario(load("topologies/edge-services.yaml"))
+    view.labels["viewer3"] = {"via": ["viewer1", "viewer2"]}
+    core = ControllerCore(view, create("least_loaded", {"candidates": 2}))
+    core.report_load("edge1", 15e6)  # busy: least loaded ranks it last
+    core.place([core.request_for("viewer1", "video")])
+    first = core.flows["viewer1/video"].placement
+    assert (first.server, first.candidates, first.via) == ("edge2", ("edge2", "edge3"), ())
+    core.place([core.request_for("viewer3", "video")])
+    assert core.flows["viewer3/video"].placement.via == ("viewer1", "viewer2")
+    turns = ControllerCore(view, create("round_robin", {"candidates": 3}))
+    turns.place([turns.request_for("viewer1", "video")])
+    assert turns.flows["viewer1/video"].placement.candidates == ("edge1", "edge2", "edge3")
+    plain = ControllerCore(view, create("least_loaded"))
+    plain.place([plain.request_for("viewer1", "video")])
+    assert plain.flows["viewer1/video"].placement.candidates == ()

@@ -307,7 +307,7 @@ def test_bad_params_name_the_parameter_and_the_valid_ones(params, problem):
         policies.create("least_loaded", params)
     message = str(raised.value)
     assert "policy 'least_loaded'" in message and problem in message
-    assert "valid params: rebalance_threshold, max_migrations" in message
+    assert "valid params: candidates, rebalance_threshold, max_migrations" in message
 
 
 def test_params_models_forbid_extra_keys_in_their_schema():
@@ -316,5 +316,5 @@ def test_params_models_forbid_extra_keys_in_their_schema():
         assert schema["additionalProperties"] is False
     assert policies.params_model("least_loaded").model_json_schema()["properties"][
         "max_migrations"]["default"] == 1
-    with pytest.raises(ValueError, match="round_robin.*valid params: none"):
+    with pytest.raises(ValueError, match="round_robin.*valid params: candidates\)"):
         policies.create("round_robin", {"cursor": 1})

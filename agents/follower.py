@@ -1,0 +1,292 @@
+"""Following the controller's decisions about one flow: what a viewer, a terminal or a camera
+does to be told where to go and go there.
+
+A :class:`DecisionFollower` subscribes to the decisions pushed about its node, joins a service
+for one flow (optionally from one transport port, when a host stands for many terminals or
+cameras), and from then on takes every decision about that flow the controller pushes (a new
+period, a migration, a steer). When a decision ranks ``candidates`` (seed 001: access by
+probing), the follower probes each with real packets, ICMP echo requests that every host's
+kernel answers (:func:`echo_probe`: round-trip time and loss), confirms the best (lowest loss,
+then lowest median round trip, then the controller's rank) with ``steer`` when it is not the
+server decided, and follows the answer; a decision naming the same candidates again is not
+probed again. What the agent does with a decision (pull from it, send to it, forward along its
+``via``) is the agent's own: :meth:`DecisionFollower.poll` hands it each changed decision::
+
+    follower = DecisionFollower(controller_client(node), "live", demand=2.5e6,
+                                bitrates=[2.5e6, 1e6])
+    decision = follower.join()  # None: rejected (follower.refusal says why)
+    while running:
+        changed = follower.poll(timeout=0.1)
+        if changed is not None:
+            ...  # changed.server, changed.address, changed.bitrate, changed.via ...
+    summary = follower.write(agent)
+
+Tables (:data:`FOLLOWER_TABLES`, which the agent module adds to its ``TABLES``):
+``decisions_followed``, one row per decision followed (time heard, seconds since the
+epoch on CLOCK_REALTIME as the controller's ``decisions``; flow; the decision's version (a
+push older than the decision followed is ignored and counted as ``stale``); server; bitrate;
+migrated;
+the candidates and via chain, ``;``-separated; the candidate confirmed by probing; the
+attributes as JSON), and ``candidate_probes``, one row per candidate probed (packets sent and
+answered, median and worst round trip).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import socket
+import statistics
+import struct
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from agents.control import ControlClient, ControlError
+from agents.common import epoch_seconds
+from controller import protocol
+
+ICMP_ECHO_REQUEST, ICMP_ECHO_REPLY = 8, 0
+ECHO = struct.Struct("!BBHHHQ")  # type, code, checksum, identifier, sequence, send time ns
+PROBES = 5
+PROBE_INTERVAL = 0.02  # seconds between a candidate's echo requests
+PROBE_TIMEOUT = 0.5  # how long after the last request an answer still counts
+# Written by every agent that follows decisions with a DecisionFollower.
+FOLLOWER_TABLES = {
+    "decisions_followed": ("node", "agent", "time_s", "flow", "version", "server",
+                           "bitrate_bps", "migrated", "candidates", "via", "confirmed",
+                           "attributes"),
+    "candidate_probes": ("node", "agent", "time_s", "flow", "candidate", "address", "sent",
+                         "answered", "rtt_p50_ms", "rtt_max_ms"),
+}
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What probing one address measured: echo requests sent and answered, and the round trips
+    (milliseconds) of the answered ones."""
+
+    address: str
+    sent: int
+    answered: int
+    rtts_ms: tuple[float, ...] = ()
+
+    @property
+    def loss(self) -> float:
+        return 1 - self.answered / self.sent if self.sent else 1.0
+
+    @property
+    def rtt_p50_ms(self) -> float | None:
+        return statistics.median(self.rtts_ms) if self.rtts_ms else None
+
+
+def _checksum(data: bytes) -> int:
+    """The Internet checksum (RFC 1071)."""
+    if len(data) % 2:
+        data += b"\0"
+    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+def echo_probe(address: str, count: int = PROBES, interval: float = PROBE_INTERVAL,
+               timeout: float = PROBE_TIMEOUT) -> ProbeResult:
+    """Round trips to ``address`` by ``count`` ICMP echo requests ``interval`` apart (a raw
+    socket: agents run as root in their hosts). The kernel of any host answers, so a
+    candidate needs no agent of its own to be probed; answers are matched by this socket's
+    identifier and the sequence, and timed by the send time they echo back."""
+    identifier = int.from_bytes(os.urandom(2), "big")
+    with socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP) as sock:
+        sock.setblocking(False)
+        rtts: dict[int, float] = {}
+        sent = 0
+        deadline = time.monotonic()
+        next_send = time.monotonic()
+        while sent < count or time.monotonic() < deadline:
+            now = time.monotonic()
+            if sent < count and now >= next_send:
+                send_ns = time.time_ns()
+                header = ECHO.pack(ICMP_ECHO_REQUEST, 0, 0, identifier, sent, send_ns)
+                packet = ECHO.pack(ICMP_ECHO_REQUEST, 0, _checksum(header), identifier, sent,
+                                   send_ns)
+                try:
+                    sock.sendto(packet, (address, 0))
+                except OSError:
+                    pass  # unreachable now: counted as lost
+                sent += 1
+                next_send = now + interval
+                deadline = now + timeout
+                continue
+            wait = (next_send if sent < count else deadline) - now
+            if not select.select([sock], [], [], max(0.0, wait))[0]:
+                continue
+            data, (source, _) = sock.recvfrom(2048)
+            received_ns = time.time_ns()
+            offset = (data[0] & 0x0F) * 4  # a raw socket hands over the IP header too
+            if source != address or len(data) < offset + ECHO.size:
+                continue
+            kind, _, _, ident, sequence, send_ns = ECHO.unpack_from(data, offset)
+            if kind == ICMP_ECHO_REPLY and ident == identifier and sequence < sent:
+                rtts.setdefault(sequence, (received_ns - send_ns) / 1e6)
+    return ProbeResult(address, sent, len(rtts), tuple(rtts[s] for s in sorted(rtts)))
+
+
+def best_candidate(candidates: Sequence[protocol.Hop],
+                   results: Sequence[ProbeResult]) -> protocol.Hop:
+    """The candidate that probed best: least loss, then least median round trip; the
+    controller's rank breaks ties (and decides when nothing answered)."""
+    ranked = sorted(range(len(candidates)), key=lambda index: (
+        results[index].loss, results[index].rtt_p50_ms if results[index].rtts_ms
+        else float("inf"), index))
+    return candidates[ranked[0]]
+
+
+@dataclass(frozen=True)
+class Followed:
+    """A decision the follower took: the controller's message and when it was heard, whether
+    the server changed, and the candidate it confirmed by probing (None: nothing to probe)."""
+
+    decision: protocol.Decision
+    heard_ns: int
+    migrated: bool
+    confirmed: str | None = None
+    probes: tuple[tuple[str, ProbeResult], ...] = ()
+
+    @property
+    def server(self) -> str:
+        return self.decision.server
+
+    @property
+    def address(self) -> str:
+        return self.decision.address
+
+    @property
+    def bitrate(self) -> float | None:
+        return self.decision.bitrate
+
+    @property
+    def via(self) -> tuple[protocol.Hop, ...]:
+        return self.decision.via
+
+    @property
+    def attributes(self) -> dict:
+        return self.decision.attributes
+
+    def key(self) -> tuple:
+        """What makes a decision a new one for an agent: where it goes and on what terms."""
+        decision = self.decision
+        return (decision.server, decision.bitrate, decision.via,
+                tuple(sorted(decision.attributes.items(), key=lambda item: item[0])))
+
+
+@dataclass
+class DecisionFollower:
+    """Joins ``service`` for one flow through ``control`` and follows the decisions about it
+    (see the module's docstring). ``probe`` measures one candidate address (by default
+    :func:`echo_probe`)."""
+
+    control: ControlClient
+    service: str
+    demand: float = 0.0
+    bitrates: Sequence[float] = ()
+    flow: str | None = None
+    port: int | None = None
+    probe: Callable[[str], ProbeResult] = echo_probe
+    followed: list[Followed] = field(default_factory=list)
+    refusal: str | None = None  # why the join got no decision
+    rejections: int = 0
+    steers: int = 0
+    stale: int = 0
+    _probed: tuple[str, ...] = ()
+
+    @property
+    def current(self) -> Followed | None:
+        return self.followed[-1] if self.followed else None
+
+    def join(self) -> Followed | None:
+        """Subscribe, then join (in that order, so that no decision falls between the two);
+        the decision followed, or None when the controller refused (``refusal``)."""
+        try:
+            self.control.subscribe()
+            answer = self.control.join(self.service, demand=self.demand,
+                                       bitrates=tuple(self.bitrates), flow=self.flow,
+                                       port=self.port)
+        except ControlError as error:
+            self.refusal = str(error)
+            return None
+        if isinstance(answer, protocol.Rejected):
+            self.refusal = answer.reason
+            return None
+        self.flow = answer.flow
+        return self._follow(answer)
+
+    def poll(self, timeout: float) -> Followed | None:
+        """The next pushed decision about the flow that changes anything, followed; None when
+        ``timeout`` seconds pass without one. Pushed rejections are counted."""
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            pushed = next(self.control.decisions(timeout=left), None)
+            if pushed is None:
+                return None
+            if pushed.flow != self.flow:
+                continue
+            if isinstance(pushed, protocol.Rejected):
+                self.rejections += 1
+                continue
+            if self.current is not None and pushed.version < self.current.decision.version:
+                self.stale += 1  # sent before the decision followed already (a late push)
+                continue
+            changed = self._follow(pushed)
+            if changed is not None:
+                return changed
+        return None
+
+    def _follow(self, decision: protocol.Decision) -> Followed | None:
+        heard_ns = time.time_ns()
+        confirmed, probes = None, ()
+        names = tuple(hop.name for hop in decision.candidates)
+        if names and names != self._probed:
+            self._probed = names
+            results = [self.probe(hop.address) for hop in decision.candidates]
+            probes = tuple(zip(names, results))
+            best = best_candidate(decision.candidates, results)
+            confirmed = best.name
+            if best.name != decision.server:
+                try:
+                    answer = self.control.steer(decision.flow, best.name)
+                except ControlError as error:
+                    answer = None
+                    self.refusal = f"steer to {best.name}: {error}"
+                if isinstance(answer, protocol.Decision):
+                    self.steers += 1
+                    decision, heard_ns = answer, time.time_ns()
+        last = self.current
+        followed = Followed(decision, heard_ns,
+                            last is not None and last.server != decision.server, confirmed,
+                            probes)
+        if last is not None and not probes and followed.key() == last.key():
+            return None
+        self.followed.append(followed)
+        return followed
+
+    def write(self, agent) -> dict:
+        """The rows of ``decisions_followed`` and ``candidate_probes``; returns the summary."""
+        for item in self.followed:
+            decision = item.decision
+            heard = epoch_seconds(item.heard_ns)
+            agent.row("decisions_followed", heard, decision.flow, decision.version,
+                      decision.server,
+                      decision.bitrate, item.migrated,
+                      ";".join(hop.name for hop in decision.candidates),
+                      ";".join(hop.name for hop in decision.via), item.confirmed,
+                      json.dumps(decision.attributes, sort_keys=True))
+            for name, result in item.probes:
+                agent.row("candidate_probes", heard, decision.flow, name, result.address,
+                          result.sent, result.answered, result.rtt_p50_ms,
+                          max(result.rtts_ms) if result.rtts_ms else None)
+        return {"flow": self.flow, "decisions": len(self.followed),
+                "migrations": sum(item.migrated for item in self.followed),
+                "steers": self.steers, "rejections": self.rejections, "stale": self.stale,
+                "refusal": self.refusal}

@@ -1,0 +1,188 @@
+"""The decision follower (agents.follower): joins, follows pushed decisions, probes ranked
+candidates with real ICMP echo requests and confirms the best with ``steer``, against a
+controller played by a :class:`~controller.control_server.ControlServer` on loopback whose
+handler is a real :class:`~controller.core.ControllerCore`."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from agents.control import ControlClient
+from agents.follower import (DecisionFollower, ProbeResult, best_candidate, echo_probe)
+from controller import netns, protocol
+from controller.control_server import ControlServer
+from controller.core import ControllerCore
+from controller.policies import create
+from controller.view import NetworkView
+from topologies.scenario import load
+
+
+class Controller:
+    """A core behind the control protocol: joins placed by least loaded with candidates, steers
+    migrate, decisions pushed to subscribers (what the controller app does, without
+    OpenFlow)."""
+
+    def __init__(self, **policy_params):
+        self.core = ControllerCore(NetworkView.from_scenario(
+            load("topologies/edge-services.yaml")), create("least_loaded", policy_params))
+        self.lock = threading.Lock()
+        self.subscribers: dict[str, tuple] = {}
+        sock = netns.udp_socket("127.0.0.1", 0)
+        self.address = sock.getsockname()
+        self.server = ControlServer([sock], self.handle).start()
+
+    def handle(self, message, reply, source):
+        with self.lock:
+            if message.type == "subscribe":
+                self.subscribers[message.node] = source
+                reply(protocol.Ack(id=message.id))
+            elif message.type == "join":
+                request = self.core.request_for(message.node, message.service, message.demand,
+                                                tuple(message.bitrates), message.flow,
+                                                message.port)
+                self.core.place([request])
+                reply(self.core.decision_message(message.id, request.flow))
+            elif message.type == "steer":
+                self.core.steer(message.flow, message.server)
+                reply(self.core.decision_message(message.id, message.flow, True))
+                self.push(message.flow, True)
+
+    def push(self, flow: str, migrated: bool = True) -> None:
+        client = self.core.flows[flow].placement.request.client
+        if client in self.subscribers:
+            self.server.push(self.subscribers[client],
+                             self.core.decision_message(0, flow, migrated))
+
+    def close(self):
+        self.server.stop()
+
+
+@pytest.fixture
+def controller():
+    made = []
+
+    def make(**params) -> Controller:
+        made.append(Controller(**params))
+        return made[-1]
+
+    yield make
+    for controller in made:
+        controller.close()
+
+
+def by_loss_then_rtt(quality: dict[str, tuple[int, float]]):
+    """A probe whose answers per address the test sets: (answered of 5, round trip ms)."""
+
+    def probe(address: str) -> ProbeResult:
+        answered, rtt = quality[address]
+        return ProbeResult(address, 5, answered, (rtt,) * answered)
+
+    return probe
+
+
+def address_of(controller: Controller, host: str) -> str:
+    return controller.core.view.attachment(host).address
+
+
+def test_the_follower_confirms_the_candidate_that_probes_best(controller):
+    ctl = controller(candidates=3)
+    quality = {address_of(ctl, "edge1"): (5, 9.0), address_of(ctl, "edge2"): (4, 1.0),
+               address_of(ctl, "edge3"): (5, 3.0)}
+    with ControlClient(ctl.address, node="viewer1") as control:
+        follower = DecisionFollower(control, "video", port=40001,
+                                    probe=by_loss_then_rtt(quality))
+        followed = follower.join()
+    # Least loaded picked edge1 and ranked all three; edge3 lost nothing and answered fastest
+    # of those that lost nothing, so the follower steered there.
+    assert [hop.name for hop in followed.decision.candidates] == ["edge1", "edge2", "edge3"]
+    assert (followed.server, followed.confirmed, followed.migrated) == ("edge3", "edge3", False)
+    assert ctl.core.flows["viewer1/video:40001"].placement.server == "edge3"
+    assert follower.steers == 1 and [name for name, _ in followed.probes] == [
+        "edge1", "edge2", "edge3"]
+
+
+def test_the_decided_server_is_kept_when_it_probes_best_and_no_steer_goes(controller):
+    ctl = controller(candidates=2)
+    quality = {address_of(ctl, "edge1"): (5, 1.0), address_of(ctl, "edge2"): (5, 2.0)}
+    with ControlClient(ctl.address, node="viewer1") as control:
+        follower = DecisionFollower(control, "video", probe=by_loss_then_rtt(quality))
+        assert follower.join().confirmed == "edge1"
+    assert follower.steers == 0
+
+
+def test_pushed_decisions_are_followed_once_and_the_same_candidates_not_probed_again(controller):
+    ctl = controller(candidates=2)
+    probed = []
+
+    def probe(address):
+        probed.append(address)
+        return ProbeResult(address, 5, 5, (1.0,) * 5)
+
+    with ControlClient(ctl.address, node="viewer1") as control:
+        follower = DecisionFollower(control, "video", probe=probe)
+        follower.join()
+        assert len(probed) == 2
+        with ctl.lock:
+            ctl.core.steer("viewer1/video", "edge3")  # an operator moves the flow
+            ctl.push("viewer1/video")
+        moved = follower.poll(timeout=5.0)
+        assert (moved.server, moved.migrated) == ("edge3", True)
+        with ctl.lock:
+            ctl.push("viewer1/video")  # the same decision again: nothing new
+        assert follower.poll(timeout=0.3) is None
+    assert len(probed) == 2 and len(follower.followed) == 2
+
+
+def test_a_decision_with_a_via_chain_reaches_the_follower(controller):
+    ctl = controller()
+    ctl.core.view.labels["viewer2"] = {"via": "viewer1, viewer3"}
+    with ControlClient(ctl.address, node="viewer2") as control:
+        followed = DecisionFollower(control, "video").join()
+    assert [(hop.name, hop.address) for hop in followed.via] == [
+        ("viewer1", address_of(ctl, "viewer1")), ("viewer3", address_of(ctl, "viewer3"))]
+    assert followed.confirmed is None and followed.probes == ()
+
+
+def test_a_refused_join_says_why(controller):
+    ctl = controller()
+    # The stand-in's handler fails on an unknown service, which the server answers with error.
+    with ControlClient(ctl.address, node="viewer1", timeout=0.2, tries=1) as control:
+        follower = DecisionFollower(control, "nothing")
+        assert follower.join() is None and "failed to handle join" in follower.refusal
+
+
+def test_the_best_candidate_is_least_loss_then_least_rtt_then_rank():
+    hops = [protocol.Hop(name=f"e{n}", address=f"10.0.0.{n}") for n in (1, 2, 3)]
+    results = [ProbeResult("10.0.0.1", 5, 5, (4.0,) * 5), ProbeResult("10.0.0.2", 5, 5,
+                                                                       (2.0,) * 5),
+               ProbeResult("10.0.0.3", 5, 3, (1.0,) * 3)]
+    assert best_candidate(hops, results).name == "e2"
+    silent = [ProbeResult(h.address, 5, 0) for h in hops]
+    assert best_candidate(hops, silent).name == "e1"  # nothing answered: the controller's rank
+
+
+def test_echo_probes_measure_a_real_round_trip():
+    result = echo_probe("127.0.0.1", count=4, interval=0.005, timeout=0.5)
+    assert (result.sent, result.answered) == (4, 4) and result.loss == 0
+    assert all(0 < rtt < 50 for rtt in result.rtts_ms)
+    # Answers are told apart by address and identifier: two probes at once each get their own.
+    other = echo_probe("127.0.0.2", count=3, interval=0.005, timeout=0.3)
+    assert (other.address, other.sent, other.answered) == ("127.0.0.2", 3, 3)
+
+
+def test_a_late_push_of_an_older_decision_is_not_followed(controller):
+    ctl = controller()
+    with ControlClient(ctl.address, node="viewer1") as control:
+        follower = DecisionFollower(control, "video")
+        follower.join()
+        with ctl.lock:
+            placed = ctl.core.decision_message(0, "viewer1/video")  # version 1
+            ctl.core.steer("viewer1/video", "edge3")
+            ctl.push("viewer1/video")  # version 2
+            ctl.server.push(ctl.subscribers["viewer1"], placed)  # the first, arriving late
+        assert follower.poll(timeout=5.0).server == "edge3"
+        assert follower.poll(timeout=0.3) is None
+    assert follower.stale == 1 and [f.server for f in follower.followed] == ["edge1", "edge3"]
+    assert [f.decision.version for f in follower.followed] == [1, 2]
