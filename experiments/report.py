@@ -8,7 +8,8 @@ metrics are first averaged over its periods, so the repetitions are the independ
 and the half-width of the 95% Student-t confidence interval of the mean. The plots (one per
 sweep and plotted metric, PNG and SVG, under ``plots/``) draw one line per policy with those
 intervals as error bars (or, for a metric the kind gives a model line for, the model's mean as
-the line and the measured means as points); they are drawn with matplotlib's Figure API, which renders with Agg
+the line and the measured means as points), and a kind may add figures over time of runs of its
+own (its ``figures``); they are drawn with matplotlib's Figure API, which renders with Agg
 and needs no display. ``report.md`` says what was run, compares the kind's claims with the
 paper's numbers the file cites, and tabulates every plotted metric.
 """
@@ -26,7 +27,7 @@ from matplotlib.figure import Figure
 from scipy import stats
 
 from experiments.sweeps.experiment import Experiment, PaperEntry, Sweep
-from experiments.sweeps.kinds import Claim, Kind
+from experiments.sweeps.kinds import Claim, Kind, TimeFigure
 from experiments.sweeps.runner import RESULTS, read_results
 
 GROUP = ["sweep", "parameter", "value", "policy"]
@@ -247,6 +248,31 @@ def plot(experiment: Experiment, summary: pd.DataFrame, directory: Path) -> list
     return made
 
 
+def plot_time_figure(figure: TimeFigure, directory: Path, salt: str) -> Path:
+    """``figure`` as PNG and SVG in ``directory``; returns the PNG's path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    rows = math.ceil(len(figure.panels) / figure.columns)
+    drawn = Figure(figsize=(5.2 * figure.columns, 3.4 * rows + 0.5))
+    drawn.subplots_adjust(left=0.07, right=0.98, bottom=0.08, top=0.9, hspace=0.45, wspace=0.2)
+    drawn.suptitle(figure.title, fontsize=11)
+    axes = drawn.subplots(rows, figure.columns, squeeze=False).ravel()
+    for panel, ax in zip(figure.panels, axes):
+        for label, (x, y) in panel.lines.items():
+            ax.plot(x, y, label=label, linewidth=0.9)
+        ax.set_title(panel.title, fontsize=9)
+        ax.set_xlabel(panel.x_label)
+        ax.set_ylabel(panel.y_label)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, ncols=max(1, math.ceil(len(panel.lines) / 5)))
+    for ax in axes[len(figure.panels):]:
+        ax.set_visible(False)
+    stem = directory / figure.name
+    drawn.savefig(stem.with_suffix(".png"), dpi=110)
+    with matplotlib.rc_context({"svg.hashsalt": salt}):
+        drawn.savefig(stem.with_suffix(".svg"), metadata={"Date": None})
+    return stem.with_suffix(".png")
+
+
 def _parameter_label(kind: Kind, parameter: str) -> str:
     description = kind.parameters.model_fields[parameter].description
     return f"{parameter}: {description}" if description else parameter
@@ -263,8 +289,12 @@ def write(experiment: Experiment, out: Path) -> Report:
     summary = summarize(cells, [metric.name for metric in kind.metrics])
     summary.to_csv(out / "summary.csv", index=False)
     plot(experiment, summary, out / "plots")
+    figures = list(kind.figures(experiment))
+    for figure in figures:
+        plot_time_figure(figure, out / "plots", experiment.name)
     found = headlines(experiment, cells)
-    text = _markdown(experiment, results, summary, found, len(cell_ids), int((~current).sum()))
+    text = _markdown(experiment, results, summary, found, len(cell_ids), int((~current).sum()),
+                     figures)
     (out / "report.md").write_text(text)
     return Report(out / "report.md", found, int((~current).sum()))
 
@@ -277,7 +307,8 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def _markdown(experiment: Experiment, results: pd.DataFrame, summary: pd.DataFrame,
-              found: list[Headline], cells: int, left_out: int) -> str:
+              found: list[Headline], cells: int, left_out: int,
+              figures: list[TimeFigure] = ()) -> str:
     kind = experiment.kind
     base = experiment.base.model_dump(mode="json")
     parts = [f"# {experiment.name}", "", kind.about, ""]
@@ -308,6 +339,10 @@ def _markdown(experiment: Experiment, results: pd.DataFrame, summary: pd.DataFra
     remarks = kind.remarks(results)
     if remarks:
         parts += ["## Remarks", "", *(f"- {remark}" for remark in remarks), ""]
+    if figures:
+        parts += ["## Over time", ""]
+        for figure in figures:
+            parts += [f"![{figure.title}](plots/{figure.name}.png)", "", figure.caption, ""]
     for sweep in experiment.sweeps:
         parts += _sweep_section(experiment, sweep, summary)
     return "\n".join(parts)

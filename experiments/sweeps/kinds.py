@@ -16,7 +16,7 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import pandas as pd
 from pydantic import BaseModel
@@ -83,6 +83,29 @@ CellRunner = Callable[[Cell], Sequence[Mapping[str, object]]]
 
 
 @dataclass(frozen=True)
+class Panel:
+    """One panel of a figure over time: ``lines`` maps a label to its (x, y) values."""
+
+    title: str
+    x_label: str
+    y_label: str
+    lines: Mapping[str, tuple[Sequence[float], Sequence[float]]]
+
+
+@dataclass(frozen=True)
+class TimeFigure:
+    """A figure of panels over time that a kind draws from runs of its own (results.csv holds
+    only per-period rows): ``name`` names its file under ``plots/``, ``caption`` says in the
+    report what it shows; ``columns`` panels per row."""
+
+    name: str
+    title: str
+    caption: str
+    panels: tuple[Panel, ...]
+    columns: int = 2
+
+
+@dataclass(frozen=True)
 class Kind:
     """A kind of experiment cell.
 
@@ -93,7 +116,8 @@ class Kind:
     intervals, as papers draw theory against simulation. ``claims`` are the paper's results
     an experiment file's ``paper:`` section may cite by key; ``ablation`` names a parameter whose sweeps every claim is also measured along, value
     by value. ``about`` is markdown opening the report (what a cell is, caveats), ``remarks``
-    further markdown lines from the results."""
+    further markdown lines from the results, ``figures`` the figures over time the report
+    draws for an experiment (given the :class:`~experiments.sweeps.experiment.Experiment`)."""
 
     name: str
     parameters: type[BaseModel]
@@ -106,6 +130,7 @@ class Kind:
     ablation: str | None = None
     about: str = ""
     remarks: Callable[[pd.DataFrame], list[str]] = lambda results: []
+    figures: Callable[[Any], Sequence[TimeFigure]] = lambda experiment: ()
 
     def metric(self, name: str) -> Metric:
         return next(metric for metric in self.metrics if metric.name == name)

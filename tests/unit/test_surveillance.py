@@ -21,7 +21,8 @@ from controller.policies.surveillance.balancer import (BALANCERS, Choice, Cluste
 from controller.policies.surveillance.load import (Hardware, LoadWeights, Queue, Usage,
                                                    max_loads, node_load, node_weights, queue_of)
 from controller.policies.surveillance.model import Workload, draw_trace, simulate
-from controller.policy import Placement, Request, Server, State
+from controller.policies.surveillance.policies import reported_load
+from controller.policy import LoadReport, Placement, Request, Server, State
 
 
 # --- load, maximum load, weights, queues -------------------------------------------------
@@ -128,7 +129,7 @@ def test_power_of_two_choices_takes_the_less_loaded_of_two():
     assert chosen == {"a", "b"}  # c loses every pair it is in
 
 
-@pytest.mark.parametrize("name", [name for name in BALANCERS if name != "improved_feedback"])
+@pytest.mark.parametrize("name", [name for name in BALANCERS if name != "sv_improved"])
 def test_every_balancer_but_the_improved_sends_a_streaming_camera_to_its_origin(name):
     made = cluster({"a": 0.5, "b": 0.5}, loads={"a": 0.95})
     made.assign("hot", Choice("a"))
@@ -274,17 +275,17 @@ def test_a_run_accounts_for_every_request_and_is_deterministic(name):
         k: v for k, v in again.items() if k != "decision_us"}
     assert first["rejected"] == first["rejected_by_balancer"] + first["rejected_by_node"]
     assert 0 <= first["rejected"] < 300
-    if name != "improved_feedback":
+    if name != "sv_improved":
         assert first["cascades"] == 0 and first["max_depth"] == 0
     assert first["peak_bandwidth"] <= 1 + 1e-9 and first["peak_cpu"] <= 1 + 1e-9
 
 
 def test_active_notification_leaves_no_heavy_node_unnoticed():
     workload = Workload(session_mean_s=300, bitrate_mbps=2)
-    improved = simulate(workload, "improved_feedback", seed=0).metrics
+    improved = simulate(workload, "sv_improved", seed=0).metrics
     assert improved["heavy_unnoticed_max_s"] == 0
     assert improved["notifications"] == improved["overloads"]
-    original = simulate(workload, "dynamic_feedback", seed=0).metrics
+    original = simulate(workload, "sv_feedback", seed=0).metrics
     assert original["notifications"] == 0
     assert 0 < original["heavy_unnoticed_max_s"] <= workload.period_s
 
@@ -310,7 +311,7 @@ def test_every_balancer_is_a_policy():
 
 
 def test_policy_helper_takes_the_clients_beyond_the_origin_s_share():
-    policy = POLICIES["improved_feedback"]()
+    policy = POLICIES["sv_improved"]()
     state = State(nx.MultiDiGraph(), servers(), (),
                   requests=tuple(request(i) for i in range(6)))
     decision = policy.decide(state)
@@ -327,7 +328,7 @@ def test_policy_helper_takes_the_clients_beyond_the_origin_s_share():
 
 
 def test_policy_rejects_unknown_and_missing_cameras():
-    policy = POLICIES["wlc"](POLICIES["wlc"].Params(cameras=("cam1",)))
+    policy = POLICIES["sv_wlc"](POLICIES["sv_wlc"].Params(cameras=("cam1",)))
     state = State(nx.MultiDiGraph(), servers(), (),
                   requests=(request(0, "cam9"), request(1, None), request(2)))
     decision = policy.decide(state)
@@ -338,7 +339,7 @@ def test_policy_rejects_unknown_and_missing_cameras():
 
 
 def test_policy_shares_the_stream_of_a_placed_camera_and_forgets_a_dead_node():
-    policy = POLICIES["wlc"]()
+    policy = POLICIES["sv_wlc"]()
     placed = (Placement(request(0), "n2"),)
     state = State(nx.MultiDiGraph(), servers(), (), placements=placed,
                   requests=(request(1),))
@@ -346,3 +347,77 @@ def test_policy_shares_the_stream_of_a_placed_camera_and_forgets_a_dead_node():
     gone = State(nx.MultiDiGraph(), servers()[:1], (), placements=placed,
                  requests=(request(2),))
     assert policy.decide(gone).assignments[0].server == "n1"
+
+
+def reports(now: float, **loads: tuple[float, dict]) -> dict:
+    return {server: (LoadReport(server, received, 0.0, metrics),)
+            for server, (received, metrics) in loads.items()}
+
+
+def test_policy_computes_l_from_the_reported_metrics():
+    metrics = {"cpu": 0.5, "memory": 0.4e9, "bw_in": 1e6, "bw_out": 8e6}  # n1: 4 GB, 10 Mbit/s
+    state = State(nx.MultiDiGraph(), servers(), (), now=1.0,
+                  loads=reports(1.0, n1=(1.0, metrics)))
+    assert reported_load(state, state.servers[0], LoadWeights()) == pytest.approx(
+        (0.4 * 0.5 + 0.1 * 0.1 + 0.4 * 0.8) / 0.9)
+    assert reported_load(state, state.servers[1], LoadWeights()) == 0.1  # never reported
+
+
+def test_an_urgent_heavy_report_re_queues_the_node_before_the_next_period():
+    policy = POLICIES["sv_improved"]()
+    placed = (Placement(request(0), "n1"),)
+    heavy = {"cpu": 1.0, "memory": 3.9e9, "bw_in": 4e6, "bw_out": 9.6e6}
+    light = {"cpu": 0.1, "bw_out": 1e6}
+    # n1 reported heavy at once (t = 1.5, within the period from 1 to 2): the next client of
+    # its camera goes to a helper fed by n1, not to n1.
+    state = State(nx.MultiDiGraph(), servers(), (), placements=placed, now=1.6,
+                  loads=reports(1.6, n1=(1.5, heavy), n2=(1.0, light)),
+                  requests=(request(1),))
+    assert policy.decide(state).assignments[0].server == "n2"
+    assert policy.last_chains["c1/video"] == ("n1", "n2")
+    original = POLICIES["sv_feedback"]()
+    assert original.decide(state).assignments[0].server == "n1"  # stream sharing, whatever L
+
+
+def test_a_node_that_stops_reporting_is_removed_and_its_clients_go_elsewhere():
+    policy = POLICIES["sv_improved"]()
+    placed = (Placement(request(0), "n1"),)
+    fresh = {"cpu": 0.1, "bw_out": 1e6}
+    # n1 last reported at 1.0, missed 3 periods of 1 s by 4.5: dead. n2 reported at 4.0.
+    state = State(nx.MultiDiGraph(), servers(), (), placements=placed, now=4.5,
+                  loads=reports(4.5, n1=(1.0, fresh), n2=(4.0, fresh)),
+                  requests=(request(0), request(1)))
+    decision = policy.decide(state)
+    assert {a.server for a in decision.assignments} == {"n2"}
+    assert policy.last_chains["c1/video"] == ("n2",)
+    everyone_dead = State(nx.MultiDiGraph(), servers(), (), now=9.0,
+                          loads=reports(9.0, n1=(1.0, fresh), n2=(4.0, fresh)),
+                          requests=(request(2),))
+    assert policy.decide(everyone_dead).rejections[0].reason == (
+        "service 'video' has no live node server")
+
+
+def test_every_policy_says_how_it_reacts_to_a_report():
+    assert {policy.on_load for policy in POLICIES.values()} == {"nothing"}
+
+
+@pytest.mark.parametrize("name", ["sv_feedback", "sv_improved"])
+def test_a_camera_that_stops_drops_its_sessions_and_frees_its_nodes(name):
+    workload = Workload(requests=400, horizon_s=200, session_mean_s=100)
+    hot = simulate(workload, name, seed=2, camera_stops={0: 100.0})
+    plain = simulate(workload, name, seed=2)
+    assert hot.metrics["dropped"] > 0 and plain.metrics["dropped"] == 0
+    assert hot.metrics["rejected_offline"] > 0  # camera 1 is hot: requested after it stopped
+    assert hot.metrics["rejected_offline"] <= hot.metrics["rejected_by_node"]
+    after = hot.samples[hot.samples["time_s"] == 101.0]["bandwidth"].sum()
+    before = hot.samples[hot.samples["time_s"] == 99.0]["bandwidth"].sum()
+    assert after < before  # its streams are gone from the nodes' links
+
+
+def test_cluster_stop_ends_every_session_of_the_camera():
+    made = cluster({"a": 0.5, "b": 0.5})
+    made.assign("k", Choice("a"))
+    made.assign("k", Choice("b", feeder="a"))
+    made.assign("k", Choice("b"))
+    assert made.stop("k") == {"a": 1, "b": 2}
+    assert made.chain("k") == [] and made.nodes["a"].tasks == made.nodes["b"].tasks == 0

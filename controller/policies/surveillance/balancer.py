@@ -10,8 +10,9 @@ no algorithm; a balancer's :meth:`Balancer.choose` reads it and returns a :class
 (join a node already in the chain, or extend the chain with a new helper) or a
 :class:`Refusal`; :meth:`Cluster.assign` and :meth:`Cluster.release` carry them out.
 
-The classic balancers carry IPVS's scheduler names (``rr``, ``wrr``, ``lc``, ``wlc``) where
-IPVS has them.
+Names carry the scheme's prefix ``sv_`` (policy names are one namespace across schemes), then
+IPVS's scheduler names where IPVS has one (``sv_rr``, ``sv_wrr``, ``sv_lc``, ``sv_wlc``);
+``sv_feedback`` is the original periodic dynamic feedback, ``sv_improved`` the paper's.
 
 **Stream sharing, for every balancer**: a request for a camera already streaming goes to the
 node receiving it. The classic balancers (round robin, weighted round robin, least connections,
@@ -146,6 +147,15 @@ class Cluster:
                 del self.chains[camera]
         return orphans
 
+    def stop(self, camera: str) -> dict[str, int]:
+        """``camera`` stopped streaming: every client of it loses the stream and its chain is
+        gone. Returns the sessions that ended, per node of the chain (relays with 0)."""
+        ended = {}
+        for node in self.chains.pop(camera, []):
+            ended[node] = self.clients.pop((camera, node), 0)
+            self.nodes[node].tasks -= ended[node]
+        return ended
+
     def depth(self, camera: str, node: str) -> int:
         """Cascade hops from the origin to ``node`` (0 at the origin)."""
         return self.chain(camera).index(node)
@@ -213,7 +223,7 @@ class _SmoothWeighted:
 
 
 class RoundRobin(Balancer):
-    name = "rr"
+    name = "sv_rr"
 
     def __init__(self) -> None:
         self._cursor = _Cursor()
@@ -225,7 +235,7 @@ class RoundRobin(Balancer):
 class WeightedRoundRobin(Balancer):
     """Round robin in proportion to the static weights W."""
 
-    name = "wrr"
+    name = "sv_wrr"
 
     def __init__(self) -> None:
         self._turns = _SmoothWeighted()
@@ -237,7 +247,7 @@ class WeightedRoundRobin(Balancer):
 class LeastConnections(Balancer):
     """Fewest client sessions; ties to the first name."""
 
-    name = "lc"
+    name = "sv_lc"
 
     def pick(self, camera, candidates, cluster):
         return Choice(min(candidates, key=lambda node: (node.tasks, node.name)).name)
@@ -248,7 +258,7 @@ class WeightedLeastConnections(Balancer):
     inactive ones; a video session is one long active connection, so this is T/W). It is the
     improved algorithm's weighted least tasks without queues or cooperation."""
 
-    name = "wlc"
+    name = "sv_wlc"
 
     def pick(self, camera, candidates, cluster):
         return Choice(weighted_least_tasks(candidates).name)
@@ -258,7 +268,7 @@ class Hashing(Balancer):
     """The camera's name hashed (CRC-32) onto the live nodes in name order: a camera always
     lands on the same node while the set of nodes stays."""
 
-    name = "hashing"
+    name = "sv_hashing"
 
     def pick(self, camera, candidates, cluster):
         return Choice(candidates[zlib.crc32(camera.encode()) % len(candidates)].name)
@@ -268,7 +278,7 @@ class PowerOfTwoChoices(Balancer):
     """Two distinct live nodes drawn at random, the one with fewer sessions per weight taken
     (as Envoy's weighted least-request does); ``seed`` seeds the draws."""
 
-    name = "p2c"
+    name = "sv_p2c"
 
     def __init__(self, seed: int = 0) -> None:
         self._random = np.random.default_rng(seed)
@@ -286,7 +296,7 @@ class DynamicFeedback(Balancer):
     the moderate ones when none is light, nowhere when all are heavy. A camera already
     streaming goes to its origin whatever its queue."""
 
-    name = "dynamic_feedback"
+    name = "sv_feedback"
 
     def __init__(self) -> None:
         self._turns = _SmoothWeighted()
@@ -316,7 +326,7 @@ class ImprovedFeedback(Balancer):
     It never gives a task to a node in the heavy queue: with every candidate heavy it refuses.
     """
 
-    name = "improved_feedback"
+    name = "sv_improved"
     active_notification = True
 
     def __init__(self, max_depth: int = 4) -> None:

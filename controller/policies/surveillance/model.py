@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -104,7 +104,7 @@ def make_balancer(name: str, workload: Workload, seed: int) -> Balancer:
     kind = BALANCERS[name]
     if kind is PowerOfTwoChoices:
         return kind(seed)
-    if name == "improved_feedback":
+    if name == "sv_improved":
         return kind(workload.max_depth)
     return kind()
 
@@ -147,7 +147,8 @@ class _Nodes:
 
 
 def simulate(workload: Workload, balancer_name: str, seed: int,
-             clock: Callable[[], float] = time.perf_counter) -> Outcome:
+             clock: Callable[[], float] = time.perf_counter,
+             camera_stops: Mapping[int, float] | None = None) -> Outcome:
     """One run of the test with balancer ``balancer_name``. Metrics:
 
     ``cv_load``, ``cv_cpu``, ``cv_bandwidth``: the coefficient of variation across nodes of L,
@@ -161,7 +162,12 @@ def simulate(workload: Workload, balancer_name: str, seed: int,
     ``max_depth``, ``mean_depth``: cascade hops from the origin to the serving node, deepest and
     averaged over the sessions; ``cascade_mbps``: cascade copies' bandwidth averaged over time,
     ``cascade_share``: as a share of what the nodes sent to clients; ``decision_us``: the
-    balancer's mean time per decision on this machine."""
+    balancer's mean time per decision on this machine.
+
+    ``camera_stops`` (camera index -> time) makes cameras stop streaming: at that time every
+    session watching one ends, counted in ``dropped``, its nodes stop receiving it, and later
+    requests for it are rejected (the node cannot pull the stream), counted in
+    ``rejected_offline`` (part of ``rejected_by_node``)."""
     trace = draw_trace(workload, seed)
     names = [f"node{i + 1}" for i in range(workload.nodes)]
     weights = node_weights(workload.hardware(), workload.weights, workload.shift)
@@ -170,8 +176,9 @@ def simulate(workload: Workload, balancer_name: str, seed: int,
     balancer = make_balancer(balancer_name, workload, seed)
     nodes = _Nodes(workload, names)
     env = simpy.Environment()
-    counts = dict.fromkeys(("rejected_by_balancer", "rejected_by_node", "overloads",
-                            "notifications", "cascades"), 0)
+    counts = dict.fromkeys(("rejected_by_balancer", "rejected_by_node", "rejected_offline",
+                            "dropped", "overloads", "notifications", "cascades"), 0)
+    stopped: set[str] = set()
     depths: list[int] = []
     decision_s = 0.0
     heavy_since: dict[str, float | None] = dict.fromkeys(names)
@@ -201,6 +208,8 @@ def simulate(workload: Workload, balancer_name: str, seed: int,
 
     def session(camera: str, node: str, length: float):
         yield env.timeout(length)
+        if camera in stopped:
+            return  # ended when the camera stopped
         chain = cluster.chain(camera)
         before = list(chain)
         cluster.release(camera, node)
@@ -225,6 +234,10 @@ def simulate(workload: Workload, balancer_name: str, seed: int,
             if isinstance(choice, Refusal):
                 counts["rejected_by_balancer"] += 1
                 continue
+            if camera in stopped:
+                counts["rejected_by_node"] += 1
+                counts["rejected_offline"] += 1
+                continue
             joining = choice.node in cluster.chain(camera)
             if not nodes.fits(choice.node, sessions=1, received=0 if joining else 1) or (
                     choice.feeder is not None and not nodes.fits(choice.feeder, feeds=1)):
@@ -241,6 +254,19 @@ def simulate(workload: Workload, balancer_name: str, seed: int,
             for name in {choice.node, choice.feeder} - {None}:
                 watch(name)
             env.process(session(camera, choice.node, length))
+
+    def stop(camera: str, at: float):
+        yield env.timeout(at)
+        stopped.add(camera)
+        chain = cluster.chain(camera)
+        for position, name in enumerate(chain):
+            nodes.received[name] -= 1
+            if position + 1 < len(chain):
+                nodes.feeds[name] -= 1
+        for name, ended in cluster.stop(camera).items():
+            nodes.sessions[name] -= ended
+            counts["dropped"] += ended
+            watch(name)
 
     def reports():
         while True:
@@ -262,6 +288,8 @@ def simulate(workload: Workload, balancer_name: str, seed: int,
             streaming.append((sum(nodes.sessions.values()), len(cluster.chains),
                               sum(nodes.feeds.values())))
 
+    for index, at in (camera_stops or {}).items():
+        env.process(stop(f"camera{index + 1}", at))
     env.process(arrivals())
     env.process(reports())
     env.process(sampler())

@@ -9,10 +9,15 @@ the balancer. Each call keeps, per service, a :class:`~.balancer.Cluster` built 
 * weights W from the servers' hardware labels ``cpu_ghz`` (clock x count), ``memory_gb``,
   ``bandwidth_mbps`` and ``disk_gb`` (a server without one of them counts the mean of the
   others; none at all: equal weights);
-* the load L a node reports is ``Server.load`` (this scheme's nodes report L, 0 to 1); a
-  balancer with active notification also sees, at once, the demand placed on a node over its
-  capacity when that is higher (the controller knows what it placed), the others only the
-  reports;
+* the load L of a node from its last load report (``State.loads``): L of eq. 2 over the
+  metrics it carries, ``cpu`` (a fraction of its CPU budget), ``memory`` (bytes, over the
+  ``memory_gb`` label) and the busier of ``bw_in``/``bw_out`` (bit/s, over the
+  ``bandwidth_mbps`` label); a report without them counts its ``load`` as L; no report yet:
+  ``Server.load``. A balancer with active notification also sees, at once, the demand placed on
+  a node over its capacity when that is higher (the controller knows what it placed), the
+  others only the reports;
+* health check: a node that reported once and then missed ``missed_reports`` periods of
+  ``report_period`` is dead: it takes no request, and the chains through it are cut;
 * tasks T and the clients of each camera from ``State.placements``; the camera of a request is
   its ``camera`` label, else its client's; the order of a camera's chain (origin first) is what
   this policy decided before, since placements do not record it.
@@ -34,7 +39,7 @@ from controller.policies.surveillance.balancer import (BALANCERS, Balancer, Choi
                                                        ImprovedFeedback, PowerOfTwoChoices,
                                                        Refusal)
 from controller.policies.surveillance.load import (HEAVY_ABOVE, LIGHT_BELOW, Hardware,
-                                                   LoadWeights, node_weights)
+                                                   LoadWeights, Usage, node_load, node_weights)
 from controller.policy import (Assignment, Decision, PolicyParams, Rejection, Request, Server,
                                State)
 
@@ -50,8 +55,11 @@ class SurveillanceParams(PolicyParams):
     shift: float = Field(1.0, gt=0, description="MAXL* = MAXL - min MAXL + shift")
     light_below: float = Field(LIGHT_BELOW, gt=0, le=1, description="light queue: L below")
     heavy_above: float = Field(HEAVY_ABOVE, gt=0, description="heavy queue: L above")
-    max_depth: int = Field(4, ge=0, description="deepest cascade (improved_feedback)")
+    max_depth: int = Field(4, ge=0, description="deepest cascade (sv_improved)")
     seed: int = Field(0, description="seed of p2c's draws")
+    report_period: float = Field(1.0, gt=0, description="the nodes' load report period (s)")
+    missed_reports: int = Field(3, ge=1, description="periods without a report after which a "
+                                                     "node is taken for dead")
 
 
 def hardware_of(servers: list[Server]) -> list[Hardware]:
@@ -66,6 +74,23 @@ def hardware_of(servers: list[Server]) -> list[Hardware]:
     return [Hardware(*figures) for figures in zip(*columns)]
 
 
+def reported_load(state: State, server: Server, weights: LoadWeights) -> float:
+    """L from ``server``'s last report (see the module's docstring)."""
+    report = state.latest_load(server.name)
+    if report is None:
+        return server.load
+    memory_gb, link_mbps = server.labels.get("memory_gb"), server.labels.get("bandwidth_mbps")
+    memory, bw_in, bw_out = (report.metrics.get(name) for name in ("memory", "bw_in", "bw_out"))
+    usage = Usage(
+        cpu=report.metrics.get("cpu"),
+        memory=memory / (float(memory_gb) * 1e9) if memory is not None and memory_gb else None,
+        bandwidth=(max(bw_in or 0.0, bw_out or 0.0) / (float(link_mbps) * 1e6)
+                   if link_mbps and (bw_in is not None or bw_out is not None) else None))
+    if usage.cpu is None and usage.memory is None and usage.bandwidth is None:
+        return report.load
+    return node_load(usage, weights)
+
+
 def camera_of(request: Request, state: State) -> str | None:
     client = next((c for c in state.clients if c.name == request.client), None)
     camera = request.labels.get("camera", client.labels.get("camera") if client else None)
@@ -78,6 +103,7 @@ class SurveillancePolicy:
     name: str
     Params = SurveillanceParams
     balancer_class: type[Balancer]
+    on_load = "nothing"  # a report re-queues the node for the next decision; nothing moves
 
     def __init__(self, params: SurveillanceParams | None = None) -> None:
         self.params = params or SurveillanceParams()
@@ -98,10 +124,14 @@ class SurveillancePolicy:
         return decision
 
     def _decide_service(self, state: State, service: str, decision: Decision) -> None:
-        servers = sorted(state.servers_of(service), key=lambda server: server.name)
+        deadline = self.params.report_period * self.params.missed_reports
+        servers = sorted((server for server in state.servers_of(service)
+                          if not (state.loads.get(server.name)
+                                  and state.load_age(server.name) > deadline)),
+                         key=lambda server: server.name)
         requests = [request for request in state.requests if request.service == service]
         if not servers:
-            decision.rejections += [Rejection(r.flow, f"service {service!r} has no servers")
+            decision.rejections += [Rejection(r.flow, f"service {service!r} has no live node server")
                                     for r in requests]
             return
         cluster = self._cluster(state, service, servers)
@@ -110,7 +140,7 @@ class SurveillancePolicy:
         for placement in state.placements:
             if placement.server in capacity:
                 placed[placement.server] += placement.request.demand
-        loads = {server.name: server.load for server in servers}
+        loads = {server.name: cluster.nodes[server.name].load for server in servers}
         for request in requests:
             camera = camera_of(request, state)
             if camera is None:
@@ -142,7 +172,7 @@ class SurveillancePolicy:
                              light_below=self.params.light_below,
                              heavy_above=self.params.heavy_above)
         for server in servers:
-            cluster.report(server.name, server.load)
+            cluster.report(server.name, reported_load(state, server, self.params.weights))
         remembered = self._chains.get(service, {})
         for placement in state.placements:
             if placement.server not in cluster.nodes:
