@@ -214,9 +214,10 @@ def capacity_for_hit_rate(popularity: np.ndarray, homes: np.ndarray, nodes: int,
 
 class AdaptiveSwitch:
     """The adaptive strategy's decision: cut-through while the DC is not congested, parallel
-    when it is. The signal is the DC's measured utilisation (the larger of its fetch queue's
-    busy share and its output link's) over the last ``window`` seconds; it switches to parallel
-    above ``high`` and back to cut-through below ``low`` (hysteresis, so it does not flap)."""
+    when it is. The signal is the DC's measured utilisation under cut-through (the larger of
+    its fetch queue's busy share and its output link's, see :meth:`Simulation._dc_monitor`)
+    over the last ``window`` seconds; it switches to parallel above ``high`` and back to
+    cut-through below ``low`` (hysteresis, so noise around one threshold does not flap it)."""
 
     def __init__(self, high: float, low: float, window: float):
         if not 0 < low < high:
@@ -266,6 +267,7 @@ class Simulation:
         self.counts = dict.fromkeys(("checks", "hit", "fp_bloom", "fp_stale", "fn", "hops",
                                      "cut_through", "filter_miss"), 0)
         self.dc_link_busy = 0.0
+        self.dc_direct_busy = 0.0  # link seconds of the filter-judged misses' first copies
         self.dc_link_free_at = 0.0
         self.dc_sent: list[float] = []  # sizes of the items the DC sent (after the warm-up)
         self.switch = AdaptiveSwitch(config.adaptive_high, config.adaptive_low,
@@ -336,13 +338,22 @@ class Simulation:
         return self.dc_link_free_at
 
     def _dc_monitor(self):
+        """Feeds the adaptive switch, every window, the DC's utilisation *as cut-through would
+        load it*: the fetch queue's busy share, and the link's busy share plus the home-node
+        copies of the window's filter-judged misses when it is running parallel (the DC
+        knows which fetches those were), plus the link's backlog over the window. The same
+        figure in both modes, so the switch does not flap between a parallel that looks idle
+        and a cut-through that overloads."""
         window = self.config.adaptive_window
-        busy_fetch, busy_link = self.fetch.busy, self.dc_link_busy
+        busy_fetch, busy_link, direct = self.fetch.busy, self.dc_link_busy, self.dc_direct_busy
         while True:
             yield self.env.timeout(window)
             fetch = (self.fetch.busy - busy_fetch) / window
             link = (self.dc_link_busy - busy_link) / window
-            busy_fetch, busy_link = self.fetch.busy, self.dc_link_busy
+            if not self.switch.cut_through:
+                link += (self.dc_direct_busy - direct) / window
+            link += max(0.0, self.dc_link_free_at - self.env.now) / window
+            busy_fetch, busy_link, direct = self.fetch.busy, self.dc_link_busy, self.dc_direct_busy
             self.switch.observe(max(fetch, link))
 
     # --- requests
@@ -355,10 +366,12 @@ class Simulation:
             yield from self.nodes[node].routing.serve()
         return len(path) - 1
 
-    def _fetch(self, item: int, copies: int):
+    def _fetch(self, item: int, copies: int, direct: bool = False):
         """The DC fetches ``item`` and sends ``copies`` of it; the first is the one the
-        request waits for."""
+        request waits for. ``direct``: a filter-judged miss (cut-through would send two)."""
         yield from self.fetch.serve()
+        if direct:
+            self.dc_direct_busy += self.sizes[item] / self.config.setting.dc_bandwidth
         done = [self._dc_send(item) for _ in range(copies)][0]
         if self.config.setting.dc_bandwidth < math.inf:
             yield self.env.timeout(done - self.env.now)
@@ -419,7 +432,7 @@ class Simulation:
                     self.counts["cut_through"] += cut
                 fetched = self.env.event()
                 self.env.process(self._cache_in_background(entry, item, home, fetched))
-                yield from self._fetch(item, 2 if cut else 1)
+                yield from self._fetch(item, 2 if cut else 1, direct=True)
                 fetched.succeed()
                 if not cut:
                     yield from self.nodes[entry].response.serve()
