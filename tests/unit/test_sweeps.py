@@ -377,10 +377,9 @@ def test_the_optimal_cell_reports_its_solver():
     assert row["solver_status"] == 0 and row["solver_gap"] == pytest.approx(0, abs=1e-6)
 
 
-def test_a_model_line_is_drawn_beside_the_measured_points(fake, monkeypatch, tmp_path):
+def test_a_model_line_is_drawn_beside_the_measured_points(fake, tmp_path):
     # z as a "model" of y: y's figure draws z as each policy's line and y as its points.
     with_line = dataclasses.replace(FAKE, lines={"y": "z"})
-    register_fake(monkeypatch, with_line)
     experiment = dataclasses.replace(fake, kind=with_line)
     run(experiment, tmp_path)
     report.write(experiment, tmp_path)
