@@ -316,5 +316,5 @@ def test_params_models_forbid_extra_keys_in_their_schema():
         assert schema["additionalProperties"] is False
     assert policies.params_model("least_loaded").model_json_schema()["properties"][
         "max_migrations"]["default"] == 1
-    with pytest.raises(ValueError, match="round_robin.*valid params: candidates\)"):
+    with pytest.raises(ValueError, match=r"round_robin.*valid params: candidates\)"):
         policies.create("round_robin", {"cursor": 1})

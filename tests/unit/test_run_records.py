@@ -1,5 +1,5 @@
 """Reading past runs back (runs, compare, report) from directories in the runner's layout.
-The integration test tests/integration/test_run_records.py does the same on a real run; here
+The integration test tests/integration/test_run_records_runs.py does the same on a real run; here
 the tables are written by the agents' own table writer, with known values."""
 
 from __future__ import annotations
