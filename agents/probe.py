@@ -43,11 +43,16 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from topologies.files import atomic_output, atomic_write
+
 from agents.common import (RECEIVE_BUFFER, SO_RCVBUFFORCE, SO_TIMESTAMPNS, TIMESPEC, Pacer,
                            percentile)
 
 MAGIC = b"EBPR"
-HEADER = struct.Struct("!4sIQQ")
+# The fields after the magic (name, struct code), as agents/formats.py declares its messages;
+# the Wireshark dissector is generated from both (agents/dissector.py).
+FIELDS = (("flow", "I"), ("sequence", "Q"), ("send_ns", "Q"))
+HEADER = struct.Struct("!4s" + "".join(code for _, code in FIELDS))
 HEADER_SIZE = HEADER.size
 # The part of the header that changes from packet to packet, patched in place when sending.
 SEQUENCE_AND_TIME = struct.Struct("!QQ")
@@ -341,12 +346,11 @@ def write_json(summary: dict, path: str | None) -> None:
     if path is None:
         sys.stdout.write(text)
     else:
-        with open(path, "w") as stream:
-            stream.write(text)
+        atomic_write(path, text)
 
 
 def write_records(path: str, flow: int, records) -> None:
-    with open(path, "w", newline="") as stream:
+    with atomic_output(path, newline="") as stream:
         writer = csv.writer(stream)
         writer.writerow(["flow", "seq", "send_ns", "recv_ns"])
         writer.writerows((flow, *record) for record in records)

@@ -27,6 +27,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from topologies.files import atomic_write
+
 from . import netns, openflow, policies, protocol, rules
 from .control_server import ControlServer
 from .core import ControllerCore, Outcome
@@ -105,7 +107,7 @@ class EdgebedController(App):
             LOG.info("took over %d placed flows from %s", len(self.core.flows), state)
 
     def _save(self) -> None:
-        _replace(self.out / "state.json", self.core.snapshot())
+        atomic_write(self.out / "state.json", json.dumps(self.core.snapshot()))
 
     def _open_table(self):
         path = self.out.parent / "records" / "decisions" / "controller-controller.csv"
@@ -141,7 +143,7 @@ class EdgebedController(App):
                   "connected": sorted(self.datapaths), "synced": sorted(self.synced),
                   "flows": len(self.core.flows), "links_down": sorted(self.core.down),
                   "control": self.control.counters(), "load_reports": dict(self.core.load_counts)}
-        _replace(self.out / "status.json", status)
+        atomic_write(self.out / "status.json", json.dumps(status))
 
     # switches
 
@@ -458,14 +460,6 @@ class EdgebedController(App):
                 self.control.push(self.subscribers[node], self.core.decision_message(0, flow,
                                                                                 migrated))
 
-
-
-def _replace(path: Path, data: dict) -> None:
-    """Write ``data`` as JSON in place of ``path`` in one step: a reader (the runner, a
-    restarted controller) never sees half a file."""
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(data))
-    temporary.replace(path)
 
 
 def _reason(problem) -> str:

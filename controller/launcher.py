@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from topologies.files import atomic_write
 from topologies.naming import ENVIRONMENT_KEY
 
 CONFIG_ENVIRONMENT = "EDGEBED_CONTROLLER_CONFIG"
@@ -68,7 +69,7 @@ class ControllerProcess:
         self.config["openflow_port"] = free_port()
         self.directory.mkdir(parents=True, exist_ok=True)
         config_path = self.directory / "config.json"
-        config_path.write_text(json.dumps(self.config, indent=1))
+        atomic_write(config_path, json.dumps(self.config, indent=1))
         (self.directory / "status.json").unlink(missing_ok=True)
         environment = dict(os.environ, **{ENVIRONMENT_KEY: self.prefix})
         with open(self.directory / "controller.log", "a") as log:

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from topologies import scenario as scenario_module
+from topologies.files import atomic_write
 
 from .rundir import edgebed_version
 from topologies.model import json_schema
@@ -279,7 +280,7 @@ def command_policies(arguments: argparse.Namespace) -> int:
 def command_schema(arguments: argparse.Namespace) -> int:
     text = json.dumps(json_schema(), indent=2) + "\n"
     if arguments.output:
-        Path(arguments.output).write_text(text)
+        atomic_write(arguments.output, text)
     else:
         sys.stdout.write(text)
     return 0

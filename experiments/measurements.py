@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from topologies.files import atomic_output
+
 # A sender fell behind when more than 5% of its packets left over 1 ms late or its p99 lateness
 # passed 2 ms: beyond the accuracy the emulated links themselves hold (mean delay within
 # 0.5 ms, p99 within 3 ms), so what was measured no longer follows the schedule. A flow too
@@ -37,7 +39,7 @@ def merge_tables(run_dir: Path) -> dict[str, int]:
         output = run_dir / "tables" / f"{table.name}.csv"
         output.parent.mkdir(exist_ok=True)
         rows = 0
-        with open(output, "w", newline="") as stream:
+        with atomic_output(output, newline="") as stream:
             writer = csv.writer(stream)
             header = None
             for part in parts:

@@ -17,7 +17,9 @@ from typing import Iterator
 from topologies import cleanup
 from topologies.naming import PREFIX_PATTERN
 
-from .rundir import RunDirectory, atomic_write, iso, utc_now
+from topologies.files import atomic_write
+
+from .rundir import RunDirectory, iso, utc_now
 
 # Kept on disk, not in /run: OVS bridges outlive a reboot, and so must the record of whose
 # they were, so that `edgebed clean` can mark those runs incomplete afterwards.

@@ -26,6 +26,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from scipy import stats
 
+from topologies.files import atomic_output, atomic_write
+
 from experiments.sweeps.experiment import Experiment, PaperEntry, Sweep
 from experiments.sweeps.kinds import Claim, Kind, TimeFigure
 from experiments.sweeps.runner import RESULTS, read_results
@@ -240,12 +242,18 @@ def plot(experiment: Experiment, summary: pd.DataFrame, directory: Path) -> list
             axes.grid(alpha=0.3)
             axes.legend(fontsize=8)
             stem = directory / f"{sweep.name}-{name}"
-            figure.savefig(stem.with_suffix(".png"), dpi=120)
+            save_figure(figure, stem.with_suffix(".png"), dpi=120)
             # No date, element ids from a fixed salt: the same results give the same SVG.
             with matplotlib.rc_context({"svg.hashsalt": experiment.name}):
-                figure.savefig(stem.with_suffix(".svg"), metadata={"Date": None})
+                save_figure(figure, stem.with_suffix(".svg"), metadata={"Date": None})
             made.append(stem.with_suffix(".png"))
     return made
+
+
+def save_figure(figure: Figure, path: Path, **options) -> None:
+    """``figure`` drawn into ``path`` (format from its suffix) in one step."""
+    with atomic_output(path, "wb") as stream:
+        figure.savefig(stream, format=path.suffix.lstrip("."), **options)
 
 
 def plot_time_figure(figure: TimeFigure, directory: Path, salt: str) -> Path:
@@ -267,9 +275,9 @@ def plot_time_figure(figure: TimeFigure, directory: Path, salt: str) -> Path:
     for ax in axes[len(figure.panels):]:
         ax.set_visible(False)
     stem = directory / figure.name
-    drawn.savefig(stem.with_suffix(".png"), dpi=110)
+    save_figure(drawn, stem.with_suffix(".png"), dpi=110)
     with matplotlib.rc_context({"svg.hashsalt": salt}):
-        drawn.savefig(stem.with_suffix(".svg"), metadata={"Date": None})
+        save_figure(drawn, stem.with_suffix(".svg"), metadata={"Date": None})
     return stem.with_suffix(".png")
 
 
@@ -287,7 +295,8 @@ def write(experiment: Experiment, out: Path) -> Report:
     results = results[current]
     cells = cell_means(experiment, results)
     summary = summarize(cells, [metric.name for metric in kind.metrics])
-    summary.to_csv(out / "summary.csv", index=False)
+    with atomic_output(out / "summary.csv", newline="") as stream:
+        summary.to_csv(stream, index=False)
     plot(experiment, summary, out / "plots")
     figures = list(kind.figures(experiment))
     for figure in figures:
@@ -295,7 +304,7 @@ def write(experiment: Experiment, out: Path) -> Report:
     found = headlines(experiment, cells)
     text = _markdown(experiment, results, summary, found, len(cell_ids), int((~current).sum()),
                      figures)
-    (out / "report.md").write_text(text)
+    atomic_write(out / "report.md", text)
     return Report(out / "report.md", found, int((~current).sum()))
 
 

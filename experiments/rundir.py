@@ -9,7 +9,7 @@ Layout::
     logs/<node>.log    per node: addresses and routes, agent output; switches: ports and flows
     pcap/<node>-<interface>.pcap   captures asked for in the scenario
 
-Every file is written atomically (temporary file, fsync, rename), so a reader never sees half a
+Every file is written atomically (:func:`topologies.files.atomic_write`), so a reader never sees half a
 file. ``manifest.json`` says ``"status": "running"`` until the run ends; a run that died
 without ending is marked ``"incomplete"`` by ``edgebed clean``.
 """
@@ -17,13 +17,13 @@ without ending is marked ``"incomplete"`` by ``edgebed clean``.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from topologies.files import atomic_write
 
 
 def edgebed_version() -> str:
@@ -42,20 +42,6 @@ def utc_now() -> datetime:
 
 def iso(moment: datetime) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(handle, "w") as stream:
-            stream.write(text)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 class RunDirectory:

@@ -15,8 +15,10 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
+from topologies.files import atomic_write
+
 from .measurements import read_table
-from .report import markdown_table
+from .report import markdown_table, save_figure
 
 FLOW_KEY = ("node", "agent", "flow")
 PLOTS = (("delay_mean_ms", "mean one-way delay (ms)", "delay"),
@@ -128,7 +130,7 @@ def plot_flows(record: RunRecord, directory: Path) -> list[Path]:
         axes.grid(alpha=0.3)
         axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         path = directory / f"{name}.png"
-        figure.savefig(path, dpi=110)
+        save_figure(figure, path, dpi=110)
         made.append(path)
     return made
 
@@ -177,5 +179,5 @@ def write_report(record: RunRecord) -> Path:
         parts += ["## Per-flow time series", ""]
         parts += [f"![{p.stem}](plots/{p.name})" for p in plots] + [""]
     path = out / "report.md"
-    path.write_text("\n".join(parts))
+    atomic_write(path, "\n".join(parts))
     return path

@@ -22,6 +22,8 @@ from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
 
+from topologies.files import atomic_output
+
 from .experiment import Experiment
 from .kinds import Cell, Kind
 
@@ -111,5 +113,6 @@ def _completed_cells(path: Path, kind: Kind) -> set[str]:
                               "use --fresh to start over or --out for another directory")
     complete = results.groupby("cell")["period"].transform("size") == results["periods"]
     if whole != text or not complete.all():
-        results[complete].to_csv(path, index=False)
+        with atomic_output(path, newline="") as stream:
+            results[complete].to_csv(stream, index=False)
     return set(results.loc[complete, "cell"])
