@@ -3,7 +3,7 @@ VENV := .venv
 EDGEBED := $(VENV)/bin/edgebed
 SCENARIO ?= topologies/demo.yaml
 
-.PHONY: setup demo test unit clean schema bench vm-test
+.PHONY: setup demo test unit clean schema dissector bench vm-test
 
 setup:
 	@scripts/setup.sh
@@ -24,6 +24,10 @@ unit: setup
 
 schema: setup
 	$(EDGEBED) schema -o topologies/schema/scenario.schema.json
+
+# The Wireshark dissector from the wire formats (agents/formats.py); commit the result.
+dissector: setup
+	$(VENV)/bin/python -m agents.dissector
 
 bench: setup
 	$(VENV)/bin/python benchmarks/bringup.py

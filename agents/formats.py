@@ -122,6 +122,10 @@ PULL = MessageFormat("pull", 10, (
 FORMATS = {f.type: f for f in (MEDIA, DANMAKU, GIFT, AI_DATA, AI_NACK, REQUEST, RESPONSE,
                                PULL)}
 FRAME_TYPES = {1: "I", 2: "P"}
+# What a field means beyond its size, for the Wireshark dissector (agents/dissector.py):
+# timestamps (CLOCK_REALTIME ns, shown with their date and age) and fields with named values.
+TIMESTAMP_FIELDS = frozenset({"send_ns", "request_send_ns"})
+NAMED_VALUES = {"frame_type": FRAME_TYPES}
 
 
 def message_type(data) -> MessageFormat | None:

@@ -1,0 +1,154 @@
+"""The Wireshark dissector, generated from the wire formats' declarative field lists.
+
+``agents/wireshark/edgebed.lua`` is this module's output: the message table of
+:mod:`agents.formats` (and the probe's header, :data:`agents.probe.FIELDS`) written out as Lua
+tables, inside the dissector code of ``agents/wireshark/edgebed.lua.in``. A format changed in
+Python is a format changed in Wireshark after one command::
+
+    python -m agents.dissector          # or: make dissector
+
+and a unit test fails while the committed file differs from what this module makes.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from topologies.files import atomic_write
+
+from agents import formats, probe
+
+WIRESHARK = Path(__file__).resolve().parent / "wireshark"
+TEMPLATE = WIRESHARK / "edgebed.lua.in"
+OUTPUT = WIRESHARK / "edgebed.lua"
+
+# struct codes -> the dissector's field kinds (agents/wireshark/edgebed.lua.in, KINDS)
+KINDS = {"B": "u8", "H": "u16", "I": "u32", "Q": "u64"}
+# MessageFormat.tail -> the dissector's tail kinds (TAILS)
+TAILS = {"payload": "bytes", "text": "text", "u16 list": "u16_list"}
+LINE = 96
+
+
+def field_kind(name: str, code: str) -> str:
+    if code not in KINDS:
+        raise ValueError(f"field {name}: no dissector kind for struct code {code!r}")
+    if name in formats.TIMESTAMP_FIELDS:
+        if code != "Q":
+            raise ValueError(f"timestamp field {name} must be a u64, not {code!r}")
+        return "time"
+    return KINDS[code]
+
+
+def lua_string(text: str) -> str:
+    if not text.isascii() or any(c in text for c in '"\\\n'):
+        raise ValueError(f"not a plain name: {text!r}")
+    return f'"{text}"'
+
+
+def lua_field(name: str, code: str) -> str:
+    spec = f"{lua_string(name)}, {lua_string(field_kind(name, code))}"
+    if name in formats.NAMED_VALUES:
+        spec += f", values = VALUE_NAMES.{name}"
+    return "{" + spec + "}"
+
+
+def wrapped(items: list[str], first: str, indent: str, last: str) -> list[str]:
+    """``first`` then ``items`` separated by commas and ``last``, broken into lines of at most
+    :data:`LINE` characters, continuation lines indented by ``indent``."""
+    lines, line = [], first
+    for index, item in enumerate(items):
+        text = item + ("," if index < len(items) - 1 else last)
+        if line != first and len(line) + 1 + len(text) > LINE:
+            lines.append(line)
+            line = indent + text
+        else:
+            line += ("" if line == first else " ") + text
+    lines.append(line)
+    return lines
+
+
+def lua_message(lead: str, name: str, fields, tail: str = "", tail_name: str = "",
+                tail_size: str = "") -> list[str]:
+    """A message's entry, ``lead`` then ``{name = ..., fields = {...}, tail = {...}}``, as
+    Lua lines."""
+    items = [lua_field(field, code) for field, code in fields]
+    indent = " " * (len(lead) - len(lead.lstrip()) + 4)
+    lines = wrapped(items, f"{lead}{{name = {lua_string(name)}, fields = {{", indent + "    ",
+                    "}" + ("," if tail else "}"))
+    if tail:
+        if tail not in TAILS:
+            raise ValueError(f"message {name}: no dissector kind for tail {tail!r}")
+        spec = f"{lua_string(tail_name)}, {lua_string(TAILS[tail])}"
+        if tail_size:
+            spec += f", size = {lua_string(tail_size)}"
+        lines.append(f"{indent}tail = {{{spec}}}}}")
+    return lines
+
+
+def constants() -> str:
+    values = ", ".join(
+        f"{name} = {{{', '.join(f'[{code}] = {lua_string(text)}' for code, text in named.items())}}}"
+        for name, named in sorted(formats.NAMED_VALUES.items()))
+    return "\n".join([
+        f"local MAGIC, PROBE_MAGIC, VERSION = {lua_string(formats.MAGIC.decode())}, "
+        f"{lua_string(probe.MAGIC.decode())}, {formats.VERSION}",
+        "-- Fields whose values have names (agents/formats.py NAMED_VALUES).",
+        f"local VALUE_NAMES = {{{values}}}"])
+
+
+def messages() -> str:
+    lines = ["-- The wire formats, as in agents/formats.py: type code -> name, fixed fields after "
+             "the",
+             "-- common four bytes (name, kind), and the tail (field name, kind, and the fixed "
+             "field",
+             "-- giving its size).",
+             "local MESSAGES = {"]
+    for code, message in sorted(formats.FORMATS.items()):
+        entry = lua_message(f"    [{code}] = ", message.name, message.fields, message.tail,
+                            message.tail_name, message.tail_size)
+        entry[-1] += ","
+        lines += entry
+    lines.append("}")
+    lines.append('-- The probe\'s packets (magic "EBPR" instead of the common four bytes), zero '
+                 "padding after.")
+    lines += lua_message("local PROBE = ", "probe", probe.FIELDS, "payload", "padding")
+    return "\n".join(lines)
+
+
+def lua() -> str:
+    """The dissector's Lua source, from the template and the Python formats."""
+    text = TEMPLATE.read_text()
+    generated = ("Generated by `python -m agents.dissector` from agents/formats.py and "
+                 "agents/probe.py:\n-- edit those (or edgebed.lua.in), not this file.")
+    for placeholder, value in (("@GENERATED@", generated), ("@CONSTANTS@", constants()),
+                               ("@MESSAGES@", messages())):
+        if text.count(placeholder) != 1:
+            raise ValueError(f"{TEMPLATE} must hold {placeholder} once")
+        text = text.replace(placeholder, value)
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m agents.dissector",
+                                     description="Write the Wireshark dissector from "
+                                                 "agents/formats.py.")
+    parser.add_argument("-o", "--output", type=Path, default=OUTPUT,
+                        help=f"where to write it (default {OUTPUT})")
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 if the file differs from what would be "
+                             "written")
+    arguments = parser.parse_args(argv)
+    text = lua()
+    if arguments.check:
+        current = arguments.output.read_text() if arguments.output.exists() else ""
+        if current != text:
+            print(f"{arguments.output} is out of date: run python -m agents.dissector")
+            return 1
+        return 0
+    atomic_write(arguments.output, text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
