@@ -220,6 +220,9 @@ def command_doctor(arguments: argparse.Namespace) -> int:
         table.add_row(f"qdisc {name}", "yes" if present else "[yellow]no[/yellow]")
     table.add_row("openvswitch kernel module", "yes" if found.ovs_kernel_module else "no")
     table.add_row("ovs-vswitchd running", "yes" if found.ovs_running else "[red]no[/red]")
+    if found.cpu_emulated:
+        table.add_row("CPU", "[yellow]emulated (qemu TCG): timing bounds for emulated CPUs "
+                      "apply[/yellow]")
     table.add_row("cgroup v2", " ".join(found.cgroup_v2) if found.cgroup_v2 is not None else "no")
     for tool, version in found.tools.items():
         table.add_row(tool, version or "[red]missing[/red]")

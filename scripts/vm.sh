@@ -31,7 +31,7 @@
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-say() { printf 'vm: %s\n' "$*"; }
+say() { printf 'vm [%ss]: %s\n' "$SECONDS" "$*"; }
 fail() { say "$*" >&2; exit 1; }
 
 SUITE=bookworm
@@ -120,6 +120,20 @@ build_image() {  # $1: the image directory to create
     say "image ready: $image ($(du -sh "$image/root.img" | cut -f1) on disk)"
 }
 
+# pyproject.toml's dependencies, test extras and build requirements (the VM installs edgebed
+# editable, offline, so setuptools must be in the wheelhouse too), one a line: what the
+# wheelhouse holds and what the provisioned layer installed, so both are keyed on it (and not
+# on the rest of pyproject.toml, whose tool settings change more often and install nothing).
+python_requirements() {
+    /usr/bin/python3 - "$repo/pyproject.toml" <<'PY'
+import sys, tomllib
+project = tomllib.load(open(sys.argv[1], "rb"))
+wanted = (project["project"]["dependencies"] + project["project"]["optional-dependencies"]["test"]
+          + project["build-system"]["requires"] + ["wheel"])
+print("\n".join(wanted))
+PY
+}
+
 build_wheelhouse() {  # $1: the wheelhouse directory to create
     local wheels="$1" build python requirements
     python="$repo/.venv/bin/python"
@@ -129,15 +143,7 @@ build_wheelhouse() {  # $1: the wheelhouse directory to create
     build="$(mktemp -d "$cache/wheels.XXXXXX")"
     trap 'rm -rf "$build"' EXIT
     requirements="$build/requirements.txt"
-    # pyproject.toml's dependencies, test extras and build requirements (the VM installs edgebed
-    # editable, offline, so setuptools must be in the wheelhouse too).
-    "$python" - "$repo/pyproject.toml" > "$requirements" <<'PY'
-import sys, tomllib
-project = tomllib.load(open(sys.argv[1], "rb"))
-wanted = (project["project"]["dependencies"] + project["project"]["optional-dependencies"]["test"]
-          + project["build-system"]["requires"] + ["wheel"])
-print("\n".join(wanted))
-PY
+    python_requirements > "$requirements"
     say "building the wheelhouse for the VM ($(wc -l < "$requirements") requirements, with pip)"
     "$python" -m pip wheel --quiet --disable-pip-version-check --wheel-dir "$build/wheels" \
         -r "$requirements" > "$build/pip.log" 2>&1 || { tail -20 "$build/pip.log" >&2; fail "pip wheel failed"; }
@@ -163,14 +169,16 @@ choose_accel() {  # $1: kernel
     fi
 }
 
-# EDGEBED_VM_LOCK: the guest asks for the lock (a file in the results share) once setup is
-# done, and starts its tests when the host holds it; the host holds it until the VM stops. So
-# the slow provisioning under emulation does not keep others waiting.
-hold_lock_for_guest() {  # $1: results folder
-    until [ -e "$1/lock-wanted" ] || [ -e "$1/vm-stopped" ]; do sleep 1; done
-    [ -e "$1/vm-stopped" ] && return 0
-    say "waiting for the lock $EDGEBED_VM_LOCK"
-    flock "$EDGEBED_VM_LOCK" bash -c 'touch "$1/lock-held"; until [ -e "$1/vm-stopped" ]; do sleep 1; done' _ "$1"
+# EDGEBED_VM_LOCK: each boot holds the lock (flock) from start to power-off. The emulated CPUs
+# keep the host's cores busy the whole time, provisioning included, which would disturb other
+# timing-sensitive runs sharing the machine.
+locked() {
+    if [ -n "${EDGEBED_VM_LOCK:-}" ]; then
+        say "waiting for the lock $EDGEBED_VM_LOCK"
+        flock "$EDGEBED_VM_LOCK" "$@"
+    else
+        "$@"
+    fi
 }
 
 boot() {  # boot MODE DISK RESULTS [-snapshot]: one VM run of the guest job in MODE
@@ -181,7 +189,6 @@ boot() {  # boot MODE DISK RESULTS [-snapshot]: one VM run of the guest job in M
         printf 'accel=%q\n' "$accel"
         printf 'tests=%q\n' "${EDGEBED_VM_TESTS:-$DEFAULT_TESTS}"
         printf 'demo=%q\n' "${EDGEBED_VM_DEMO:-1}"
-        printf 'lock=%q\n' "$([ -n "${EDGEBED_VM_LOCK:-}" ] && [ "$mode" = test ] && echo 1 || echo 0)"
     } > "$results/job.env"
     local qemu=(qemu-system-x86_64 -accel "$accel" -cpu "$cpu"
                 -m "${EDGEBED_VM_MEMORY:-3072}" -smp "${EDGEBED_VM_CPUS:-2}"
@@ -193,10 +200,7 @@ boot() {  # boot MODE DISK RESULTS [-snapshot]: one VM run of the guest job in M
                 -virtfs "local,path=$repo,mount_tag=checkout,security_model=none,readonly=on"
                 -virtfs "local,path=$wheels,mount_tag=wheels,security_model=none,readonly=on"
                 -virtfs "local,path=$results,mount_tag=results,security_model=none")
-    [ -z "${EDGEBED_VM_LOCK:-}" ] || hold_lock_for_guest "$results" &
-    timeout "${EDGEBED_VM_TIMEOUT:-3600}" "${qemu[@]}" </dev/null | tee "$results/console.log" || status=$?
-    touch "$results/vm-stopped"
-    wait
+    locked timeout "${EDGEBED_VM_TIMEOUT:-3600}" "${qemu[@]}" </dev/null | tee "$results/console.log" || status=$?
     say "the $mode VM ran for $((SECONDS - started)) s"
     grep -h "^=.* in [0-9.]*s" "$results/pytest.log" 2>/dev/null | tail -1 | sed 's/^/vm: pytest in the VM: /' || true
     [ "$status" -eq 0 ] || fail "qemu failed or timed out (status $status); see $results/console.log"
@@ -207,7 +211,7 @@ boot() {  # boot MODE DISK RESULTS [-snapshot]: one VM run of the guest job in M
 
 host_main() {
     [ "$(id -u)" -eq 0 ] || fail "needs root (debootstrap, the image cache); run it with sudo"
-    local cache results key image wheels provisioned accel cpu
+    local cache results key requirements_key image wheels provisioned accel cpu
     cache="${EDGEBED_VM_CACHE:-/var/cache/edgebed/vm}"
     results="${EDGEBED_VM_RESULTS:-$repo/runs/vm-test}"
     mkdir -p "$cache"
@@ -223,7 +227,8 @@ host_main() {
             [ "$old" = "$image" ] || rm -rf "$old"
         done
     fi
-    wheels="$cache/wheels-$(sha256sum "$repo/pyproject.toml" | cut -c1-16)"
+    requirements_key="$(python_requirements | sha256sum | cut -c1-16)"
+    wheels="$cache/wheels-$requirements_key"
     if [ -d "$wheels" ]; then
         say "reusing the wheelhouse $wheels"
     else
@@ -232,9 +237,6 @@ host_main() {
 
     rm -rf "$results"
     mkdir -p "$results"
-    # However this ends, a lock holder waiting for the VM lets go.
-    # shellcheck disable=SC2064  # expanded now: $results is local
-    trap "touch $(printf %q "$results")/{provision/,}vm-stopped" EXIT
     accel="$(choose_accel "$image/vmlinuz")"
     if [ "$accel" = kvm ]; then cpu=host; else cpu=max; fi
 
@@ -242,7 +244,7 @@ host_main() {
     # over it, made again when the image, pyproject.toml or setup.sh change. Installing the
     # Python packages under TCG takes many minutes; the test boot runs setup.sh again on top of
     # this layer, where it finds everything installed.
-    provisioned="$cache/provisioned-$( { echo "$key"; cat "$repo/pyproject.toml" "$repo/scripts/setup.sh"; } | sha256sum | cut -c1-16).qcow2"
+    provisioned="$cache/provisioned-$( { echo "$key" "$requirements_key"; cat "$repo/scripts/setup.sh"; } | sha256sum | cut -c1-16).qcow2"
     if [ -f "$provisioned" ]; then
         say "reusing the provisioned VM layer $provisioned"
     else
@@ -269,7 +271,9 @@ guest_main() {
     exec > >(tee -a "$results/guest.log" > /dev/console) 2>&1
     # shellcheck source=/dev/null
     . "$results/job.env"
-    say "guest: kernel $(uname -r), accel $accel, $(nproc) CPUs"
+    say "guest: kernel $(uname -r), accel $accel, $(nproc) CPUs ($(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2-))"
+    # The tests' bounds for an emulated CPU apply (topologies.capabilities.cpu_emulated).
+    if [ "$accel" = tcg ]; then export EDGEBED_CPU_EMULATED=1; fi
     step() {  # step NAME COMMAND...: run one step, log it, remember a failure
         local name="$1" begin=$SECONDS rc=0
         shift
@@ -288,14 +292,10 @@ guest_main() {
     modprobe sch_netem
     step setup env EDGEBED_WHEELHOUSE=/mnt/wheels bash scripts/setup.sh
     if [ "$mode" = test ]; then
-        if [ "$lock" = 1 ]; then
-            say "guest: waiting for the host's lock before the tests"
-            touch "$results/lock-wanted"
-            until [ -e "$results/lock-held" ]; do sleep 1; done
-        fi
         step doctor guest_doctor "$results"
-        # shellcheck disable=SC2086  # $tests is a list of pytest arguments
-        step pytest guest_pytest "$results" $tests
+        # $tests is pytest's arguments as shell words (EDGEBED_VM_TESTS='... -k "a and b"').
+        eval "set -- $tests"
+        step pytest guest_pytest "$results" "$@"
         if [ "$demo" = 1 ]; then
             step demo guest_demo "$results"
         fi
@@ -331,6 +331,16 @@ guest_pytest() {  # the tests, none of them skipped: a skip here is a test that 
         2>&1 | tee "$results/pytest.log" || rc=$?
     # The tests' own logs (relays, agents) come back too.
     cp -r /tmp/pytest-of-root "$results/pytest-tmp" 2>/dev/null || true
+    # What each test measured (its `measured` properties), passed or failed, one line each.
+    .venv/bin/python - "$results/pytest.xml" > "$results/measured.tsv" <<'PY' || true
+import sys
+import xml.etree.ElementTree as ET
+for case in ET.parse(sys.argv[1]).getroot().iter("testcase"):
+    outcome = next((child.tag for child in case if child.tag in ("failure", "error", "skipped")),
+                   "passed")
+    for prop in case.iter("property"):
+        print(case.get("name"), outcome, case.get("time"), prop.get("value"), sep="\t")
+PY
     [ "$rc" -eq 0 ] || return "$rc"
     .venv/bin/python - "$results/pytest.xml" <<'PY'
 import sys

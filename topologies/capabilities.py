@@ -6,6 +6,7 @@ vanishes with the probe), so nothing is left behind and no real interface is tou
 
 from __future__ import annotations
 
+import os
 import platform
 import shutil
 import subprocess
@@ -54,6 +55,18 @@ def ovs_kernel_module() -> bool:
         return True
     result = _run(["modprobe", "openvswitch"])
     return result is not None and result.returncode == 0 and Path("/sys/module/openvswitch").exists()
+
+
+def cpu_emulated(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """True in a virtual machine whose CPU qemu emulates in software (TCG), where the guest
+    runs tens of times slower than its host and timers fire late: ``EDGEBED_CPU_EMULATED=1``
+    (the VM lane, scripts/vm.sh, sets it) or qemu's TCG CPU model in ``cpuinfo``."""
+    if os.environ.get("EDGEBED_CPU_EMULATED") == "1":
+        return True
+    try:
+        return "QEMU TCG CPU" in cpuinfo.read_text()
+    except OSError:
+        return False
 
 
 def ovs_running() -> bool:
@@ -111,6 +124,7 @@ class Capabilities:
     cgroup_v2: list[str] | None
     mininet: str | None
     controller: str | None = None
+    cpu_emulated: bool = False
     tools: dict[str, str | None] = field(default_factory=dict)
 
     @property
@@ -151,5 +165,6 @@ def probe() -> Capabilities:
         cgroup_v2=cgroup_controllers(),
         mininet=mininet_version(),
         controller=controller_framework(),
+        cpu_emulated=cpu_emulated(),
         tools={name: tool_version(command) for name, command in TOOLS.items()},
     )
