@@ -7,8 +7,8 @@ port goes down (fast-failover groups have already switched by then, where a loop
 alternate exists). Every decision is timed from the policy's answer to the switches' barrier
 replies and written to the run's ``decisions`` table.
 
-Configuration comes from the JSON file named by ``EDGEBED_CONTROLLER_CONFIG`` (written by the
-runner; see :mod:`controller.launcher`), so the app loads the same way under os-ken's
+Configuration is a :class:`controller.config.ControllerConfig` read from the JSON file named by
+``EDGEBED_CONTROLLER_CONFIG`` (written by the runner; see :mod:`controller.launcher`), so the app loads the same way under os-ken's
 ``AppManager`` and under ``ryu-manager``.
 
 Takeover: placements are saved to ``state.json`` on every change; a restarted controller loads
@@ -30,6 +30,7 @@ from pathlib import Path
 from topologies.files import atomic_write
 
 from . import netns, openflow, policies, protocol, rules
+from .config import ControllerConfig
 from .control_server import ControlServer
 from .core import ControllerCore, Outcome
 from .launcher import CONFIG_ENVIRONMENT
@@ -64,13 +65,13 @@ class EdgebedController(App):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.config = json.loads(Path(os.environ[CONFIG_ENVIRONMENT]).read_text())
-        self.out = Path(self.config["out"])
+        self.config = ControllerConfig.read(Path(os.environ[CONFIG_ENVIRONMENT]))
+        self.out = self.config.out
         self.started = time.monotonic()
-        self.view = NetworkView.from_json(self.config["view"])
-        self.core = ControllerCore(self.view, policies.create(self.config["policy"],
-                                                              self.config["policy_params"]),
-                                   self.config["fast_failover"])
+        self.view = NetworkView.from_json(self.config.view)
+        self.core = ControllerCore(self.view, policies.create(self.config.policy,
+                                                              self.config.policy_params),
+                                   self.config.fast_failover)
         self.lock = threading.RLock()
         self.datapaths: dict[str, object] = {}
         self.installed: dict[str, rules.SwitchRules] = {}
@@ -81,14 +82,14 @@ class EdgebedController(App):
         self._decisions = self._open_table()
         self.control = ControlServer(self._control_sockets(), self.handle_control)
         self.control.start()
-        if self.config.get("period"):
+        if self.config.period:
             threading.Thread(target=self._periods, name="periods", daemon=True).start()
         self._write_status()
 
     def _periods(self) -> None:
         """Every period, the policy decides every placed flow again (absolute deadlines, so
         periods do not drift by the time a decision takes)."""
-        period = self.config["period"]
+        period = self.config.period
         due = time.monotonic() + period
         while True:
             time.sleep(max(0.0, due - time.monotonic()))
@@ -123,11 +124,11 @@ class EdgebedController(App):
         """The control protocol listens on loopback (at a port of its own per run, as runs share
         the root namespace) and, when there is a management network, on the controller's
         management address inside the management namespace; nowhere else."""
-        sockets = [netns.udp_socket("127.0.0.1", self.config["loopback_control_port"])]
-        management = self.config.get("management")
+        sockets = [netns.udp_socket("127.0.0.1", self.config.loopback_control_port)]
+        management = self.config.management
         if management:
-            sockets.append(netns.udp_socket(management["address"], self.config["control_port"],
-                                            netns_pid=management["netns_pid"]))
+            sockets.append(netns.udp_socket(management.address, self.config.control_port,
+                                            netns_pid=management.netns_pid))
         return sockets
 
     def shutdown(self) -> None:

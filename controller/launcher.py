@@ -25,8 +25,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from topologies.files import atomic_write
 from topologies.naming import ENVIRONMENT_KEY
+
+from .config import ControllerConfig
 
 CONFIG_ENVIRONMENT = "EDGEBED_CONTROLLER_CONFIG"
 READY_TIMEOUT_S = 30.0
@@ -47,7 +48,7 @@ class ControllerProcess:
     """One run's controller: ``directory`` holds its config, log, state and status."""
 
     directory: Path
-    config: dict
+    config: ControllerConfig
     prefix: str
     process: subprocess.Popen | None = None
     starts: int = 0
@@ -55,21 +56,21 @@ class ControllerProcess:
 
     @property
     def openflow_target(self) -> str:
-        return f"tcp:127.0.0.1:{self.config['openflow_port']}"
+        return f"tcp:127.0.0.1:{self.config.openflow_port}"
 
     @property
     def control_address(self) -> tuple[str, int]:
         """Where tools in the root namespace reach the control protocol (loopback)."""
-        return "127.0.0.1", self.config["loopback_control_port"]
+        return "127.0.0.1", self.config.loopback_control_port
 
     def start(self) -> None:
         """Start a controller process. Each start listens at a port of its own: a switch that
         is told a new target connects at once, where a switch that lost its controller backs
         off up to 8 s before trying the old one again."""
-        self.config["openflow_port"] = free_port()
+        self.config.openflow_port = free_port()
         self.directory.mkdir(parents=True, exist_ok=True)
         config_path = self.directory / "config.json"
-        atomic_write(config_path, json.dumps(self.config, indent=1))
+        self.config.write(config_path)
         (self.directory / "status.json").unlink(missing_ok=True)
         environment = dict(os.environ, **{ENVIRONMENT_KEY: self.prefix})
         with open(self.directory / "controller.log", "a") as log:
@@ -102,7 +103,7 @@ class ControllerProcess:
             time.sleep(0.05)
 
     def wait_listening(self) -> None:
-        port = self.config["openflow_port"]
+        port = self.config.openflow_port
         self.wait_until(lambda status: not status.get("stopped") and _listening(port),
                         f"listening for switches on port {port}")
 
@@ -138,13 +139,13 @@ def _listening(port: int) -> bool:
 def _serve(config_path: Path) -> None:
     from .ryu_api import FRAMEWORK, app_manager, cfg
 
-    config = json.loads(config_path.read_text())
+    config = ControllerConfig.read(config_path)
     os.environ[CONFIG_ENVIRONMENT] = str(config_path)
     logging.basicConfig(level=logging.INFO, stream=sys.stdout,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg.CONF(args=[], project=FRAMEWORK.replace("-", "_"))
     cfg.CONF.set_override("ofp_listen_host", "127.0.0.1")
-    cfg.CONF.set_override("ofp_tcp_listen_port", config["openflow_port"])
+    cfg.CONF.set_override("ofp_tcp_listen_port", config.openflow_port)
 
     def stop(number, _frame):
         # os-ken's native-thread hub cannot kill its threads (its run_apps cleanup raises on
@@ -163,7 +164,7 @@ def _serve(config_path: Path) -> None:
     # default 5 ms GIL switch interval a barrier reply can wait milliseconds for its turn.
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     logging.getLogger("edgebed.controller").info("%s, OpenFlow on 127.0.0.1:%d", FRAMEWORK,
-                                                 config["openflow_port"])
+                                                 config.openflow_port)
     app_manager.AppManager.run_apps(["controller.app"])
 
 

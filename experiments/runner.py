@@ -256,20 +256,20 @@ class Run:
     def _start_controller(self) -> None:
         """The controller process, listening before the switches are pointed at it; returns
         once every switch holds its rules."""
+        from controller.config import ControllerConfig, ManagementEndpoint
         from controller.launcher import ControllerProcess, free_port
         from controller.view import NetworkView
 
         settings = self.scenario.document.controller
         management = self.network.management
         directory = self.run_dir.path / "controller"
-        self.controller = ControllerProcess(directory, {
-            "out": str(directory), "view": NetworkView.from_scenario(self.scenario).to_json(),
-            "policy": settings.policy, "policy_params": settings.policy_params,
-            "fast_failover": settings.fast_failover, "control_port": settings.control_port,
-            "period": settings.period,
-            "loopback_control_port": free_port(socket.SOCK_DGRAM),
-            "management": management and {"address": management.controller_address,
-                                           "netns_pid": management.controller_pid}},
+        self.controller = ControllerProcess(directory, ControllerConfig(
+            out=directory, view=NetworkView.from_scenario(self.scenario).to_json(),
+            policy=settings.policy, policy_params=settings.policy_params,
+            fast_failover=settings.fast_failover, control_port=settings.control_port,
+            period=settings.period, loopback_control_port=free_port(socket.SOCK_DGRAM),
+            management=management and ManagementEndpoint(
+                address=management.controller_address, netns_pid=management.controller_pid)),
             self.names.prefix)
         self._controller_up()
         self.run_dir.update_manifest(controller={

@@ -284,23 +284,28 @@ def schema_problem(item: dict, path: tuple, source_map: SourceMap) -> Problem:
     return Problem(source_map.position(path), path, message, hint)
 
 
-def _fields_at(path: tuple) -> list[str]:
-    """Field names of the model found at ``path`` in the document, for did-you-mean hints."""
-    annotation: Any = ScenarioDocument
+def _fields_at(path: tuple, root: type = ScenarioDocument) -> dict[str, Any]:
+    """The fields (name -> pydantic ``FieldInfo``) of the model found at ``path`` in a ``root``
+    document (a scenario, or a policy's params), for did-you-mean hints and descriptions."""
+    annotation: Any = root
     for part in path:
-        annotation = _unwrap(annotation)
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            info = annotation.model_fields.get(part)
+        fields = _model_fields(_unwrap(annotation))
+        if fields is not None:
+            info = fields.get(part)
             if info is None:
-                return []
+                return {}
             annotation = info.annotation
         else:
-            args = typing.get_args(annotation)
+            args = typing.get_args(_unwrap(annotation))
             annotation = args[-1] if args else Any
-    annotation = _unwrap(annotation)
+    return _model_fields(_unwrap(annotation)) or {}
+
+
+def _model_fields(annotation: Any) -> dict[str, Any] | None:
+    """The fields of a pydantic model or pydantic dataclass; None for anything else."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return list(annotation.model_fields)
-    return []
+        return annotation.model_fields
+    return getattr(annotation, "__pydantic_fields__", None)
 
 
 def _unwrap(annotation: Any) -> Any:
@@ -852,14 +857,12 @@ class _Resolver:
                     self.problem(path + (name,), f"{name} is set but no controller app runs",
                                  "set controller: {app: edgebed}", key=True)
             return {}
-        try:
-            policies.create(controller.policy, controller.policy_params)
-        except ValueError as error:
-            field_name = "policy" if controller.policy not in policies.available() \
-                else "policy_params"
-            self.problem(path + (field_name,), str(error),
-                         did_you_mean(controller.policy, policies.available())
-                         if field_name == "policy" else "")
+        if controller.policy not in policies.available():
+            self.problem(path + ("policy",), f"unknown policy {controller.policy!r}; valid "
+                                             f"policies: {', '.join(policies.available())}",
+                         did_you_mean(controller.policy, policies.available()))
+        else:
+            self._check_policy_params(controller.policy, controller.policy_params)
         host_addresses = {address.ip: node.name for node in self.hosts_in_order()
                           for address in node.interfaces.values() if address is not None}
         management = controller.management_subnet
@@ -902,6 +905,35 @@ class _Resolver:
         if controller.policy in policies.available():
             self._check_policy_labels(controller.policy, services)
         return services
+
+    def _check_policy_params(self, policy: str, params: dict) -> None:
+        """``params`` against the policy's ``Params``, each problem at the key it is about: an
+        unknown key with the closest valid one, a value of the wrong type with what the policy
+        reads it as."""
+        from controller import policies
+
+        model = policies.params_model(policy)
+        try:
+            model.model_validate(params)
+        except ValidationError as error:
+            seen = set()
+            for item in error.errors(include_url=False):
+                inner = data_path(item["loc"], params)
+                where = ("controller", "policy_params") + inner
+                if where in seen:
+                    continue  # a union reports once per member; the first says enough
+                seen.add(where)
+                problem = schema_problem(item, where, self.source_map)
+                fields = _fields_at(inner[:-1], model)
+                if item["type"] == "extra_forbidden":
+                    hint = did_you_mean(inner[-1], fields) or f"policy {policy} takes no params"
+                else:
+                    described = inner and getattr(fields.get(inner[-1]), "description", None)
+                    hint = problem.hint or (f"policy {policy} reads "
+                                            f"{'.'.join(map(str, inner))} as {described}"
+                                            if described else "")
+                self.problems.append(Problem(problem.position, problem.path,
+                                             f"policy {policy}: {problem.message}", hint))
 
     def _check_policy_labels(self, policy: str, services: dict[str, Service]) -> None:
         """The labels ``policy`` reads, typed by its label models: the servers' by

@@ -26,6 +26,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from controller import policies
+from controller.config import ControllerConfig
 from controller.core import ControllerCore
 from controller.policies.live_edge.model import interaction_experience, qoe, video_quality
 from controller.policies.live_edge.policies import instance_from_state
@@ -43,9 +44,9 @@ COLUMNS = ("viewer", "flow", "server", "bitrate_bps", "goodput_bps", "latency_mo
 def viewer_qoe(run_dir: Path) -> list[dict]:
     """One row per pulling viewer of the run (:data:`COLUMNS`): its last decision, the model's
     QoE for it and the QoE of what arrived."""
-    config = json.loads((run_dir / "controller" / "config.json").read_text())
-    view = NetworkView.from_json(config["view"])
-    policy = policies.create(config["policy"], config["policy_params"])
+    config = ControllerConfig.read(run_dir / "controller" / "config.json")
+    view = NetworkView.from_json(config.view)
+    policy = policies.create(config.policy, config.policy_params)
     core = ControllerCore(view, policy)
     followed = defaultdict(list)
     for row in sorted(read_table(run_dir, "live_decisions"), key=lambda r: float(r["time_s"])):

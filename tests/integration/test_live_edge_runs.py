@@ -13,6 +13,7 @@ import networkx as nx
 import yaml
 
 from agents import live_edge, streamer
+from controller.config import ControllerConfig
 from controller.view import NetworkView
 from experiments.kinds.live_edge_emulation import viewer_qoe
 from experiments.measurements import read_table
@@ -55,8 +56,8 @@ def test_every_viewer_is_served_by_the_edge_and_at_the_bitrate_the_controller_ch
     decided = read_table(run_dir, "live_decisions")
     sessions = read_table(run_dir, "live_sessions")
     flows = {(row["node"], row["flow"]): row for row in read_table(run_dir, "flows")}
-    graph = NetworkView.from_json(json.loads(
-        (run_dir / "controller" / "config.json").read_text())["view"]).policy_graph()
+    graph = NetworkView.from_json(
+        ControllerConfig.read(run_dir / "controller" / "config.json").view).policy_graph()
 
     def path_delay(server: str, viewer: str) -> float:
         """Streamer to its edge, on to ``server``, on to ``viewer``: the model's network

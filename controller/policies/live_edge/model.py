@@ -49,11 +49,11 @@ from functools import cached_property
 from typing import Annotated, Mapping
 
 import numpy as np
-from pydantic import BeforeValidator, ConfigDict, Field
+from pydantic import ConfigDict, Field
 from pydantic.dataclasses import dataclass as validated_dataclass
 from scipy.spatial.distance import cdist
 
-from topologies import units
+from topologies.model import PositiveDuration
 
 MBPS = 1e6
 MS = 1e-3
@@ -81,7 +81,7 @@ class Weights:
                                         "source (paper: 50 ms/Mbps)")
     H: Weight = Field(5e-7, description="transcoding compute, vCPU per bit/s taken off the "
                                         "source (paper: 0.5 vCPU/Mbps)")
-    beta: Annotated[float, BeforeValidator(units.parse_duration), Field(gt=0)] = Field(
+    beta: PositiveDuration = Field(
         300 * MS, description="latency (s) beyond which interaction turns negative "
                               "(paper: 300 ms)")
     # gamma = 1 makes I_v the danmaku rate in messages per second, so the paper's interaction

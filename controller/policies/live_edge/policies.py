@@ -45,7 +45,7 @@ from typing import Annotated
 
 import networkx as nx
 import numpy as np
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import Field, model_validator
 
 from controller.policies.live_edge.allocators import (Allocator, df, lua, mhcp, optimal,
                                                       random_allocation)
@@ -55,8 +55,9 @@ from controller.policies.live_edge.model import (DEFAULT_LADDER, SOURCE_BITRATE,
 from controller.policy import (Assignment, Decision, PolicyLabels, PolicyParams, Rejection,
                                Request, State)
 from topologies import units
+from topologies.model import Rate as ScenarioRate
 
-Rate = Annotated[float, BeforeValidator(units.parse_rate), Field(gt=0)]
+Rate = Annotated[ScenarioRate, Field(gt=0)]
 
 
 class LiveEdgeParams(PolicyParams):

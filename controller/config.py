@@ -1,0 +1,67 @@
+"""What a run's controller process is told: :class:`ControllerConfig`, the one contract between
+the runner that writes it and the app that reads it.
+
+The runner builds it from the validated scenario and :class:`controller.launcher.ControllerProcess`
+writes it as ``config.json`` in the controller's directory; the app reads it back with
+:meth:`ControllerConfig.read`. Both sides use this model, so a field renamed or mistyped on one
+side fails when the file is written or read, not as a ``KeyError`` deep in the app. The policy
+and its parameters are checked against the policy's own ``Params`` model here too, so a
+config written by hand (or by an older runner) is refused before the controller starts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from controller import policies
+from topologies.files import atomic_write
+
+
+class ManagementEndpoint(BaseModel):
+    """Where the controller listens on the out-of-band management network: its address there
+    and a process in the management namespace (the socket is opened inside it)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    address: str = Field(description="the controller's management address, dotted IPv4")
+    netns_pid: int = Field(gt=0, description="a process whose network namespace is the "
+                                             "management network's")
+
+
+class ControllerConfig(BaseModel):
+    """One controller process's configuration (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    out: Path = Field(description="the controller's directory: state, status, log")
+    view: dict[str, Any] = Field(description="the network as controller.view.NetworkView.to_json "
+                                             "writes it")
+    policy: str = Field(description="the scheduling policy's name")
+    policy_params: dict[str, Any] = Field(default_factory=dict,
+                                          description="the policy's parameters, as the scenario "
+                                                      "gives them")
+    fast_failover: bool = True
+    period: float | None = Field(None, gt=0, description="seconds between periods (none: no "
+                                                         "periods)")
+    control_port: int = Field(ge=1, le=65535, description="UDP port of the control protocol "
+                                                          "on the management network")
+    loopback_control_port: int = Field(ge=1, le=65535, description="UDP port of the control "
+                                                                   "protocol on loopback")
+    openflow_port: int = Field(0, ge=0, le=65535, description="TCP port switches connect to "
+                                                              "(0 until the process starts)")
+    management: ManagementEndpoint | None = None
+
+    @model_validator(mode="after")
+    def _policy_takes_its_params(self) -> ControllerConfig:
+        policies.params_model(self.policy).model_validate(self.policy_params)
+        return self
+
+    @classmethod
+    def read(cls, path: Path) -> ControllerConfig:
+        return cls.model_validate_json(Path(path).read_text())
+
+    def write(self, path: Path) -> None:
+        atomic_write(Path(path), self.model_dump_json(indent=1))
