@@ -299,6 +299,7 @@ def command_experiment(arguments: argparse.Namespace) -> int:
     """Run an experiment file's cells (resuming from its results.csv), then write its report."""
     from . import report
     from .sweeps import experiment as experiment_module
+    from .sweeps.executors import ClusterUnavailable, executor_for
     from .sweeps.runner import ResultsMismatch, run
 
     try:
@@ -309,9 +310,11 @@ def command_experiment(arguments: argparse.Namespace) -> int:
         loaded = loaded.quick_version()
     out = Path(arguments.out or Path("reports") / loaded.name)
     try:
-        outcome = run(loaded, out, fresh=arguments.fresh, console=console)
-    except ResultsMismatch as error:
-        errors.print(str(error), markup=False)
+        with executor_for(loaded.kind, arguments.cluster, arguments.workers) as executor:
+            outcome = run(loaded, out, fresh=arguments.fresh, console=console,
+                          executor=executor)
+    except (ResultsMismatch, ClusterUnavailable) as error:
+        errors.print(str(error), markup=False, soft_wrap=True)
         return EXIT_INVALID
     except KeyboardInterrupt:
         errors.print(f"interrupted; the finished cells are in {out / 'results.csv'}: run the "
@@ -440,6 +443,16 @@ def _duration(text: str) -> float:
     return value
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="edgebed", description="Network emulation testbed for "
                                   "live streaming and edge computing scheduling policies.")
@@ -512,6 +525,14 @@ def parser() -> argparse.ArgumentParser:
     experiment.add_argument("--quick", action="store_true",
                             help="smoke run: a couple of repetitions, each sweep's first and "
                                  "last value")
+    where = experiment.add_mutually_exclusive_group()
+    where.add_argument("--workers", type=_positive, metavar="N",
+                       help="worker processes for model-level cells on this machine (default: "
+                            "one per core; 1 runs them in this process); emulated cells run "
+                            "one at a time here")
+    where.add_argument("--cluster", metavar="ADDRESS",
+                       help="run the cells on the Dask scheduler at ADDRESS "
+                            "(tcp://host:8786; README \"Sweeps on a cluster\")")
     experiment.set_defaults(handler=command_experiment)
 
     pcap = commands.add_parser("pcap", help="look into packet captures of edgebed traffic")

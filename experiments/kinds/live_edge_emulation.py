@@ -166,5 +166,6 @@ highest QoE, predicted and measured, as in the model-level ablation.
 
 KIND = Kind(name="live_edge_emulation", parameters=Parameters,
             policies=("lua", "df", "mhcp", "random", "optimal"), run=run_cell,
-            metrics=METRICS, plots=tuple(metric.name for metric in METRICS[:6]), about=ABOUT)
+            metrics=METRICS, plots=tuple(metric.name for metric in METRICS[:6]), about=ABOUT,
+            emulated=True)
 KINDS = (KIND,)

@@ -117,7 +117,9 @@ class Kind:
     an experiment file's ``paper:`` section may cite by key; ``ablation`` names a parameter whose sweeps every claim is also measured along, value
     by value. ``about`` is markdown opening the report (what a cell is, caveats), ``remarks``
     further markdown lines from the results, ``figures`` the figures over time the report
-    draws for an experiment (given the :class:`~experiments.sweeps.experiment.Experiment`)."""
+    draws for an experiment (given the :class:`~experiments.sweeps.experiment.Experiment`).
+    ``emulated`` says a cell builds a network on the machine it runs on (an ``edgebed run``):
+    such cells run one per machine at a time (:mod:`~experiments.sweeps.executors`)."""
 
     name: str
     parameters: type[BaseModel]
@@ -131,6 +133,7 @@ class Kind:
     about: str = ""
     remarks: Callable[[pd.DataFrame], list[str]] = lambda results: []
     figures: Callable[[Any], Sequence[TimeFigure]] = lambda experiment: ()
+    emulated: bool = False
 
     def metric(self, name: str) -> Metric:
         return next(metric for metric in self.metrics if metric.name == name)

@@ -1,4 +1,5 @@
-"""Running an experiment's cells into ``results.csv``, one cell at a time, resumably.
+"""Running an experiment's cells into ``results.csv``, resumably, on an executor
+(:mod:`.executors`: this process, a local pool or a Dask cluster); this process alone writes.
 
 ``results.csv`` is tidy: one row per cell and period, the columns :data:`KEYS` then the kind's
 metrics. A cell's rows are appended with a single ``write(2)`` as soon as it finishes, so a
@@ -6,7 +7,8 @@ Ctrl-C (which Python raises between calls, never inside one) leaves only whole c
 A rerun skips the cells whose rows are there: ``cell`` is a digest of the cell's policy, seed
 and parameters, so a cell whose parameters changed in the file runs again. A write cut short
 by SIGKILL or a crash is repaired on the next run: the partial line and the incomplete cell
-(fewer rows than its ``periods``) are dropped.
+(fewer rows than its ``periods``) are dropped. A cell that comes back twice (its worker was lost
+after it finished, and the cluster ran it again) is written once.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
 
 from topologies.files import atomic_output
 
+from .executors import Executor, Serial
 from .experiment import Experiment
 from .kinds import Cell, Kind
 
@@ -59,35 +62,40 @@ def read_results(source: Path | io.StringIO, kind: Kind) -> pd.DataFrame:
 
 
 def run(experiment: Experiment, out: Path, *, fresh: bool = False,
-        console: Console | None = None) -> Outcome:
+        console: Console | None = None, executor: Executor | None = None) -> Outcome:
     """Run every cell of ``experiment`` not yet in ``out``/results.csv (all of them with
-    ``fresh``), with a progress bar on ``console``."""
+    ``fresh``) on ``executor`` (default: :class:`~.executors.Serial`), with a progress bar on
+    ``console``. Raises :class:`~.executors.ClusterUnavailable` before touching ``out`` if the
+    executor cannot run the experiment's kind."""
+    executor = executor or Serial()
+    kind = experiment.kind
+    executor.check(kind)
     out.mkdir(parents=True, exist_ok=True)
     path = out / RESULTS
     if fresh:
         path.unlink(missing_ok=True)
-    header = columns(experiment.kind)
-    done = _completed_cells(path, experiment.kind)
+    header = columns(kind)
+    written = _completed_cells(path, kind)
     cells = list(experiment.cells())
-    todo = [cell for cell in cells if cell.id not in done]
+    todo = list({cell.id: cell for cell in cells if cell.id not in written}.values())
+    reused = len({cell.id for cell in cells} & written)
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
                         console=console, transient=False)
     with progress, open(path, "ab") as results:
         if results.tell() == 0:
             os.write(results.fileno(), (",".join(header) + "\n").encode())
-        task = progress.add_task(experiment.name, total=len(cells),
-                                 completed=len(cells) - len(todo))
-        for cell in todo:
-            progress.update(task, description=f"{cell.sweep}: {cell.parameter}={cell.value} "
-                                              f"{cell.policy} #{cell.repetition + 1}")
-            rows = experiment.kind.run(cell)
+        task = progress.add_task(f"{experiment.name} {executor.describe()}",
+                                 total=reused + len(todo), completed=reused)
+        for cell, rows in executor.results(kind.run, todo, kind.emulated):
+            if cell.id in written:
+                continue
             if not rows:
-                raise ValueError(f"kind {experiment.kind.name} returned no rows for {cell}")
+                raise ValueError(f"kind {kind.name} returned no rows for {cell}")
             os.write(results.fileno(), _cell_rows(cell, rows, header).encode())
+            written.add(cell.id)
             progress.advance(task)
-        progress.update(task, description=experiment.name)
-    return Outcome(ran=len(todo), reused=len(cells) - len(todo))
+    return Outcome(ran=len(todo), reused=reused)
 
 
 def _cell_rows(cell: Cell, rows: Sequence[Mapping[str, object]], header: list[str]) -> str:
