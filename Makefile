@@ -35,6 +35,7 @@ bench: setup
 	$(VENV)/bin/python benchmarks/agents.py
 	$(VENV)/bin/python benchmarks/controller.py
 	$(VENV)/bin/python benchmarks/policies.py
+	$(VENV)/bin/python benchmarks/sweeps.py
 
 # Removes what crashed runs left behind (by prefix); run directories under runs/ stay.
 clean: setup

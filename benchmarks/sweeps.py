@@ -1,0 +1,108 @@
+"""An experiment's cells in one process against the local pool of worker processes.
+
+The model-level seed 000 experiment (experiments/live_edge-model.yaml: 2,360 cells of 5
+periods, the exact MILP's 120 among them), run into a fresh results.csv once in this process
+(``--workers 1``) and once on the local Dask pool (the default of ``edgebed experiment``), side
+by side in one run, alternating which goes first over ``--rounds``. The pool's time includes
+starting and stopping its worker processes. Both tables are then compared, the wall-clock
+column (``decision_ms``) left out: the pool must write what one process writes.
+
+Goal: the pool on 2 cores at least 1.7x faster. The machine may be shared: others' load takes
+cores from the pool, and the ratio with them; the table shows the load average around the run.
+
+    .venv/bin/python benchmarks/sweeps.py [--workers N] [--rounds N] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from experiments.sweeps import experiment as experiments_file  # noqa: E402
+from experiments.sweeps.executors import Dask, Executor, Serial, cores  # noqa: E402
+from experiments.sweeps.runner import RESULTS, read_results, run  # noqa: E402
+
+EXPERIMENT = ROOT / "experiments" / "live_edge-model.yaml"
+WALL_CLOCK = ["decision_ms"]
+
+
+def timed_run(experiment, executor: Executor, out: Path) -> tuple[float, float]:
+    """Wall and this process's CPU seconds of one run into ``out``."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    with executor:
+        outcome = run(experiment, out, executor=executor, console=Console(quiet=True))
+    assert outcome.ran == len({cell.id for cell in experiment.cells()})
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def table(path: Path, kind) -> pd.DataFrame:
+    results = read_results(path, kind).drop(columns=WALL_CLOCK)
+    return results.sort_values(["cell", "period"]).reset_index(drop=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=cores())
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--quick", action="store_true",
+                        help="the experiment's --quick subset (2 repetitions, first and last "
+                             "value of each sweep) instead of all of it")
+    arguments = parser.parse_args()
+    experiment = experiments_file.load(EXPERIMENT)
+    if arguments.quick:
+        experiment = experiment.quick_version()
+    cells = len(list(experiment.cells()))
+    modes = {"one process": Serial, f"local pool, {arguments.workers} workers":
+             lambda: Dask.local(arguments.workers)}
+    walls = {mode: [] for mode in modes}
+    cpus = {mode: [] for mode in modes}
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="edgebed-bench-sweeps-") as scratch:
+        for round_number in range(arguments.rounds):
+            order = list(modes) if round_number % 2 == 0 else list(reversed(modes))
+            for mode in order:
+                out = Path(scratch) / f"{round_number}-{mode.split(',')[0].replace(' ', '-')}"
+                wall, cpu = timed_run(experiment, modes[mode](), out)
+                walls[mode].append(wall)
+                cpus[mode].append(cpu)
+        serial, pool = (Path(scratch) / f"0-{name}" for name in ("one-process", "local-pool"))
+        same = table(serial / RESULTS, experiment.kind).equals(
+            table(pool / RESULTS, experiment.kind))
+    load_after = os.getloadavg()[0]
+
+    serial_mode, pool_mode = modes
+    out = Table(title=f"{EXPERIMENT.name}{' --quick' if arguments.quick else ''}: {cells} "
+                      f"cells, {arguments.rounds} round(s), {cores()} cores; load average "
+                      f"{load_before:.1f} before, {load_after:.1f} after",
+                title_justify="left")
+    for column in ("executor", "wall s (best)", "wall s (all)", "cells/s", "parent CPU s",
+                   "speed-up"):
+        out.add_column(column)
+    best_serial = min(walls[serial_mode])
+    for mode in modes:
+        best = min(walls[mode])
+        out.add_row(mode, f"{best:.1f}", " ".join(f"{w:.1f}" for w in walls[mode]),
+                    f"{cells / best:.1f}", f"{min(cpus[mode]):.1f}",
+                    f"{best_serial / best:.2f}x")
+    console = Console()
+    console.print(out)
+    ratio = best_serial / min(walls[pool_mode])
+    console.print(f"goal: local pool >= 1.7x one process on 2 cores: "
+                  f"{'met' if ratio >= 1.7 else 'NOT met'} ({ratio:.2f}x); tables equal "
+                  f"(wall-clock column left out): {'yes' if same else 'NO'}")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":  # the pool's worker processes start by importing this file anew
+    sys.exit(main())
