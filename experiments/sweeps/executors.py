@@ -25,6 +25,7 @@ scheduling.
 from __future__ import annotations
 
 import gc
+import math
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
@@ -58,12 +59,14 @@ def run_batch(run: CellRunner, cells: Sequence[Cell]) -> list[Rows]:
 
 
 def batches(cells: Sequence[Cell], workers: int, emulated: bool) -> list[list[Cell]]:
-    """``cells`` cut into the tasks of ``workers`` workers: one cell each if emulated (minutes
-    each, one per machine at a time), else :data:`BATCHES_PER_WORKER` per worker of at most
-    :data:`MAX_CELLS_PER_BATCH` cells."""
+    """``cells`` dealt into the tasks of ``workers`` workers: one cell each if emulated
+    (minutes each, one per machine at a time), else :data:`BATCHES_PER_WORKER` per worker of
+    at most :data:`MAX_CELLS_PER_BATCH` cells. Dealt, not cut: an experiment's costly cells
+    come together (one sweep's exact optimum), and dealing spreads them over the batches."""
     size = 1 if emulated else max(1, min(MAX_CELLS_PER_BATCH,
                                          len(cells) // (BATCHES_PER_WORKER * workers)))
-    return [list(cells[start:start + size]) for start in range(0, len(cells), size)]
+    count = math.ceil(len(cells) / size)
+    return [list(cells[first::count]) for first in range(count)]
 
 
 class Executor(ABC):
