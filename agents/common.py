@@ -20,7 +20,8 @@ Tables every agent may write (columns in order; README "Measurement tables"):
 * ``flows``: node, agent, flow, peer, packets, unique, lost, loss_fraction, duplicates,
   reordered, bytes, duration_s, goodput_bps, delay_mean_ms, delay_p50_ms, delay_p99_ms,
   delay_max_ms, delay_std_ms, jitter_ms
-* ``flow_seconds``: node, agent, flow, second, packets, bytes, lost, delay_mean_ms, jitter_ms
+* ``flow_seconds``: node, agent, flow, second, packets, bytes, lost, delay_mean_ms, jitter_ms,
+  time_s (when the second began: CLOCK_REALTIME seconds, so flows line up on one clock)
 * ``sender_lateness``: node, agent, flow, packets, late_p50_us, late_p99_us, late_max_us,
   late_over_1ms_fraction
 * ``malformed``: node, agent, port, count, first_seen_ns, example_hex (datagrams that were not
@@ -78,7 +79,7 @@ TABLES = {
               "delay_p50_ms", "delay_p99_ms", "delay_max_ms", "delay_std_ms", "jitter_ms",
               "gap_max_ms"),
     "flow_seconds": ("node", "agent", "flow", "second", "packets", "bytes", "lost",
-                     "delay_mean_ms", "jitter_ms"),
+                     "delay_mean_ms", "jitter_ms", "time_s"),
     "sender_lateness": ("node", "agent", "flow", "packets", "late_p50_us", "late_p99_us",
                         "late_max_us", "late_over_1ms_fraction"),
     "malformed": ("node", "agent", "port", "count", "first_seen_ns", "example_hex"),
@@ -360,7 +361,8 @@ class FlowStats:
         for second, (packets, size, delay_sum, jitter, highest) in sorted(self.seconds.items()):
             expected = highest - previous_highest
             agent.row("flow_seconds", self.flow, second, packets, size,
-                      max(0, expected - packets), delay_sum / packets / 1e6, jitter / 1e6)
+                      max(0, expected - packets), delay_sum / packets / 1e6, jitter / 1e6,
+                      f"{(self.first_ns + second * 1_000_000_000) / 1e9:.6f}")
             previous_highest = highest
         return summary
 

@@ -122,6 +122,13 @@ class ControlClient:
         return self._request(protocol.Steer, (protocol.Decision, protocol.Rejected),
                              flow=flow, server=server)
 
+    def link(self, link: int, delay_forward: float | None = None,
+             delay_reverse: float | None = None) -> protocol.Ack:
+        """Tell the controller link ``link``'s one-way delays changed (seconds; None: that
+        direction did not)."""
+        return self._request(protocol.Link, (protocol.Ack,), link=link,
+                             delay_forward=delay_forward, delay_reverse=delay_reverse)
+
     def path(self, flow: str, via: Sequence[str]) -> protocol.Ack | protocol.Rejected:
         """Route ``flow`` along ``via``: node names from client to server, switches
         included."""

@@ -82,15 +82,20 @@ class EdgebedController(App):
         self._decisions = self._open_table()
         self.control = ControlServer(self._control_sockets(), self.handle_control)
         self.control.start()
+        # When the first period ends, on CLOCK_REALTIME: the runner lines its timeline up with
+        # the periods from it (status.json), so scheduled events fall at known phases of them.
+        self.period_origin = None
         if self.config.period:
-            threading.Thread(target=self._periods, name="periods", daemon=True).start()
+            first_due = time.monotonic() + self.config.period
+            self.period_origin = time.time() + self.config.period
+            threading.Thread(target=self._periods, args=(first_due,), name="periods",
+                             daemon=True).start()
         self._write_status()
 
-    def _periods(self) -> None:
-        """Every period, the policy decides every placed flow again (absolute deadlines, so
-        periods do not drift by the time a decision takes)."""
+    def _periods(self, due: float) -> None:
+        """Every period from ``due`` (monotonic) on, the policy decides every placed flow
+        again (absolute deadlines, so periods do not drift by the time a decision takes)."""
         period = self.config.period
-        due = time.monotonic() + period
         while True:
             time.sleep(max(0.0, due - time.monotonic()))
             due += period
@@ -143,7 +148,8 @@ class EdgebedController(App):
         status = {"pid": os.getpid(), "stopped": stopped,
                   "connected": sorted(self.datapaths), "synced": sorted(self.synced),
                   "flows": len(self.core.flows), "links_down": sorted(self.core.down),
-                  "control": self.control.counters(), "load_reports": dict(self.core.load_counts)}
+                  "control": self.control.counters(), "load_reports": dict(self.core.load_counts),
+                  "period_origin": self.period_origin}
         atomic_write(self.out / "status.json", json.dumps(status))
 
     # switches
@@ -421,6 +427,21 @@ class EdgebedController(App):
             return
         self._carry_out(outcome, "migrate", started)
         reply(self.core.decision_message(message.id, message.flow, migrated=True))
+
+    def _on_link(self, message, reply, source) -> None:
+        """A link's delay changed: the view follows (the policy sees it at its next decision)
+        and the switches get the forwarding that follows the new delays."""
+        try:
+            switches = self.core.link_delay_changed(message.link, message.delay_forward,
+                                                    message.delay_reverse)
+        except KeyError as error:
+            reply(protocol.Error(id=message.id, reason=_reason(error)))
+            return
+        LOG.info("link %d delay now %s / %s s (announced)", message.link,
+                 message.delay_forward, message.delay_reverse)
+        self._install(Outcome(switches=switches), "link", time.perf_counter_ns(), 0.0)
+        self._save()
+        reply(protocol.Ack(id=message.id))
 
     def _on_path(self, message, reply, source) -> None:
         started = time.perf_counter_ns()

@@ -10,6 +10,7 @@ serialises calls.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -77,6 +78,8 @@ class ControllerCore:
             for service in view.services.values() for name in service.servers}
         self.load_counts = dict.fromkeys(LOAD_COUNTERS, 0)
         self.flows: dict[str, FlowRecord] = {}
+        # Link delays announced since the start (link -> forward, reverse seconds).
+        self.link_delays: dict[int, tuple[float, float]] = {}
         self._ports_down: set[tuple[str, int]] = set()
         self._placed_rules: dict[str, dict[str, list[rules.Rule]]] = {
             switch: {} for switch in view.switches}
@@ -163,6 +166,32 @@ class ControllerCore:
         self._forwarding = rules.forwarding(self.view, down, self.fast_failover)
         for flow, record in self.flows.items():
             if record.path:  # pinned paths follow the links that are up
+                self._refresh(flow)
+        return set(self.view.switches)
+
+    def link_delay_changed(self, link: int, forward: float | None = None,
+                           reverse: float | None = None) -> set[str]:
+        """Link ``link`` (the scenario's index) now delays ``forward`` (its first endpoint to
+        its second) and ``reverse`` seconds (None: that direction is unchanged), as a network
+        event announced to the controller (a scheduled impairment the runner applies): the
+        policy sees the new delay from its next decision on, and forwarding, which follows the
+        shortest delay, is recomputed. Only links between two switches are kept in the view
+        with a delay that can change; returns the switches to resynchronise."""
+        index = next((i for i, trunk in enumerate(self.view.trunks) if trunk.link == link),
+                     None)
+        if index is None:
+            raise KeyError(f"link {link} is not a link between two switches")
+        trunk = self.view.trunks[index]
+        changed = dataclasses.replace(
+            trunk, delay_ab=trunk.delay_ab if forward is None else forward,
+            delay_ba=trunk.delay_ba if reverse is None else reverse)
+        if changed == trunk:
+            return set()
+        self.view.trunks[index] = changed
+        self.link_delays[link] = (changed.delay_ab, changed.delay_ba)
+        self._forwarding = rules.forwarding(self.view, self.down, self.fast_failover)
+        for flow, record in self.flows.items():
+            if record.path:
                 self._refresh(flow)
         return set(self.view.switches)
 
@@ -364,9 +393,17 @@ class ControllerCore:
                 "load_reports": [{"server": name, "load": history[-1].load,
                                   "metrics": dict(history[-1].metrics),
                                   "sent": history[-1].sent}
-                                 for name, history in self.loads.items() if history]}
+                                 for name, history in self.loads.items() if history],
+                "link_delays": [{"link": link, "forward": forward, "reverse": reverse}
+                                for link, (forward, reverse) in sorted(self.link_delays.items())]}
 
     def restore(self, snapshot: dict) -> None:
+        # The network as last announced first: the flows' rules follow its paths.
+        for item in snapshot.get("link_delays", []):
+            try:
+                self.link_delay_changed(item["link"], item["forward"], item["reverse"])
+            except KeyError:
+                continue  # not a link of this view
         for item in snapshot.get("flows", []):
             if item["service"] not in self.view.services:
                 continue

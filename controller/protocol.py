@@ -18,6 +18,9 @@ join        host -> controller  id, node, service, port (the client's transport 
                                 (>= 0, default 0), bitrates (best first, at most 16)
 leave       host -> controller  id, node, flow
 steer       any -> controller   id, flow, server: move a placed flow there (a migration)
+link        any -> controller   id, link (the scenario's link index), delay_forward and
+                                delay_reverse (seconds, or null: unchanged): a link's delay
+                                changed (a scheduled impairment, announced by the runner)
 path        any -> controller   id, flow, via (1 to 32 node names, client to server)
 subscribe   host -> controller  id, node: push decisions about this node's flows and servers
 query       any -> controller   id: the controller's placements and servers
@@ -205,6 +208,22 @@ class Steer(Message):
     server: Name
 
 
+Delay = Annotated[float, Field(strict=True, ge=0, le=3600, allow_inf_nan=False)]
+
+
+class Link(Message):
+    """A link's one-way delay changed, per direction (``forward`` from the link's first
+    endpoint to its second; null: that direction is unchanged), as a network event the sender
+    knows of (the runner announces the scenario's scheduled impairments as it applies them):
+    answered by ``ack`` or ``error``."""
+
+    type: Literal["link"] = "link"
+    id: RequestId
+    link: Count
+    delay_forward: Delay | None = None
+    delay_reverse: Delay | None = None
+
+
 class Path(Message):
     """Route a flow along ``via`` (node names from client to server, switches included):
     answered by ``ack`` or ``rejected``."""
@@ -302,9 +321,10 @@ class State(Message):
 
 TYPES: dict[str, type[Message]] = {
     cls.model_fields["type"].default: cls
-    for cls in (Load, Join, Leave, Steer, Path, Subscribe, Query,
+    for cls in (Load, Join, Leave, Steer, Link, Path, Subscribe, Query,
                 Decision, Rejected, Ack, Error, State)}
-TO_CONTROLLER = frozenset({"load", "join", "leave", "steer", "path", "subscribe", "query"})
+TO_CONTROLLER = frozenset({"load", "join", "leave", "steer", "link", "path", "subscribe",
+                           "query"})
 TO_HOST = frozenset(TYPES) - TO_CONTROLLER
 AnyMessage = Annotated[Union[tuple(TYPES.values())], Field(discriminator="type")]
 _ADAPTER: TypeAdapter[Message] = TypeAdapter(AnyMessage)

@@ -133,6 +133,7 @@ def _print_summary(loaded: scenario_module.Scenario, result) -> None:
                           _milliseconds(ping.get("first_rtt_ms")))
         console.print(table)
     _print_flows(result.run_dir)
+    _print_scheme(summary.get("scheme"))
     tables = summary.get("tables") or {}
     if tables:
         console.print("  tables: " + ", ".join(f"{name} ({rows} rows)"
@@ -147,6 +148,22 @@ def _print_summary(loaded: scenario_module.Scenario, result) -> None:
     _print_failed_processes(summary.get("failed_processes", []))
     console.print(f"  left behind after teardown: {summary.get('leftovers_removed', 'nothing')}")
     console.print(f"  run directory: {result.run_dir}")
+
+
+def _print_scheme(scheme: dict | None) -> None:
+    """What the scheme whose policy ran says about the run: its tables and notes."""
+    if not scheme:
+        return
+    console.print(f"[bold]{scheme['title']}[/bold]", highlight=False)
+    for table in scheme.get("tables", []):
+        shown = Table(title=table["title"], title_justify="left")
+        for column in table["columns"]:
+            shown.add_column(column, overflow="fold")
+        for row in table["rows"]:
+            shown.add_row(*row)
+        console.print(shown)
+    for note in scheme.get("notes", []):
+        console.print(f"  {note}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _milliseconds(value: float | None) -> str:

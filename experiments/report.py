@@ -33,6 +33,8 @@ from experiments.sweeps.kinds import Claim, Kind, TimeFigure
 from experiments.sweeps.runner import RESULTS, read_results
 
 GROUP = ["sweep", "parameter", "value", "policy"]
+# Line styles of a time figure's marks, in turn, so that marks close together stay apart.
+MARK_STYLES = ("--", ":", "-.")
 CONFIDENCE = 0.95
 
 
@@ -267,6 +269,8 @@ def plot_time_figure(figure: TimeFigure, directory: Path, salt: str) -> Path:
     for panel, ax in zip(figure.panels, axes):
         for label, (x, y) in panel.lines.items():
             ax.plot(x, y, label=label, linewidth=0.9)
+        for (label, x), style in zip(panel.marks.items(), MARK_STYLES * len(panel.marks)):
+            ax.axvline(x, color="0.3", linestyle=style, linewidth=1.0, label=label)
         ax.set_title(panel.title, fontsize=9)
         ax.set_xlabel(panel.x_label)
         ax.set_ylabel(panel.y_label)

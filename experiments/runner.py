@@ -40,6 +40,9 @@ from .rundir import RunDirectory, edgebed_version, iso, utc_now
 
 LOAD_CHECK_PERIOD_S = 1.0
 AGENT_STOP_GRACE_S = 5.0  # agents write their tables and summaries when told to stop
+# How long the runner waits for the controller to acknowledge an announced delay change (three
+# tries, the wait doubling): the timeline must not stall on a controller that died.
+ANNOUNCE_TIMEOUT_S = 0.2
 EXIT_CODES = {"completed": 0, "failed": 1, "interrupted": 130, "terminated": 143}
 
 
@@ -193,12 +196,35 @@ class Run:
                     status = "failed"
                     error = (f"{len(failed)} workload process{'es' if len(failed) > 1 else ''} "
                              f"failed: {'; '.join(failed)}")
+            if self.controller is not None and not self.options.cli:
+                self._scheme_summary(log)
         self.summary.update(status=status, error=error, warnings=self.warnings)
         self.run_dir.write_json("summary.json", self.summary)
         self.run_dir.update_manifest(status=status, ended=iso(utc_now()), error=error,
                                      exit_code=EXIT_CODES.get(status, 1))
         registry.unregister(self.names.prefix)
         return RunResult(status, self.run_dir.path, self.summary)
+
+    def _scheme_summary(self, log: logging.Logger) -> None:
+        """What the scheme whose policy the controller ran says about the run (its decisions,
+        what they did to the clients), as ``scheme`` in the summary: found by convention in
+        ``experiments/kinds/`` (:class:`~experiments.sweeps.kinds.RunSummary`). A summary that
+        cannot be made is a warning, not a silent gap."""
+        from controller import policies
+        from experiments import kinds
+
+        policy = self.scenario.document.controller.policy
+        # controller.policies.<slug>[.<module>]: the scheme the policy belongs to.
+        slug = policies.policy_class(policy).__module__.split(".")[2]
+        scheme = kinds.run_summaries().get(slug)
+        if scheme is None:
+            return
+        try:
+            self.summary["scheme"] = scheme.summarize(self.run_dir.path, self.summary)
+        except Exception as problem:
+            log.error("the %s summary failed:\n%s", slug, traceback.format_exc())
+            self.warnings.append(f"no {slug} summary of this run: "
+                                 f"{type(problem).__name__}: {problem}")
 
     def _manifest(self, found: caps.Capabilities, datapath: str, backend) -> dict:
         return {
@@ -357,9 +383,12 @@ class Run:
         skipped = [description for at, description, _ in actions if at > duration]
         if skipped:
             self.warnings.append(f"the run ends at {duration:g}s, before: {'; '.join(skipped)}")
+        self._align_with_periods(log)
         self.options.on_phase(f"running for {duration:g}s")
         self.run_dir.update_manifest(timeline_started=iso(utc_now()))
         origin = self._origin = time.monotonic()
+        # The timeline's t = 0 on CLOCK_REALTIME, the clock the agents' tables keep.
+        self.summary["timeline_origin_s"] = round(time.time(), 6)
         self.cpu.sample()
         for at, description, action in actions:
             if at > duration:
@@ -368,6 +397,21 @@ class Run:
             log.info("t=%.3fs %s", time.monotonic() - origin, description)
             action()
         self._wait_until(origin + duration, log)
+
+    def _align_with_periods(self, log: logging.Logger) -> None:
+        """With a controller deciding in periods and a schedule, start the timeline on a period
+        boundary, so that every period ends at a multiple of the period on the timeline and a
+        scheduled event falls at a known phase of them (an impairment at 13 s with 4 s periods
+        is 3 s old when the policy next decides), run after run."""
+        period = self.scenario.document.controller.period
+        if self.controller is None or not period or not self.scenario.schedule:
+            return
+        origin = self.controller.status().get("period_origin")
+        if origin is None:
+            return
+        wait = (origin - time.time()) % period
+        log.info("waiting %.3fs for the controller's next period to start the timeline", wait)
+        time.sleep(wait)
 
     def _wait_until(self, deadline: float, log: logging.Logger) -> None:
         """Sleep until ``deadline`` (monotonic), looking at the CPU and the wires' load every
@@ -410,10 +454,43 @@ class Run:
                 openflow=self.controller.openflow_target))
         elif event.action == "set":
             self.links.set(event.link, event.changes, event.directions)
+            self._announce(event)
         elif event.node is not None:
             self.links.set_node_state(event.node, event.action == "node_up")
         else:
             self.links.set_link_state(event.link, event.action == "link_up")
+
+    def _announce(self, event) -> None:
+        """Record a scheduled impairment change in the summary's ``network_events`` and, when
+        it changes a link's delay, tell the controller as a network event it knows of: its view
+        of the network (and so its policy's State.graph and its shortest-delay forwarding)
+        holds the scenario's link delays, kept current this way. Loss, jitter and rate are not
+        in the view: the controller learns of them only through what agents report."""
+        if self.controller is None:
+            return
+        link = self.scenario.links[event.link]
+        record = {"t": round(time.monotonic() - self._origin, 3), "index": event.link,
+                  "link": [str(link.a), str(link.b)], "directions": list(event.directions),
+                  "set": event.changes.model_dump(mode="json", exclude_unset=True)}
+        if event.changes.delay is None:
+            record["controller"] = "not told (no delay change)"
+        elif self.controller.process is None or self.controller.process.poll() is not None:
+            record["controller"] = "not told (not running)"
+        else:
+            from agents.control import ControlClient, ControlError
+
+            delays = {direction: self.links.current[event.link, direction].delay or 0.0
+                      for direction in event.directions}
+            try:
+                with ControlClient(self.controller.control_address,
+                                   timeout=ANNOUNCE_TIMEOUT_S, tries=3) as control:
+                    control.link(event.link, delays.get("forward"), delays.get("reverse"))
+                record.update(controller="told", delay_s=delays)
+            except ControlError as error:
+                record["controller"] = f"not told ({error})"
+                self.warnings.append(f"the controller did not hear of the delay change on "
+                                     f"{link.a} - {link.b}: {error}")
+        self.summary.setdefault("network_events", []).append(record)
 
     def _interactive(self) -> None:
         from mininet.cli import CLI

@@ -98,12 +98,15 @@ def compare(first: RunRecord, second: RunRecord) -> pd.DataFrame:
     return joined.reset_index()
 
 
-def _per_second(record: RunRecord) -> pd.DataFrame:
+def per_second(record: RunRecord) -> pd.DataFrame:
+    """The run's ``flow_seconds`` as numbers, with each second's ``loss_fraction`` and
+    ``mbps``."""
     seconds = record.flow_seconds()
     if seconds.empty:
         return seconds
-    for column in ("second", "packets", "bytes", "lost", "delay_mean_ms"):
-        seconds[column] = pd.to_numeric(seconds[column], errors="coerce")
+    for column in ("second", "packets", "bytes", "lost", "delay_mean_ms", "time_s"):
+        if column in seconds:  # time_s: not in runs made before it was written
+            seconds[column] = pd.to_numeric(seconds[column], errors="coerce")
     seconds["loss_fraction"] = seconds["lost"] / (seconds["packets"] + seconds["lost"]).where(
         lambda total: total > 0)
     seconds["mbps"] = seconds["bytes"] * 8 / 1e6
@@ -112,7 +115,7 @@ def _per_second(record: RunRecord) -> pd.DataFrame:
 
 def plot_flows(record: RunRecord, directory: Path) -> list[Path]:
     """PNG plots of every flow's per-second delay, loss and goodput; returns their paths."""
-    seconds = _per_second(record)
+    seconds = per_second(record)
     if seconds.empty:
         return []
     directory.mkdir(parents=True, exist_ok=True)

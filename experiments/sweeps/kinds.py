@@ -16,6 +16,7 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import pandas as pd
@@ -84,12 +85,15 @@ CellRunner = Callable[[Cell], Sequence[Mapping[str, object]]]
 
 @dataclass(frozen=True)
 class Panel:
-    """One panel of a figure over time: ``lines`` maps a label to its (x, y) values."""
+    """One panel of a figure over time: ``lines`` maps a label to its (x, y) values;
+    ``marks`` maps a label to the x of a moment drawn across the panel (an event: an impairment
+    changing, a decision taken)."""
 
     title: str
     x_label: str
     y_label: str
     lines: Mapping[str, tuple[Sequence[float], Sequence[float]]]
+    marks: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -137,3 +141,19 @@ class Kind:
 
     def metric(self, name: str) -> Metric:
         return next(metric for metric in self.metrics if metric.name == name)
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What a scheme adds to the summary of one run whose controller ran one of its policies:
+    ``name`` is the scheme's slug (its policies live in ``controller/policies/<slug>/``);
+    ``summarize(run_dir, summary)`` is called once the run's tables are merged, with the
+    summary so far, and returns what goes into ``summary.json`` as ``scheme``: a JSON-able
+    dict whose ``title``, ``tables`` (each ``{"title", "columns", "rows"}``), ``notes`` (lines)
+    and ``plots`` (file names in the run directory) ``edgebed run`` prints, beside whatever
+    data the scheme keeps. A scheme declares its own in ``RUN_SUMMARIES`` of its module under
+    ``experiments/kinds/``."""
+
+    name: str
+    summarize: Callable[[Path, dict], dict]
+

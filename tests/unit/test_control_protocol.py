@@ -60,6 +60,7 @@ SAMPLES = [
     protocol.Error(id=7, reason="the controller failed to handle join"),
     protocol.State(id=6, placements=(PLACEMENT,),
                    servers=({"name": "edge1", "capacity": None, "load": 3.5},)),
+    protocol.Link(id=8, link=4, delay_forward=0.04),
 ]
 
 LOAD = '{"v":1,"type":"load","node":"edge1","ts":1,"load":%s}'
@@ -130,6 +131,9 @@ INVALID = {
                       "flow: String should match pattern", True, 7),
     "empty path": (b'{"v":1,"type":"path","id":3,"flow":"f","via":[]}',
                    "via: Tuple should have at least 1 item", True, 3),
+    "negative link delay": (b'{"v":1,"type":"link","id":3,"link":1,"delay_forward":-1}',
+                            "delay_forward: Input should be greater than or equal to 0", True,
+                            3),
     "long node name": (b'{"v":1,"type":"subscribe","id":3,"node":"%s"}' % (b"n" * 65),
                        "node: String should match pattern", True, 3),
 }
