@@ -216,11 +216,10 @@ class Run:
         policy = self.scenario.document.controller.policy
         # controller.policies.<slug>[.<module>]: the scheme the policy belongs to.
         slug = policies.policy_class(policy).__module__.split(".")[2]
-        scheme = kinds.run_summaries().get(slug)
-        if scheme is None:
-            return
         try:
-            self.summary["scheme"] = scheme.summarize(self.run_dir.path, self.summary)
+            scheme = kinds.run_summaries().get(slug)
+            if scheme is not None:
+                self.summary["scheme"] = scheme.summarize(self.run_dir.path, self.summary)
         except Exception as problem:
             log.error("the %s summary failed:\n%s", slug, traceback.format_exc())
             self.warnings.append(f"no {slug} summary of this run: "
