@@ -33,7 +33,7 @@ from experiments.sweeps.runner import RESULTS, read_results, run
 HELD_KIND = '''
 """Test-only kind: a draw from the cell's seed per period. The first repetition of policy a at
 ``requests`` = ``hold`` announces each attempt at it in ``gate`` (a file named after its
-worker's pid) and waits for ``gate``/release."""
+worker's pid) and waits for ``gate``/release; cells at ``requests`` = ``fail`` raise."""
 import os
 import time
 import uuid
@@ -50,11 +50,14 @@ class Parameters(BaseModel):
     requests: int = 1
     hold: int = 0
     gate: str = ""
+    fail: int = 0
     periods: int = 2
 
 
 def run_cell(cell):
     p = cell.parameters
+    if p.requests == p.fail:
+        raise ValueError(f"cell at requests={p.requests} fails on purpose")
     if (p.requests, cell.policy, cell.repetition) == (p.hold, "a", 0):
         gate = Path(p.gate)
         (gate / f"started-{os.getpid()}-{uuid.uuid4().hex}").touch()
@@ -172,6 +175,18 @@ def test_a_killed_workers_cell_is_rerun_and_counted_once(cluster, tmp_path):
     assert not on_cluster.duplicated(["cell", "period"]).any()
     assert len(on_cluster) == 16 * 2
     pd.testing.assert_frame_equal(on_cluster, in_one_process)
+
+
+def test_a_failing_cell_fails_the_run_and_the_finished_cells_stay(cluster, tmp_path, capsys):
+    source = tmp_path / "failing.yaml"
+    source.write_text(HELD_EXPERIMENT.format(gate=tmp_path).replace("hold: 3", "fail: 4"))
+    with pytest.raises(ValueError, match="requests=4 fails on purpose"):
+        main(["experiment", str(source), "--out", str(tmp_path / "out"),
+              "--cluster", cluster.scheduler_address])
+    kind = experiments_file.loads(source.read_text()).kind
+    written = read_results(tmp_path / "out" / RESULTS, kind)
+    assert set(written["value"]) <= {"1", "2", "3"}
+    assert not written.duplicated(["cell", "period"]).any()
 
 
 def test_the_local_pool_writes_the_table_one_process_writes_and_resumes(tmp_path, capsys):
