@@ -9,6 +9,10 @@ column (``decision_ms``) left out: the pool must write what one process writes.
 
 Goal: the pool on 2 cores at least 1.7x faster. The machine may be shared: others' load takes
 cores from the pool, and the ratio with them; the table shows the load average around the run.
+With the kernel's autogroup on (``/proc/sys/kernel/sched_autogroup_enabled``, the title says),
+CPU time is shared between sessions, not processes: on a machine busy with other sessions the
+pool's two workers together get about the share the one process got, and the ratio falls
+toward 1 whatever the pool does. Only a quiet machine measures the pool.
 
     .venv/bin/python benchmarks/sweeps.py [--workers N] [--rounds N] [--quick]
 """
@@ -44,6 +48,14 @@ def timed_run(experiment, executor: Executor, out: Path) -> tuple[float, float]:
         outcome = run(experiment, out, executor=executor, console=Console(quiet=True))
     assert outcome.ran == len({cell.id for cell in experiment.cells()})
     return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def autogroup() -> str:
+    try:
+        return "on" if Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1" \
+            else "off"
+    except OSError:
+        return "unknown"
 
 
 def table(path: Path, kind) -> pd.DataFrame:
@@ -84,7 +96,8 @@ def main() -> int:
     serial_mode, pool_mode = modes
     out = Table(title=f"{EXPERIMENT.name}{' --quick' if arguments.quick else ''}: {cells} "
                       f"cells, {arguments.rounds} round(s), {cores()} cores; load average "
-                      f"{load_before:.1f} before, {load_after:.1f} after",
+                      f"{load_before:.1f} before, {load_after:.1f} after; autogroup "
+                      f"{autogroup()}",
                 title_justify="left")
     for column in ("executor", "wall s (best)", "wall s (all)", "cells/s", "parent CPU s",
                    "speed-up"):
