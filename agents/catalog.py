@@ -11,6 +11,8 @@ params.
 from __future__ import annotations
 
 import inspect
+import json
+import shlex
 import string
 import sys
 import typing
@@ -68,6 +70,20 @@ def params_model(name: str) -> type[BaseModel]:
 
 def module_name(name: str) -> str:
     return modules()[name].__name__
+
+
+def agent_argv(python: str, name: str, node: str, out: str, params: dict, seed: int) -> list[str]:
+    """The command line that starts agent ``name`` on ``node`` (the same for a Mininet host and
+    an exported container), with ``params`` whose node names are already addresses."""
+    return [python, "-m", module_name(name), "--node", node, "--out", out,
+            "--params", json.dumps(params), "--seed", str(seed)]
+
+
+def command_argv(command: str | list[str], node: str, ip: str, run_dir: str) -> list[str]:
+    """A ``command`` workload's program and arguments with the placeholders filled for
+    ``node``."""
+    argv = shlex.split(command) if isinstance(command, str) else list(command)
+    return [part.format(node=node, ip=ip, run_dir=run_dir) for part in argv]
 
 
 def tables() -> dict[str, tuple[str, ...]]:

@@ -27,8 +27,9 @@ class ManagementEndpoint(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     address: str = Field(description="the controller's management address, dotted IPv4")
-    netns_pid: int = Field(gt=0, description="a process whose network namespace is the "
-                                             "management network's")
+    netns_pid: int | None = Field(gt=0, description="a process whose network namespace is the "
+                                                    "management network's (None: the "
+                                                    "controller's own, as in a container)")
 
 
 class ControllerConfig(BaseModel):
@@ -52,6 +53,8 @@ class ControllerConfig(BaseModel):
                                                                    "protocol on loopback")
     openflow_port: int = Field(0, ge=0, le=65535, description="TCP port switches connect to "
                                                               "(0 until the process starts)")
+    openflow_host: str = Field("127.0.0.1", description="address switches connect to (a "
+                                                        "container's: 0.0.0.0)")
     management: ManagementEndpoint | None = None
 
     @model_validator(mode="after")

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from topologies.naming import ENVIRONMENT_KEY
 
-from .config import ControllerConfig
+from .config import ControllerConfig, ManagementEndpoint
 
 CONFIG_ENVIRONMENT = "EDGEBED_CONTROLLER_CONFIG"
 READY_TIMEOUT_S = 30.0
@@ -41,6 +41,20 @@ def free_port(kind: int = socket.SOCK_STREAM) -> int:
     with socket.socket(socket.AF_INET, kind) as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def scenario_config(scenario, out: Path, loopback_control_port: int,
+                    management: ManagementEndpoint | None) -> ControllerConfig:
+    """The controller's configuration for ``scenario`` (a resolved
+    :class:`topologies.scenario.Scenario`): its network view, policy and control ports."""
+    from .view import NetworkView
+
+    settings = scenario.document.controller
+    return ControllerConfig(
+        out=out, view=NetworkView.from_scenario(scenario).to_json(), policy=settings.policy,
+        policy_params=settings.policy_params, fast_failover=settings.fast_failover,
+        control_port=settings.control_port, period=settings.period,
+        loopback_control_port=loopback_control_port, management=management)
 
 
 @dataclass
@@ -144,7 +158,7 @@ def _serve(config_path: Path) -> None:
     logging.basicConfig(level=logging.INFO, stream=sys.stdout,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg.CONF(args=[], project=FRAMEWORK.replace("-", "_"))
-    cfg.CONF.set_override("ofp_listen_host", "127.0.0.1")
+    cfg.CONF.set_override("ofp_listen_host", config.openflow_host)
     cfg.CONF.set_override("ofp_tcp_listen_port", config.openflow_port)
 
     def stop(number, _frame):
@@ -163,15 +177,46 @@ def _serve(config_path: Path) -> None:
     # os-ken runs a thread per switch connection direction plus the app's event loop; with the
     # default 5 ms GIL switch interval a barrier reply can wait milliseconds for its turn.
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    logging.getLogger("edgebed.controller").info("%s, OpenFlow on 127.0.0.1:%d", FRAMEWORK,
-                                                 config.openflow_port)
+    logging.getLogger("edgebed.controller").info("%s, OpenFlow on %s:%d", FRAMEWORK,
+                                                 config.openflow_host, config.openflow_port)
     app_manager.AppManager.run_apps(["controller.app"])
+
+
+def standalone_config(scenario_path: Path, out: Path, management_address: str | None,
+                      openflow_host: str, openflow_port: int) -> Path:
+    """Write the configuration of a controller started on its own, outside ``edgebed run``
+    (a containerlab node of an exported scenario): the scenario's view and policy, OpenFlow
+    on ``openflow_host:openflow_port``, the control protocol on ``management_address`` in this
+    namespace. Returns the file written."""
+    from topologies import scenario as scenario_module
+
+    config = scenario_config(
+        scenario_module.load(scenario_path), out, free_port(socket.SOCK_DGRAM),
+        management_address and ManagementEndpoint(address=management_address, netns_pid=None))
+    config.openflow_host, config.openflow_port = openflow_host, openflow_port
+    out.mkdir(parents=True, exist_ok=True)
+    config.write(out / "config.json")
+    return out / "config.json"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m controller",
                                      description="edgebed's SDN controller")
-    parser.add_argument("--config", required=True, type=Path,
-                        help="the JSON configuration the runner writes")
-    _serve(parser.parse_args(argv).config)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--config", type=Path, help="the JSON configuration the runner writes")
+    source.add_argument("--scenario", type=Path,
+                        help="run on its own for this scenario file (an exported lab): "
+                             "switches connect over TCP, agents over the management network")
+    parser.add_argument("--out", type=Path, default=Path("controller"),
+                        help="with --scenario: where config, log and state go")
+    parser.add_argument("--management-address",
+                        help="with --scenario: this host's address for the control protocol")
+    parser.add_argument("--openflow-host", default="0.0.0.0",
+                        help="with --scenario: address to listen for switches on")
+    parser.add_argument("--openflow-port", type=int, default=6653)
+    arguments = parser.parse_args(argv)
+    config = arguments.config or standalone_config(
+        arguments.scenario, arguments.out, arguments.management_address,
+        arguments.openflow_host, arguments.openflow_port)
+    _serve(config)
     return 0

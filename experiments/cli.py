@@ -306,6 +306,35 @@ def command_schema(arguments: argparse.Namespace) -> int:
     return 0
 
 
+def command_export(arguments: argparse.Namespace) -> int:
+    """The scenario as another engine's topology file, written whole or not at all."""
+    from topologies.export import ExportError, exporter
+
+    try:
+        loaded = _load(arguments.file)
+    except ScenarioInvalid as error:
+        return _report_invalid(error)
+    out = Path(arguments.output or f"{loaded.name}.clab.yml")
+    try:
+        exported = exporter(arguments.to)(loaded, arguments.file, out.parent)
+    except ExportError as error:
+        errors.print(f"{error}; nothing was written.", markup=False, soft_wrap=True)
+        return EXIT_INVALID
+    atomic_write(out, exported.text())
+    console.print(f"{out}: {arguments.to} topology of {loaded.name}: "
+                  f"{len(exported.topology['topology']['nodes'])} nodes, "
+                  f"{len(exported.topology['topology'].get('links', []))} links", markup=False,
+                  soft_wrap=True)
+    if exported.host_setup:
+        console.print("before deploying, run on the host (also in the file's header):",
+                      markup=False)
+        for command in exported.host_setup:
+            console.print(f"  {command}", markup=False, soft_wrap=True)
+    for item in exported.unmapped:
+        console.print(f"[yellow]not exported:[/yellow] {item}", highlight=False, soft_wrap=True)
+    return 0
+
+
 def command_pcap_summarize(arguments: argparse.Namespace) -> int:
     from agents.pcap import print_summaries
 
@@ -551,6 +580,17 @@ def parser() -> argparse.ArgumentParser:
                        help="run the cells on the Dask scheduler at ADDRESS "
                             "(tcp://host:8786; README \"Sweeps on a cluster\")")
     experiment.set_defaults(handler=command_experiment)
+
+    from topologies.export import targets
+
+    export = commands.add_parser(
+        "export", help="write the scenario as a topology of another engine (containerlab); "
+                       "exit 2 if the file is invalid or does not map")
+    export.add_argument("file", metavar="FILE")
+    export.add_argument("--to", required=True, choices=targets(), help="the target engine")
+    export.add_argument("--output", "-o", metavar="OUT",
+                        help="the file to write (default: <scenario name>.clab.yml)")
+    export.set_defaults(handler=command_export)
 
     pcap = commands.add_parser("pcap", help="look into packet captures of edgebed traffic")
     pcap_commands = pcap.add_subparsers(dest="pcap_command", required=True, metavar="COMMAND")

@@ -10,11 +10,9 @@ finish the job.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import platform
-import shlex
 import signal
 import socket
 import sys
@@ -281,20 +279,16 @@ class Run:
     def _start_controller(self) -> None:
         """The controller process, listening before the switches are pointed at it; returns
         once every switch holds its rules."""
-        from controller.config import ControllerConfig, ManagementEndpoint
-        from controller.launcher import ControllerProcess, free_port
-        from controller.view import NetworkView
+        from controller.config import ManagementEndpoint
+        from controller.launcher import ControllerProcess, free_port, scenario_config
 
         settings = self.scenario.document.controller
         management = self.network.management
         directory = self.run_dir.path / "controller"
-        self.controller = ControllerProcess(directory, ControllerConfig(
-            out=directory, view=NetworkView.from_scenario(self.scenario).to_json(),
-            policy=settings.policy, policy_params=settings.policy_params,
-            fast_failover=settings.fast_failover, control_port=settings.control_port,
-            period=settings.period, loopback_control_port=free_port(socket.SOCK_DGRAM),
-            management=management and ManagementEndpoint(
-                address=management.controller_address, netns_pid=management.controller_pid)),
+        self.controller = ControllerProcess(directory, scenario_config(
+            self.scenario, directory, free_port(socket.SOCK_DGRAM),
+            management and ManagementEndpoint(address=management.controller_address,
+                                              netns_pid=management.controller_pid)),
             self.names.prefix)
         self._controller_up()
         self.run_dir.update_manifest(controller={
@@ -348,27 +342,13 @@ class Run:
     def _agent_argv(self, entry, name: str) -> list[str]:
         node = self.scenario.nodes[name]
         if entry.agent == catalog.COMMAND:
-            fill = {"node": name, "ip": str(node.ip.ip) if node.ip else "",
-                    "run_dir": str(self.run_dir.path.resolve())}
-            argv = shlex.split(entry.command) if isinstance(entry.command, str) \
-                else list(entry.command)
-            return [part.format(**fill) for part in argv]
-        params = dict(entry.params)
-        for field_name in entry.node_params:  # agents get addresses, scenarios say names
-            value = params[field_name]
-            params[field_name] = ([self._address(v) for v in value] if isinstance(value, list)
-                                  else self._address(value))
+            return catalog.command_argv(entry.command, name,
+                                        str(node.ip.ip) if node.ip else "",
+                                        str(self.run_dir.path.resolve()))
         self._agent_count += 1
-        return [sys.executable, "-m", catalog.module_name(entry.agent), "--node", name,
-                "--out", str(self.run_dir.path), "--params", json.dumps(params),
-                "--seed", str(self.scenario.seed * 1000 + self._agent_count)]
-
-    def _address(self, node_name: str | None) -> str | None:
-        if node_name is None:
-            return None
-        if node_name in self.scenario.services:  # a service: its virtual address
-            return str(self.scenario.services[node_name].address)
-        return str(self.scenario.nodes[node_name].ip.ip)
+        return catalog.agent_argv(sys.executable, entry.agent, name, str(self.run_dir.path),
+                                  self.scenario.agent_params(entry),
+                                  self.scenario.seed * 1000 + self._agent_count)
 
     def _timeline(self, log: logging.Logger) -> None:
         """Workload starts and scheduled events at their times, until the duration is over."""

@@ -171,6 +171,24 @@ class Scenario:
     def switches(self) -> list[Node]:
         return [n for n in self.nodes.values() if n.is_switch]
 
+    def address(self, node_name: str | None) -> str | None:
+        """What an agent is given for a node name: a host's address, a service's virtual one."""
+        if node_name is None:
+            return None
+        if node_name in self.services:
+            return str(self.services[node_name].address)
+        return str(self.nodes[node_name].ip.ip)
+
+    def agent_params(self, entry: Workload) -> dict:
+        """A workload's params as its agent takes them: node names replaced by addresses
+        (agents get addresses, scenarios say names)."""
+        params = dict(entry.params)
+        for field_name in entry.node_params:
+            value = params[field_name]
+            params[field_name] = ([self.address(v) for v in value] if isinstance(value, list)
+                                  else self.address(value))
+        return params
+
     def graph(self) -> nx.MultiGraph:
         """Nodes and links as a multigraph; edge key is the link index."""
         graph = nx.MultiGraph()
