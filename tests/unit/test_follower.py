@@ -166,7 +166,8 @@ def test_the_best_candidate_is_least_loss_then_least_rtt_then_rank():
 def test_echo_probes_measure_a_real_round_trip():
     result = echo_probe("127.0.0.1", count=4, interval=0.005, timeout=0.5)
     assert (result.sent, result.answered) == (4, 4) and result.loss == 0
-    assert all(0 < rtt < 50 for rtt in result.rtts_ms)
+    # Within the timeout, however busy the machine (over 50 ms on loopback has been seen).
+    assert all(0 < rtt < 500 for rtt in result.rtts_ms)
     # Answers are told apart by address and identifier: two probes at once each get their own.
     other = echo_probe("127.0.0.2", count=3, interval=0.005, timeout=0.3)
     assert (other.address, other.sent, other.answered) == ("127.0.0.2", 3, 3)
