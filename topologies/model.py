@@ -151,12 +151,11 @@ class BurstLoss(StrictModel):
 Distribution = Literal["normal", "uniform", "pareto", "paretonormal"]
 
 
-class Impairment(StrictModel):
-    """What one direction of a link does to packets. An unset field means "nothing"; 0 (or
-    ``0ms``, ``0%``) clears a value at run time."""
+class WireImpairment(StrictModel):
+    """What one direction of a link does to packets besides its rate: the part a link's wire
+    (the user-space delay relay, :mod:`topologies.impairments.wire`) can do itself, so that the
+    relay validates its configuration with these very fields, units and bounds."""
 
-    bw: Optional[Rate] = Field(None, description="rate limit at layer 2 (Ethernet frames), "
-                                                 "e.g. 50Mbps; 0: unlimited")
     delay: Optional[Duration] = Field(None, description="one-way delay, e.g. 20ms")
     jitter: Optional[Duration] = Field(None, description="standard deviation of the delay, e.g. 5ms")
     distribution: Optional[Distribution] = Field(
@@ -167,6 +166,14 @@ class Impairment(StrictModel):
     loss: Optional[Fraction] = Field(None, description="independent random loss, e.g. 1.5%")
     burst: Optional[BurstLoss] = Field(None, description="Gilbert–Elliott burst loss "
                                                          "(instead of loss)")
+
+
+class Impairment(WireImpairment):
+    """What one direction of a link does to packets. An unset field means "nothing"; 0 (or
+    ``0ms``, ``0%``) clears a value at run time."""
+
+    bw: Optional[Rate] = Field(None, description="rate limit at layer 2 (Ethernet frames), "
+                                                 "e.g. 50Mbps; 0: unlimited")
     queue: Optional[int] = Field(None, ge=1, le=1_000_000,
                                  description="queue limit in packets (with bw)")
 

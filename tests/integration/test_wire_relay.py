@@ -1,4 +1,4 @@
-"""The wire relay (:mod:`agents.wire_relay`) measured for real.
+"""The wire relay (:mod:`topologies.impairments.wire`) measured for real.
 
 Three throwaway namespaces named ``ebw<3 hex>a|w|b`` (not a run prefix, so no run's cleanup
 touches them) make one wired link; the relay runs in the middle one::
@@ -104,7 +104,7 @@ def receive(expect: int) -> None:
 
 
 def raw_socket(interface: str) -> socket.socket:
-    from agents.wire_relay import ETH_P_ALL, PACKET_AUXDATA, SOL_PACKET
+    from topologies.impairments.wire import ETH_P_ALL, PACKET_AUXDATA, SOL_PACKET
     sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
     sock.setsockopt(SOL_PACKET, PACKET_AUXDATA, 1)
     sock.bind((interface, ETH_P_ALL))
@@ -122,7 +122,7 @@ def send_raw(interface: str) -> None:
 def receive_raw(interface: str, source_mac: str, expect: int) -> None:
     """Print "ready", then each frame from ``source_mac`` in hex, with the VLAN tag the kernel
     took out of it put back (the way libpcap does)."""
-    from agents.wire_relay import AUXDATA, TP_STATUS_VLAN_TPID_VALID, TP_STATUS_VLAN_VALID
+    from topologies.impairments.wire import AUXDATA, TP_STATUS_VLAN_TPID_VALID, TP_STATUS_VLAN_VALID
     sock = raw_socket(interface)
     source = bytes.fromhex(source_mac.replace(":", ""))
     print("ready", flush=True)
@@ -238,7 +238,7 @@ class RelayProcess:
     """The relay in the wire namespace, changed through stdin and stopped with SIGTERM."""
 
     def __init__(self, wire: "Wire", config: dict):
-        self.process = wire.popen(wire.w, "-m", "agents.wire_relay",
+        self.process = wire.popen(wire.w, "-m", "topologies.impairments.wire",
                                   "--forward-in", wire.interface("w0"),
                                   "--forward-out", wire.interface("w1"),
                                   "--config", json.dumps(config), module=True)
@@ -692,9 +692,9 @@ def test_frames_cross_byte_for_byte_whatever_they_hold(wire):
 def test_rejected_changes_leave_the_relay_running(wire):
     relay = wire.relay({"delay": 0.002})
     for line, complaint in (("not json", "Expecting value"),
-                            ('{"forward": {"delay": -1}}', "must not be negative"),
-                            ('{"sideways": {}}', "unknown keys"),
-                            ('{"forward": {"distribution": "cauchy"}}', "must be one of")):
+                            ('{"forward": {"delay": -1}}', "forward.delay: duration must be at least 0"),
+                            ('{"sideways": {}}', "sideways: unknown key"),
+                            ('{"forward": {"distribution": "cauchy"}}', "is not one of")):
         relay.process.stdin.write(line + "\n")
         relay.process.stdin.flush()
         relay.changes += 1

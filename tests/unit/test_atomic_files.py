@@ -49,8 +49,9 @@ def test_only_whole_file_modes():
 
 
 # Writers of result files must go through topologies.files: no other rename-into-place, and no
-# plain write_text/savefig/to_csv(path) of a result file. The wire relay's status file moves with
-# the relay (agents/wire_relay.py is being moved into topologies/impairments/ separately).
+# plain write_text/savefig/to_csv(path) of a result file. The wire relay's once-a-second status
+# (topologies/impairments/wire.py) is no result but a live reading, renamed into place without
+# fsync: an fsync in the relay's real-time loop would hold every frame in flight behind the disk.
 PATTERNS = re.compile(r"os\.replace\(|\.rename\(|\.replace\(path\)|mkstemp|"
                       r"\.write_text\(|\.savefig\((?!stream)|\.to_csv\((?!stream|header=False)")
 
@@ -59,7 +60,7 @@ def test_no_other_atomic_write_variants():
     offenders = []
     for layer in ("topologies", "controller", "agents", "experiments"):
         for path in sorted((ROOT / layer).rglob("*.py")):
-            if path.name in ("files.py", "wire_relay.py"):
+            if path.name == "files.py" or path == ROOT / "topologies/impairments/wire.py":
                 continue
             for number, line in enumerate(path.read_text().splitlines(), start=1):
                 if PATTERNS.search(line):

@@ -1,7 +1,7 @@
 """The user-space relay that gives a wired link its delay, jitter and burst loss.
 
 A wire is a small namespace spliced into a link: ``a <-> wa [wire] wb <-> b``. The relay
-(:mod:`agents.wire_relay`) runs inside it, forwards every frame between ``wa`` and ``wb`` and
+(:mod:`topologies.impairments.wire`) runs inside it, forwards every frame between ``wa`` and ``wb`` and
 takes changes as JSON lines on its stdin, so a direction can be changed (or cleared) at run time
 without dropping what is in flight.
 """
@@ -49,7 +49,7 @@ class Relay:
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "a") as stream:
             self.process = wire_host.popen(
-                [sys.executable, "-m", "agents.wire_relay", "--forward-in", WIRE_TOWARD_A,
+                [sys.executable, "-m", "topologies.impairments.wire", "--forward-in", WIRE_TOWARD_A,
                  "--forward-out", WIRE_TOWARD_B, "--config", json.dumps(config),
                  "--status", str(self.status)],
                 stdin=subprocess.PIPE, stdout=stream, stderr=subprocess.STDOUT,

@@ -4,19 +4,21 @@ with per-direction delay, jitter, loss, Gilbert-Elliott burst loss and link-down
 This kernel has no sch_netem, so a link that needs delay gets a small namespace spliced into it
 (``a <-veth-> in [wire] out <-veth-> b``) and this relay runs inside it::
 
-    python -m agents.wire_relay --forward-in wa --forward-out wb --config '<json>'
+    python -m topologies.impairments.wire --forward-in wa --forward-out wb --config '<json>'
 
 Frames arriving on ``--forward-in`` leave on ``--forward-out`` ("forward"), frames arriving on
 ``--forward-out`` leave on ``--forward-in`` ("reverse"). Frames are forwarded byte for byte and
-never parsed. The configuration is ``{"forward": {...}, "reverse": {...}, "seed": 1}``; a
-direction takes
+never parsed. The configuration is ``{"forward": {...}, "reverse": {...}, "seed": 1}``
+(:class:`WireConfig`); a direction (:class:`WireDirection`) takes the scenario's own impairment
+fields, checked by the same pydantic model with the same units and bounds
+(:class:`topologies.model.WireImpairment`):
 
-* ``delay`` and ``jitter`` in seconds. Jitter is the standard deviation of the delay variation
-  whatever the ``distribution`` (``normal``, ``uniform``, ``pareto``, ``paretonormal``); a
-  frame's delay never goes below zero;
+* ``delay`` and ``jitter``: seconds, or a duration with its unit (``"20ms"``). Jitter is the
+  standard deviation of the delay variation whatever the ``distribution`` (``normal``,
+  ``uniform``, ``pareto``, ``paretonormal``); a frame's delay never goes below zero;
 * ``reorder``: true lets every frame leave at its own time (jitter reorders, as with netem);
   false keeps the order, a frame is due at ``max(previous due, arrival + delay + variation)``;
-* ``loss``: the fraction of frames dropped at random;
+* ``loss``: the fraction of frames dropped at random (``0.01`` or ``"1%"``);
 * ``burst``: null or netem's gemodel ``{"p": P(good->bad), "r": P(bad->good), "bad_loss": 1.0,
   "good_loss": 0.0}``;
 * ``down``: drop everything.
@@ -24,7 +26,8 @@ direction takes
 Missing keys are 0, false or null. Each line on stdin is a change of the same shape naming only
 what changes (``{"forward": {"delay": 0.02}}``); it applies to frames arriving after it, and the
 relay acknowledges it on stdout with ``{"applied": n}`` or ``{"rejected": n, "error": ...}``
-(``n`` counts stdin lines), so an empty change ``{}`` doubles as a readiness check. End of
+(``n`` counts stdin lines; the error names the field, ``forward.delay: ...``; nothing of a
+rejected change applies), so an empty change ``{}`` doubles as a readiness check. End of
 stdin only ends the changes. SIGTERM or SIGINT stop the relay: it prints one JSON line,
 ``{"forward": {...}, "reverse": {...}}`` with frames in and out, drops by cause, send errors,
 how late frames left (``late_us`` mean/p50/p99/max) and the most frames queued, and exits 0.
@@ -55,13 +58,15 @@ import struct
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import Optional
+
+from pydantic import Field, StrictInt, ValidationError
 
 from agents.common import request_cpu_latency, run_realtime
+from topologies.model import BurstLoss, StrictModel, WireImpairment
+from topologies.problems import dotted
 
 DIRECTIONS = ("forward", "reverse")
-DISTRIBUTIONS = ("normal", "uniform", "pareto", "paretonormal")
-DIRECTION_KEYS = {"delay", "jitter", "distribution", "reorder", "loss", "burst", "down"}
-BURST_KEYS = {"p", "r", "bad_loss", "good_loss"}
 
 # Linux constants the socket module does not export.
 ETH_P_ALL = 0x0003
@@ -125,83 +130,72 @@ def _variation_table(distribution: str) -> tuple[float, ...]:
     return tuple((value - mean) / deviation for value in values)
 
 
-def _seconds(value, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{key} must be a number of seconds, not {value!r}")
-    if value < 0:
-        raise ValueError(f"{key} must not be negative, not {value!r}")
-    return float(value)
+class WireDirection(WireImpairment):
+    """One direction of the relay's configuration: the scenario's own impairment fields (same
+    units and bounds, :class:`topologies.model.WireImpairment`), plus ``down``. A field left
+    out, or null, means 0, false or nothing; in a change, a field left out stays as it was."""
+
+    down: Optional[bool] = Field(None, description="drop every frame")
 
 
-def _fraction(value, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        raise ValueError(f"{key} must be a fraction between 0 and 1, not {value!r}")
-    return float(value)
+class WireConfig(StrictModel):
+    """The relay's whole configuration, or one change to it (naming only what changes)."""
+
+    forward: Optional[WireDirection] = None
+    reverse: Optional[WireDirection] = None
+    seed: Optional[StrictInt] = Field(None, description="seeds both directions' random draws")
 
 
-def _flag(value, key: str) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{key} must be true or false, not {value!r}")
-    return value
-
-
-@dataclass(frozen=True)
-class Burst:
-    """Gilbert-Elliott loss (netem's gemodel): a good and a bad state, each losing its share."""
-
-    p: float
-    r: float
-    bad_loss: float
-    good_loss: float
-
-    @classmethod
-    def parse(cls, value, direction: str) -> "Burst | None":
-        if value is None:
-            return None
-        if not isinstance(value, dict) or not set(value) <= BURST_KEYS:
-            raise ValueError(f"{direction}.burst must be null or an object with keys "
-                             f"{sorted(BURST_KEYS)}, not {value!r}")
-        return cls(*(_fraction(value.get(key, default), f"{direction}.burst.{key}")
-                     for key, default in (("p", 0.0), ("r", 0.0), ("bad_loss", 1.0),
-                                          ("good_loss", 0.0))))
-
-
-def parse_direction(changes, direction: str) -> dict:
-    """Check one direction's changes; returns them with values in the relay's own units."""
-    if not isinstance(changes, dict):
-        raise ValueError(f"{direction} must be an object, not {changes!r}")
-    unknown = set(changes) - DIRECTION_KEYS
-    if unknown:
-        raise ValueError(f"{direction} has unknown keys {sorted(unknown)}")
+def _relay_units(changes: WireDirection) -> dict:
+    """The fields ``changes`` sets, as :class:`Direction` attributes in the relay's units."""
     parsed = {}
-    for key, value in changes.items():
-        name = f"{direction}.{key}"
+    for key in changes.model_fields_set:
+        value = getattr(changes, key)
         if key in ("delay", "jitter"):
-            parsed[key + "_ns"] = round(_seconds(value, name) * 1e9)
+            parsed[key + "_ns"] = round((value or 0.0) * 1e9)
         elif key == "distribution":
-            if value not in DISTRIBUTIONS:
-                raise ValueError(f"{name} must be one of {list(DISTRIBUTIONS)}, not {value!r}")
-            parsed[key] = value
+            parsed[key] = value or "normal"
         elif key in ("reorder", "down"):
-            parsed[key] = _flag(value, name)
+            parsed[key] = bool(value)
         elif key == "loss":
-            parsed[key] = _fraction(value, name)
+            parsed[key] = value or 0.0
         else:
-            parsed[key] = Burst.parse(value, direction)
+            parsed[key] = value
     return parsed
 
 
+def _complaint(error: ValidationError) -> str:
+    """The first problem of ``error`` as one line naming the field: ``forward.delay: ...``."""
+    problems = error.errors(include_url=False)
+    first = problems[0]
+    where = dotted(part for part in first["loc"] if isinstance(part, (str, int)))
+    if first["type"] == "extra_forbidden":
+        message = f"unknown key (known: {', '.join(_known_keys(first['loc']))})"
+    elif first["type"] in ("model_type", "model_attributes_type", "dict_type"):
+        message = f"must be a JSON object, not {first['input']!r}"
+    elif first["type"] == "literal_error":
+        message = f"{first['input']!r} is not one of {first['ctx']['expected']}"
+    else:
+        message = first["msg"].removeprefix("Value error, ")
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return f"{where or 'the configuration'}: {message}{more}"
+
+
+def _known_keys(location: tuple) -> list[str]:
+    model = {1: WireConfig, 2: WireDirection, 3: BurstLoss}.get(len(location), WireConfig)
+    return list(model.model_fields)
+
+
 def parse_config(document) -> tuple[dict[str, dict], int | None]:
-    """Check a whole configuration or change: per-direction changes and the seed, if given."""
-    if not isinstance(document, dict):
-        raise ValueError(f"the configuration must be a JSON object, not {document!r}")
-    unknown = set(document) - {*DIRECTIONS, "seed"}
-    if unknown:
-        raise ValueError(f"unknown keys {sorted(unknown)}")
-    seed = document.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise ValueError(f"seed must be an integer, not {seed!r}")
-    return {d: parse_direction(document[d], d) for d in DIRECTIONS if d in document}, seed
+    """Check a whole configuration or change (a JSON document already decoded): per-direction
+    changes in the relay's units and the seed, if given. Raises ValueError naming the field."""
+    try:
+        config = WireConfig.model_validate(document)
+    except ValidationError as error:
+        raise ValueError(_complaint(error)) from None
+    changes = {name: _relay_units(getattr(config, name)) for name in DIRECTIONS
+               if getattr(config, name) is not None}
+    return changes, config.seed
 
 
 class LatenessHistogram:
@@ -250,7 +244,7 @@ class Direction:
     distribution: str = "normal"
     reorder: bool = False
     loss: float = 0.0
-    burst: Burst | None = None
+    burst: BurstLoss | None = None
     down: bool = False
     rng: random.Random = field(init=False)
     burst_bad: bool = False
@@ -431,7 +425,7 @@ class Relay:
                 return
             except OSError as error:
                 # ENETDOWN once when the interface goes down; the socket rebinds when it is up.
-                print(f"wire_relay: {direction.name}: {error}", file=sys.stderr, flush=True)
+                print(f"wire: {direction.name}: {error}", file=sys.stderr, flush=True)
                 return
             now = monotonic_ns()
             if flags & MSG_TRUNC:
@@ -501,7 +495,9 @@ class Relay:
 
     def write_status(self, now: int) -> None:
         """The statistics so far, replaced atomically once a second, for whoever watches the
-        relay's load during a run (the runner warns when a wire nears its limits)."""
+        relay's load during a run (the runner warns when a wire nears its limits). Not through
+        :mod:`topologies.files`: this is a live reading, not a result, and its fsync would
+        hold every frame in flight behind the disk."""
         self.next_status_ns = now + STATUS_PERIOD_NS
         temporary = f"{self.status_path}.tmp"
         try:
@@ -509,7 +505,7 @@ class Relay:
                 json.dump(self.statistics(), stream)
             os.replace(temporary, self.status_path)
         except OSError as error:
-            print(f"wire_relay: status: {error}", file=sys.stderr, flush=True)
+            print(f"wire: status: {error}", file=sys.stderr, flush=True)
 
     def run(self) -> None:
         queue, handlers = self.queue, self.handlers
@@ -538,7 +534,7 @@ class Relay:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agents.wire_relay", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m topologies.impairments.wire", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--forward-in", required=True, help="interface forward frames arrive on")
     parser.add_argument("--forward-out", required=True, help="interface forward frames leave by")
@@ -564,7 +560,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         relay = Relay(arguments.forward_in, arguments.forward_out, arguments.status)
     except OSError as error:
-        parser.exit(1, f"wire_relay: cannot open {arguments.forward_in} and "
+        parser.exit(1, f"wire: cannot open {arguments.forward_in} and "
                        f"{arguments.forward_out}: {error}\n")
     relay.configure(document)
     # The hot path makes no reference cycles; the cycle collector would only add pauses.
