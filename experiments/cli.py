@@ -138,6 +138,7 @@ def _print_summary(loaded: scenario_module.Scenario, result) -> None:
     if tables:
         console.print("  tables: " + ", ".join(f"{name} ({rows} rows)"
                                                for name, rows in tables.items()))
+    _print_emulator_loss(summary.get("emulator_loss"))
     fidelity = summary.get("fidelity") or {}
     if fidelity.get("cpu_busy_max") is not None:
         verdict = "[green]ok[/green]" if fidelity["ok"] else "[red]flagged[/red]"
@@ -164,6 +165,32 @@ def _print_scheme(scheme: dict | None) -> None:
         console.print(shown)
     for note in scheme.get("notes", []):
         console.print(f"  {note}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _print_emulator_loss(losses: list[dict] | None) -> None:
+    """Per link and direction, the frames the emulator lost that no setting asked for."""
+    if losses is None:
+        return
+    lossy = [entry for entry in losses if entry["emulator_made"]]
+    if not lossy:
+        console.print(f"  emulator-made loss: none ({len(losses)} link directions counted)")
+        return
+    table = Table(title="emulator-made loss (not configured)", title_justify="left")
+    for column in ("link", "direction", "offered", "emulator-made", "relay socket",
+                   "relay queue", "interface", "qdisc", "configured loss", "limit"):
+        table.add_column(column)
+    for entry in lossy:
+        a, b = entry["endpoints"]
+        mark = " [red]✗[/red]" if entry.get("over_limit") else ""
+        table.add_row(f"{entry['link']}: {a} - {b}",
+                      f"{a} -> {b}" if entry["direction"] == "forward" else f"{b} -> {a}",
+                      str(entry["offered"]),
+                      f"{entry['emulator_made']} ({entry['emulator_made_fraction']:.2%}){mark}",
+                      str(entry["receive_queue"]), str(entry["relay_queue"]),
+                      str(entry["interface"]), str(entry["qdisc"]),
+                      f"{entry['configured_loss']:.2%}",
+                      f"{entry['limit_fraction']:.2%}" if "limit_fraction" in entry else "-")
+    console.print(table)
 
 
 def _milliseconds(value: float | None) -> str:

@@ -3,8 +3,9 @@ kept up (the fidelity monitor).
 
 Agents write ``records/<table>/<node>-<agent>.csv``; :func:`merge_tables` concatenates each
 table into ``tables/<table>.csv``. :class:`CpuMonitor` samples the machine's CPU once a second
-during the run. :func:`fidelity` flags a run whose senders fell behind their schedules or whose
-CPU saturated, so nobody publishes a result the machine could not honour.
+during the run. :func:`fidelity` flags a run whose senders fell behind their schedules, whose
+CPU saturated or whose links lost frames the scenario did not ask for (emulator-made loss), so
+nobody publishes a result the machine could not honour.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from topologies.files import atomic_output
+from topologies.impairments.drops import EMULATOR_CAUSES
+from topologies.model import EmulatorLossLimit
 
 # A sender fell behind when more than 5% of its packets left over 1 ms late or its p99 lateness
 # passed 2 ms: beyond the accuracy the emulated links themselves hold (mean delay within
@@ -105,10 +108,35 @@ def _behind(packets: int, late_p99_us: float, late_max_us: float, late_fraction:
     return late_fraction > LATE_FRACTION_LIMIT or late_p99_us > LATE_P99_LIMIT_US
 
 
-def fidelity(run_dir: Path, cpu: CpuMonitor, wires: dict | None = None) -> dict:
-    """``{"ok": bool, "flags": [...], "cpu_busy_max": ...}`` for the run's summary; ``wires``
-    are the relays' final statistics by link (the fallback impairment backend)."""
+def emulator_loss_flags(losses: list[dict], limit: EmulatorLossLimit) -> list[str]:
+    """Flags for the link directions whose emulator-made loss passed ``limit``; marks each
+    entry of ``losses`` (:meth:`LinkControl.losses`) with its ``limit_fraction`` and
+    ``over_limit``."""
     flags = []
+    for entry in losses:
+        allowed = max(limit.relative * entry["configured_loss"], limit.absolute)
+        entry["limit_fraction"] = allowed
+        entry["over_limit"] = entry["emulator_made"] > allowed * entry["offered"]
+        if entry["over_limit"]:
+            causes = ", ".join(f"{cause.replace('_', ' ')} {entry[cause]}"
+                               for cause in EMULATOR_CAUSES if entry[cause])
+            a, b = entry["endpoints"]
+            ends = f"{a} -> {b}" if entry["direction"] == "forward" else f"{b} -> {a}"
+            flags.append(f"emulator-made loss on link {entry['link']} ({ends}): "
+                         f"{entry['emulator_made']} of {entry['offered']} frames "
+                         f"({entry['emulator_made_fraction']:.2%}: {causes}), above the limit "
+                         f"of {allowed:.2%} (configured loss {entry['configured_loss']:.2%})")
+    return flags
+
+
+def fidelity(run_dir: Path, cpu: CpuMonitor, wires: dict | None = None,
+             losses: list[dict] | None = None,
+             loss_limit: EmulatorLossLimit | None = None) -> dict:
+    """``{"ok": bool, "flags": [...], "cpu_busy_max": ...}`` for the run's summary; ``wires``
+    are the relays' final statistics by link (the fallback impairment backend), ``losses``
+    the links' drops by cause (:meth:`LinkControl.losses`): emulator-made loss past
+    ``loss_limit`` makes the run invalid, as a saturated CPU does."""
+    flags = emulator_loss_flags(losses or [], loss_limit or EmulatorLossLimit())
     for link, statistics in (wires or {}).items():
         for direction, figures in (statistics or {}).items():
             late = figures.get("late_us") or {}

@@ -500,9 +500,14 @@ class Run:
         if self.links is not None:
             self.summary["links"] = self.links.applied()
             self.summary["wires"] = self.links.stop()
+            self.summary["emulator_loss"] = self.links.losses()
+            if self.links.counting_error:
+                log.warning("%s", self.links.counting_error)
+                self.warnings.append(self.links.counting_error)
         self.summary["tables"] = measurements.merge_tables(self.run_dir.path)
-        self.summary["fidelity"] = measurements.fidelity(self.run_dir.path, self.cpu,
-                                                         self.summary.get("wires"))
+        self.summary["fidelity"] = measurements.fidelity(
+            self.run_dir.path, self.cpu, self.summary.get("wires"),
+            self.summary.get("emulator_loss"), self.scenario.document.emulation.emulator_loss)
         self.warnings += self.summary["fidelity"]["flags"]
         if self.network is not None:
             if self.network.net is not None:

@@ -275,6 +275,18 @@ class Controller(StrictModel):
         return {"app": value} if isinstance(value, str) else value
 
 
+class EmulatorLossLimit(StrictModel):
+    """How much loss the emulator itself may make on a link direction (frames its relays,
+    queues and interfaces dropped that no setting asked for) before the run's fidelity verdict
+    marks it invalid: the larger of ``relative`` times the loss configured there and
+    ``absolute`` of the frames offered."""
+
+    relative: float = Field(0.1, ge=0, le=1000,
+                            description="allowed as a multiple of the configured loss")
+    absolute: Fraction = Field(0.001, description="allowed as a fraction of the frames, "
+                                                  "whatever the configured loss, e.g. 0.1%")
+
+
 class Emulation(StrictModel):
     """How the emulation runs on this kernel."""
 
@@ -283,6 +295,9 @@ class Emulation(StrictModel):
     impairments: Literal["auto", "netem", "fallback"] = Field(
         "auto", description="auto: netem where the kernel has sch_netem, else the fallback "
                             "(tc rate and loss, a user-space relay for delay and jitter)")
+    emulator_loss: EmulatorLossLimit = Field(
+        default_factory=EmulatorLossLimit,
+        description="emulator-made loss beyond which the fidelity verdict marks a run invalid")
 
 
 class WorkloadEntry(StrictModel):

@@ -66,7 +66,10 @@ def test_relay_settings():
                                           burst=BurstLoss(p=0.1, r=0.5), loss=0.3, bw=1e6))
     assert settings == {"delay": 0.02, "jitter": 0.005, "distribution": "normal",
                         "reorder": False, "burst": {"p": 0.1, "r": 0.5, "bad_loss": 1.0,
-                                                    "good_loss": 0.0}}
+                                                    "good_loss": 0.0},
+                        # Room for 40 ms (delay + 4 jitter) at 1 Gbit/s in full frames: the
+                        # rate limit (bw) sits after the relay.
+                        "limit": 1000 + 3303}
     cleared = relay_direction(Impairment(delay=0, burst=BurstLoss(p=0, r=0)))
     assert cleared["delay"] == 0 and cleared["burst"] is None and cleared["reorder"] is True
 

@@ -10,7 +10,9 @@ from pathlib import Path
 
 from ..model import Impairment
 from ..scenario import Scenario
+from . import drops as loss_accounting
 from .backends import FallbackBackend, NetemBackend, Placement
+from .drops import DirectionDrops
 from .relay import RELAY_ACCURATE_PPS, WIRE_TOWARD_A, WIRE_TOWARD_B, Relay
 
 DIRECTIONS = ("forward", "reverse")
@@ -52,7 +54,11 @@ class LinkControl:
         self.records: dict[tuple[int, str], dict] = {}
         self.relays: dict[int, Relay] = {}
         self.down: set[int] = set()
+        # Links taken down at some time of the run: their interface drops are the down time.
+        self.went_down: set[int] = set()
         self.warned: set[tuple[int, str, str]] = set()
+        self.drops = {key: DirectionDrops() for key in self.current}
+        self.counting_error: str | None = None
 
     def start(self) -> None:
         """Start every wire's relay and apply what the scenario declares."""
@@ -81,9 +87,26 @@ class LinkControl:
         return Placement(link_index, direction, intf.node, intf.name, str(sender))
 
     def _apply(self, link_index: int, direction: str, impairment: Impairment) -> None:
-        record = self.backend.apply(self.placement(link_index, direction), impairment)
+        placement = self.placement(link_index, direction)
+        # Replacing a qdisc loses its counters: what it dropped so far is counted first.
+        self._count_qdisc_drops(link_index, direction, placement)
+        record = self.backend.apply(placement, impairment)
         self.current[link_index, direction] = impairment
         self.records[link_index, direction] = record
+        drops = self.drops[link_index, direction]
+        drops.configured_loss = max(drops.configured_loss,
+                                    loss_accounting.mean_loss(impairment))
+
+    def _count_qdisc_drops(self, link_index: int, direction: str,
+                           placement: Placement | None = None) -> None:
+        """Add what the qdisc in force on a direction dropped (once: the qdisc is about to go)."""
+        if (link_index, direction) not in self.records:
+            return  # nothing of ours there
+        placement = placement or self.placement(link_index, direction)
+        _, dropped = loss_accounting.root_qdisc(
+            placement.node.cmd(f"tc -s -j qdisc show dev {placement.interface}"))
+        loss_accounting.add_qdisc_drops(self.drops[link_index, direction], dropped,
+                                        self.current[link_index, direction], self.backend.name)
 
     def set(self, link_index: int, changes: Impairment,
             directions: tuple[str, ...] = DIRECTIONS) -> None:
@@ -94,6 +117,8 @@ class LinkControl:
     def set_link_state(self, link_index: int, up: bool) -> None:
         self.network.set_link_state(link_index, up)
         (self.down.discard if up else self.down.add)(link_index)
+        if not up:
+            self.went_down.add(link_index)
 
     def set_node_state(self, node: str, up: bool) -> None:
         """A node going down takes every link it has with it."""
@@ -123,8 +148,9 @@ class LinkControl:
         return report
 
     def load_warnings(self) -> list[str]:
-        """Wires whose traffic nears the relay's accurate packet rate, or whose frames leave
-        late; each (wire, direction, reason) is reported once per run."""
+        """Wires whose traffic nears the relay's accurate packet rate, whose frames leave late
+        or that lose frames they cannot take; each (wire, direction, reason) is reported once
+        per run."""
         warnings = []
         for index, relay in self.relays.items():
             link = self.scenario.links[index]
@@ -136,6 +162,11 @@ class LinkControl:
                     warnings.append(f"{name} carries {load['pps']:.0f} packets/s, near the "
                                     f"relay's accurate limit of {RELAY_ACCURATE_PPS}: delays "
                                     "may grow")
+                if load.get("emulator_dropped") and (index, direction, "dropped") \
+                        not in self.warned:
+                    self.warned.add((index, direction, "dropped"))
+                    warnings.append(f"{name} lost {load['emulator_dropped']} frames it could "
+                                    "not take in time (emulator-made loss)")
                 late = load["late_p99_us"]
                 if late is not None and late > LATE_WARNING_US and load["frames"] >= 100 \
                         and (index, direction, "late") \
@@ -146,5 +177,66 @@ class LinkControl:
         return warnings
 
     def stop(self) -> dict[int, dict | None]:
-        """Stop the relays; their statistics by link."""
-        return {index: relay.stop() for index, relay in self.relays.items()}
+        """Count the links' drops (:meth:`losses`), then stop the relays; their statistics by
+        link."""
+        try:
+            for link_index, direction in self.records:
+                self._count_qdisc_drops(link_index, direction)
+            self._count_interface_drops()
+        except Exception as error:  # a dead namespace must not stop the teardown
+            self.counting_error = f"drops not counted: {error!r}"
+        wires = {index: relay.stop() for index, relay in self.relays.items()}
+        for index, statistics in wires.items():
+            for direction in DIRECTIONS:
+                drops = self.drops[index, direction]
+                if statistics and direction in statistics:
+                    loss_accounting.add_relay_statistics(drops, statistics[direction])
+        return wires
+
+    def _count_interface_drops(self) -> None:
+        """Each direction's frames offered (sent or dropped by its first sending interface)
+        and the frames every veth on its way could not hand to its peer."""
+        counters: dict[int, dict] = {}
+
+        def read(node, interface: str) -> tuple[int, int]:
+            if id(node) not in counters:
+                counters[id(node)] = loss_accounting.interface_counters(
+                    node.cmd("ip -s -j link show"))
+            return counters[id(node)].get(interface, (0, 0))
+
+        for link in self.scenario.links:
+            ends = self.network.ends(link.index)
+            for direction in DIRECTIONS:
+                sender = ends.a if direction == "forward" else ends.b
+                segments = [(sender.node, sender.name)]
+                if ends.wire is not None:
+                    segments.append((ends.wire, WIRE_TOWARD_B if direction == "forward"
+                                     else WIRE_TOWARD_A))
+                dropped = sum(read(node, name)[1] for node, name in segments)
+                drops = self.drops[link.index, direction]
+                sent, first_dropped = read(sender.node, sender.name)
+                # What the first interface sent reached the next one, the wire's relay
+                # socket included; without a wire the direction's qdisc sits on the sending
+                # interface and drops before it sends.
+                drops.offered = sent + first_dropped
+                if ends.wire is None:
+                    drops.offered += drops.qdisc + drops.rate_limit + drops.configured
+                if link.index in self.went_down:
+                    drops.configured += dropped
+                else:
+                    drops.interface += dropped
+
+    def losses(self) -> list[dict]:
+        """After :meth:`stop`: per link and direction that carried frames, the frames offered
+        and lost by cause, emulator-made apart from configured
+        (:mod:`topologies.impairments.drops`)."""
+        report = []
+        for link in self.scenario.links:
+            for direction in DIRECTIONS:
+                drops = self.drops[link.index, direction]
+                if not drops.offered and not drops.emulator_made:
+                    continue
+                report.append({"link": link.index, "endpoints": [str(link.a), str(link.b)],
+                               "direction": direction, "wire": link.index in self.relays,
+                               **drops.record()})
+        return report

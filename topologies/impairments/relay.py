@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..model import Impairment
 from ..naming import ENVIRONMENT_KEY
+from . import tc
 
 # Packets per second per direction up to which the relay's mean delay error stays below 1 ms
 # on the reference machine (2 cores), measured by benchmarks/impairment.py on a path of two
@@ -28,12 +29,16 @@ WIRE_TOWARD_B = "wb"
 
 
 def relay_direction(impairment: Impairment) -> dict:
-    """The relay's settings for one direction (rate and random loss are tc's, not the relay's)."""
+    """The relay's settings for one direction (rate and random loss are tc's, not the relay's).
+    The relay holds as many frames as netem would without a rate (:func:`tc.netem_limit`):
+    the link's rate limiter comes after the relay, so the relay holds whatever arrives."""
     burst = impairment.burst
     return {"delay": impairment.delay or 0.0, "jitter": impairment.jitter or 0.0,
             "distribution": impairment.distribution or "normal",
             "reorder": impairment.reorder is not False,
-            "burst": burst.model_dump() if burst else None}
+            "burst": burst.model_dump() if burst else None,
+            "limit": tc.netem_limit(Impairment(delay=impairment.delay,
+                                               jitter=impairment.jitter))}
 
 
 class Relay:
@@ -74,8 +79,9 @@ class Relay:
         self.process.stdin.flush()
 
     def load(self) -> dict[str, dict]:
-        """Per direction, frames per second since the last call and the 99th percentile of
-        how late frames left so far (µs); empty until the relay has written its status."""
+        """Per direction, frames per second since the last call, the 99th percentile of how
+        late frames left so far (µs) and the frames the relay lost so far because it did not
+        keep up; empty until the relay has written its status."""
         try:
             statistics = json.loads(self.status.read_text())
             taken = self.status.stat().st_mtime
@@ -89,7 +95,9 @@ class Relay:
             "pps": (statistics[direction]["frames_in"] - previous[1][direction]["frames_in"])
             / elapsed,
             "late_p99_us": (statistics[direction]["late_us"] or {}).get("p99"),
-            "frames": statistics[direction]["frames_out"]}
+            "frames": statistics[direction]["frames_out"],
+            "emulator_dropped": sum(statistics[direction].get(cause, 0) for cause in
+                                    ("dropped_receive_queue", "dropped_queue_full"))}
             for direction in ("forward", "reverse")}
 
     def stop(self, timeout_s: float = 5.0) -> dict | None:

@@ -21,7 +21,8 @@ fields, checked by the same pydantic model with the same units and bounds
 * ``loss``: the fraction of frames dropped at random (``0.01`` or ``"1%"``);
 * ``burst``: null or netem's gemodel ``{"p": P(good->bad), "r": P(bad->good), "bad_loss": 1.0,
   "good_loss": 0.0}``;
-* ``down``: drop everything.
+* ``down``: drop everything;
+* ``limit``: the most frames the direction holds at once, as netem's ``limit``.
 
 Missing keys are 0, false or null. Each line on stdin is a change of the same shape naming only
 what changes (``{"forward": {"delay": 0.02}}``); it applies to frames arriving after it, and the
@@ -29,8 +30,12 @@ relay acknowledges it on stdout with ``{"applied": n}`` or ``{"rejected": n, "er
 (``n`` counts stdin lines; the error names the field, ``forward.delay: ...``; nothing of a
 rejected change applies), so an empty change ``{}`` doubles as a readiness check. End of
 stdin only ends the changes. SIGTERM or SIGINT stop the relay: it prints one JSON line,
-``{"forward": {...}, "reverse": {...}}`` with frames in and out, drops by cause, send errors,
-how late frames left (``late_us`` mean/p50/p99/max) and the most frames queued, and exits 0.
+``{"forward": {...}, "reverse": {...}}`` with frames in (read) and out, drops by cause, send
+errors, how late frames left (``late_us`` mean/p50/p99/max) and the most frames queued, and
+exits 0. The causes: ``dropped_loss`` and ``dropped_down`` are what the configuration asked for;
+``dropped_queue_full`` (the relay held ``limit`` frames already), ``dropped_receive_queue``
+(the kernel dropped the frame because the relay's socket receive queue was full: the relay did
+not keep up; ``PACKET_STATISTICS``) and ``dropped_oversize`` are made by the emulator.
 Whoever reads stdout through a pipe must keep reading it, or acknowledgements fill the pipe
 and stall the relay. ``--status FILE`` has the same statistics written to FILE once a second
 while the relay runs, for whoever watches its load.
@@ -73,6 +78,7 @@ ETH_P_ALL = 0x0003
 SOL_PACKET = 263
 PACKET_ADD_MEMBERSHIP = 1
 PACKET_MR_PROMISC = 1
+PACKET_STATISTICS = 6
 PACKET_AUXDATA = 8
 PACKET_IGNORE_OUTGOING = 23
 SO_RCVBUFFORCE = 33
@@ -88,6 +94,11 @@ RECEIVE_BUFFER_BYTES = 16 << 20
 FRAME_BUFFER_BYTES = 1 << 17
 # struct tpacket_auxdata: status, len, snaplen, mac, net, vlan_tci, vlan_tpid.
 AUXDATA = struct.Struct("=IIIHHHH")
+# struct tpacket_stats: packets, drops (reading resets both).
+PACKET_STATS = struct.Struct("=II")
+# Frames a direction holds when nothing says otherwise: far more than any link the scenarios
+# describe keeps in flight, small enough that an overloaded relay does not eat the memory.
+DEFAULT_LIMIT = 100_000
 TIMESPEC = struct.Struct("=qq")
 ANCILLARY_SPACE = socket.CMSG_SPACE(TIMESPEC.size) + socket.CMSG_SPACE(AUXDATA.size)
 # A kernel receive timestamp older than this is not one (TCP's frames carry a monotonic
@@ -136,6 +147,10 @@ class WireDirection(WireImpairment):
     out, or null, means 0, false or nothing; in a change, a field left out stays as it was."""
 
     down: Optional[bool] = Field(None, description="drop every frame")
+    limit: Optional[int] = Field(None, ge=1, le=10_000_000,
+                                 description="most frames held at once (netem's limit); a "
+                                             "frame arriving to a full queue is dropped and "
+                                             f"counted; default {DEFAULT_LIMIT}")
 
 
 class WireConfig(StrictModel):
@@ -159,6 +174,8 @@ def _relay_units(changes: WireDirection) -> dict:
             parsed[key] = bool(value)
         elif key == "loss":
             parsed[key] = value or 0.0
+        elif key == "limit":
+            parsed[key] = value or DEFAULT_LIMIT
         else:
             parsed[key] = value
     return parsed
@@ -246,6 +263,7 @@ class Direction:
     loss: float = 0.0
     burst: BurstLoss | None = None
     down: bool = False
+    limit: int = DEFAULT_LIMIT
     rng: random.Random = field(init=False)
     burst_bad: bool = False
     table: tuple[float, ...] = ()
@@ -259,6 +277,8 @@ class Direction:
     dropped_loss: int = 0
     dropped_down: int = 0
     dropped_oversize: int = 0
+    dropped_queue_full: int = 0
+    dropped_receive_queue: int = 0
     send_errors: int = 0
     lateness: LatenessHistogram = field(default_factory=LatenessHistogram)
 
@@ -310,6 +330,9 @@ class Direction:
         if (self.burst is not None or self.loss) and self.lost():
             self.dropped_loss += 1
             return None
+        if self.queued >= self.limit:
+            self.dropped_queue_full += 1
+            return None
         delay = self.delay_ns
         if self.jitter_ns:
             delay = max(0, delay + round(self.jitter_ns * self.variation()))
@@ -336,10 +359,25 @@ class Direction:
         self.frames_out += 1
         self.lateness.add(late_ns // 1000)
 
+    def count_receive_drops(self) -> None:
+        """Add the frames the kernel dropped since the last call because this direction's
+        receive queue was full: they reached the interface but never the relay, so they are
+        not in ``frames_in`` (the relay did not keep up, or was not scheduled)."""
+        try:
+            _, drops = PACKET_STATS.unpack(
+                self.in_socket.getsockopt(SOL_PACKET, PACKET_STATISTICS, PACKET_STATS.size))
+        except OSError:
+            return
+        self.dropped_receive_queue += drops
+
     def statistics(self) -> dict:
+        self.count_receive_drops()
         return {"frames_in": self.frames_in, "frames_out": self.frames_out,
                 "dropped_loss": self.dropped_loss, "dropped_down": self.dropped_down,
-                "dropped_oversize": self.dropped_oversize, "send_errors": self.send_errors,
+                "dropped_oversize": self.dropped_oversize,
+                "dropped_queue_full": self.dropped_queue_full,
+                "dropped_receive_queue": self.dropped_receive_queue,
+                "send_errors": self.send_errors,
                 "queued_at_exit": self.queued, "max_queued": self.max_queued,
                 "late_us": self.lateness.summary()}
 
@@ -472,8 +510,13 @@ class Relay:
             self.receive(direction, batch=None)
         self.changes_seen += 1
         try:
-            self.configure(json.loads(line))
-        except ValueError as error:  # json.JSONDecodeError is a ValueError
+            document = json.loads(line)
+        except ValueError as error:
+            self.report({"rejected": self.changes_seen, "error": f"not JSON: {error}"})
+            return
+        try:
+            self.configure(document)
+        except ValueError as error:
             self.report({"rejected": self.changes_seen, "error": str(error)})
         else:
             self.report({"applied": self.changes_seen})
