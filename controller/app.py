@@ -18,7 +18,6 @@ rules it no longer wants are deleted), so traffic keeps flowing through a restar
 
 from __future__ import annotations
 
-import csv
 import json
 import logging
 import os
@@ -27,19 +26,27 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agents.common import TableWriter
 from topologies.files import atomic_write
 
 from . import netns, openflow, policies, protocol, rules
 from .config import ControllerConfig
 from .control_server import ControlServer
-from .core import ControllerCore, Outcome
+from .core import TRACE_COLUMNS, ControllerCore, Outcome
 from .launcher import CONFIG_ENVIRONMENT
 from .ryu_api import (CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, App, arp, ethernet,
                       ipv4, ofp_event, ofproto_v1_3, packet, set_ev_cls)
 from .view import NetworkView
 
-DECISION_COLUMNS = ("node", "agent", "time", "kind", "flow", "server", "switches", "messages",
-                    "policy_ms", "send_ms", "install_ms")
+TABLES = {
+    # One row per decision carried out: from the policy's answer to the switches' barriers.
+    "decisions": ("node", "agent", "time", "kind", "flow", "server", "switches", "messages",
+                  "policy_ms", "send_ms", "install_ms"),
+    # One row per policy call: what it was given, what it answered, how long it took.
+    "policy_trace": ("node", "agent", "time", *TRACE_COLUMNS),
+}
+"""The tables the controller writes, as ``records/<table>/controller-controller.csv`` beside the
+agents' (:class:`agents.common.TableWriter`), merged with theirs after the run."""
 LOG = logging.getLogger("edgebed.controller")
 
 
@@ -79,7 +86,10 @@ class EdgebedController(App):
         self.pending: dict[int, PendingInstall] = {}
         self.subscribers: dict[str, tuple] = {}  # node -> control address
         self._restore()
-        self._decisions = self._open_table()
+        # Appended to: a controller that takes over goes on with its predecessor's rows.
+        self.tables = {name: TableWriter(
+            self.out.parent / "records" / name / "controller-controller.csv", columns,
+            append=True, flush=True) for name, columns in TABLES.items()}
         self.control = ControlServer(self._control_sockets(), self.handle_control)
         self.control.start()
         # When the first period ends, on CLOCK_REALTIME: the runner lines its timeline up with
@@ -115,16 +125,6 @@ class EdgebedController(App):
     def _save(self) -> None:
         atomic_write(self.out / "state.json", json.dumps(self.core.snapshot()))
 
-    def _open_table(self):
-        path = self.out.parent / "records" / "decisions" / "controller-controller.csv"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fresh = not path.exists()
-        stream = open(path, "a", newline="")
-        writer = csv.writer(stream)
-        if fresh:
-            writer.writerow(DECISION_COLUMNS)
-        return stream, writer
-
     def _control_sockets(self) -> list:
         """The control protocol listens on loopback (at a port of its own per run, as runs share
         the root namespace) and, when there is a management network, on the controller's
@@ -141,7 +141,8 @@ class EdgebedController(App):
         with self.lock:
             self.control.stop()
             self._save()
-            self._decisions[0].close()
+            for table in self.tables.values():
+                table.close()
             self._write_status(stopped=True)
 
     def _write_status(self, stopped: bool = False) -> None:
@@ -319,6 +320,7 @@ class EdgebedController(App):
     def _carry_out(self, outcome: Outcome, kind: str, started_ns: int) -> None:
         """Install an outcome, save the state, tell subscribers."""
         policy_ms = (time.perf_counter_ns() - started_ns) / 1e6
+        self._write_traces()
         for rejection in outcome.decision.rejections:
             LOG.info("policy rejected %s: %s", rejection.flow, rejection.reason)
         self._install(outcome, kind, time.perf_counter_ns(), policy_ms)
@@ -363,13 +365,17 @@ class EdgebedController(App):
         return changes.count(), barrier.xid
 
     def _record(self, pending: PendingInstall, done_ns: int) -> None:
-        stream, writer = self._decisions
-        writer.writerow(["controller", "controller", f"{time.time():.6f}", pending.kind,
-                         pending.flow, pending.server, len(pending.switches), pending.messages,
-                         f"{pending.policy_ms:.3f}",
-                         f"{(pending.sent_ns - pending.decided_ns) / 1e6:.3f}",
-                         f"{(done_ns - pending.decided_ns) / 1e6:.3f}"])
-        stream.flush()
+        self.tables["decisions"].row(
+            "controller", "controller", f"{time.time():.6f}", pending.kind, pending.flow,
+            pending.server, len(pending.switches), pending.messages, f"{pending.policy_ms:.3f}",
+            f"{(pending.sent_ns - pending.decided_ns) / 1e6:.3f}",
+            f"{(done_ns - pending.decided_ns) / 1e6:.3f}")
+
+    def _write_traces(self) -> None:
+        """A ``policy_trace`` row for each policy call the core made since the last."""
+        stamp = f"{time.time():.6f}"
+        for trace in self.core.take_traces():
+            self.tables["policy_trace"].row("controller", "controller", stamp, *trace.row())
 
     # control protocol
 
@@ -388,6 +394,7 @@ class EdgebedController(App):
             return
         started = time.perf_counter_ns()
         outcome = self.core.react_to_load(now)
+        self._write_traces()
         if outcome.placed:
             self._carry_out(outcome, "migrate" if self.core.on_load == "rebalance"
                             else "redecide", started)

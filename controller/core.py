@@ -48,6 +48,62 @@ class FlowRecord:
     version: int = 1
 
 
+TRACE_COLUMNS = ("now_s", "kind", "policy", "requests", "servers", "placements", "previous",
+                 "loads_seen", "load_age_max_s", "load_age_mean_s", "assignments", "rejections",
+                 "migrations", "assigned", "rejected", "migrated", "decide_ms")
+
+
+@dataclass(frozen=True)
+class PolicyTrace:
+    """One call of the policy: when (``now``, the controller's clock) and why (``kind``: place,
+    rebalance or reallocate), what it was given (counts of requests, servers, placed flows and
+    previous placements; how many servers' load reports it saw and how old the latest were),
+    what it answered and how long :meth:`Policy.decide` took."""
+
+    now: float
+    kind: str
+    policy: str
+    requests: int
+    servers: int
+    placements: int
+    previous: int
+    loads_seen: int
+    load_age_max: float | None
+    load_age_mean: float | None
+    decision: Decision
+    decide_ms: float
+
+    @classmethod
+    def of(cls, state: State, kind: str, policy: str, decision: Decision,
+           decide_ms: float) -> PolicyTrace:
+        ages = [state.load_age(server.name) for server in state.servers
+                if state.latest_load(server.name) is not None]
+        return cls(state.now, kind, policy, len(state.requests), len(state.servers),
+                   len(state.placements), len(state.previous), len(ages),
+                   max(ages) if ages else None, sum(ages) / len(ages) if ages else None,
+                   decision, decide_ms)
+
+    def row(self) -> tuple:
+        """The trace's values in :data:`TRACE_COLUMNS` order; flows as ``flow@server`` (an
+        assignment with a bitrate ``flow@server@bits``), ``;``-separated."""
+        decision = self.decision
+
+        def placed(item) -> str:
+            bitrate = "" if item.bitrate is None else f"@{item.bitrate:.0f}"
+            return f"{item.flow}@{item.server}{bitrate}"
+
+        def seconds(value: float | None) -> str:
+            return "" if value is None else f"{value:.3f}"
+
+        return (f"{self.now:.6f}", self.kind, self.policy, self.requests, self.servers,
+                self.placements, self.previous, self.loads_seen, seconds(self.load_age_max),
+                seconds(self.load_age_mean), len(decision.assignments),
+                len(decision.rejections), len(decision.migrations),
+                ";".join(placed(a) for a in decision.assignments),
+                ";".join(r.flow for r in decision.rejections),
+                ";".join(placed(m) for m in decision.migrations), f"{self.decide_ms:.3f}")
+
+
 @dataclass
 class Outcome:
     """What one call changed: the decision (if the policy was asked), the flows placed or moved
@@ -80,6 +136,8 @@ class ControllerCore:
         self.flows: dict[str, FlowRecord] = {}
         # Link delays announced since the start (link -> forward, reverse seconds).
         self.link_delays: dict[int, tuple[float, float]] = {}
+        # Every policy call since the app last took them (:meth:`take_traces`).
+        self.traces: list[PolicyTrace] = []
         self._ports_down: set[tuple[str, int]] = set()
         self._placed_rules: dict[str, dict[str, list[rules.Rule]]] = {
             switch: {} for switch in view.switches}
@@ -257,7 +315,7 @@ class ControllerCore:
                 waiting.append(request)
         waiting = tuple(waiting)
         if waiting:
-            outcome.decision = self.policy.decide(self.state(waiting, now))
+            outcome.decision = self._decide(self.state(waiting, now), "place")
         outcome.decision.rejections += [
             Rejection(r.flow, f"{r.client} already has flow {clash} for {r.service}"
                               + (f" from port {r.client_port}" if r.client_port else ""))
@@ -275,6 +333,23 @@ class ControllerCore:
             self._migrate(migration.flow, migration.server, migration.terms, outcome)
         return outcome
 
+    def _decide(self, state: State, kind: str) -> Decision:
+        """The policy's decision on ``state``, traced."""
+        started = time.perf_counter_ns()
+        decision = self.policy.decide(state)
+        elapsed_ms = (time.perf_counter_ns() - started) / 1e6
+        # A copy: the core adds its own refusals to the decision, which are not the policy's.
+        answered = Decision(list(decision.assignments), list(decision.migrations),
+                            list(decision.rejections))
+        self.traces.append(PolicyTrace.of(state, kind, getattr(self.policy, "name", "?"),
+                                          answered, elapsed_ms))
+        return decision
+
+    def take_traces(self) -> list[PolicyTrace]:
+        """The policy calls traced since the last time, oldest first."""
+        traces, self.traces = self.traces, []
+        return traces
+
     @staticmethod
     def _steering_key(request: Request) -> tuple:
         return request.client, request.service, request.client_port
@@ -291,7 +366,7 @@ class ControllerCore:
 
     def rebalance(self, now: float = 0.0) -> Outcome:
         """Ask the policy with no new requests: it may migrate placed flows."""
-        outcome = Outcome(decision=self.policy.decide(self.state((), now)))
+        outcome = Outcome(decision=self._decide(self.state((), now), "rebalance"))
         for migration in outcome.decision.migrations:
             self._migrate(migration.flow, migration.server, migration.terms, outcome)
         return outcome
@@ -306,7 +381,8 @@ class ControllerCore:
         outcome = Outcome()
         if not requests:
             return outcome
-        outcome.decision = self.policy.decide(self.state(requests, now, reallocating=True))
+        outcome.decision = self._decide(self.state(requests, now, reallocating=True),
+                                        "reallocate")
         for assignment in outcome.decision.assignments:
             placement = self.flows[assignment.flow].placement
             if assignment.server != placement.server:

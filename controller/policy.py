@@ -20,10 +20,11 @@ scenario says); delays are in seconds.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import networkx as nx
 from pydantic import BaseModel, ConfigDict
@@ -277,3 +278,80 @@ class Policy(Protocol):
     on_load: OnLoad
 
     def decide(self, state: State) -> Decision: ...
+
+
+class ModelPolicy:
+    """Base of the policies that decide a call as one round of a scheme's model, service by
+    service. For each service :meth:`services` picks (by default those with requests, in the
+    order they came), it takes the scheme's :meth:`view` of the service's servers; with none
+    usable every request of the service is rejected (:meth:`no_servers_reason`). Otherwise,
+    when the service has requests, it builds the scheme's :meth:`instance` from the
+    :class:`State`, runs :meth:`allocate` on it and turns the allocation into assignments and
+    rejections (:meth:`outcomes`); then it asks for :meth:`migrations` of placed flows. What
+    the call saw and decided is kept in ``last_period`` (service -> (instance, allocation)),
+    for comparing a model's prediction with what was measured.
+
+    A scheme supplies the instance, the allocator and the outcomes; its ``Params`` (a
+    :class:`PolicyParams`) are validated before the constructor sees them."""
+
+    name: str
+    Params: type[PolicyParams] = PolicyParams
+    on_load: OnLoad = "nothing"
+
+    def __init__(self, params: PolicyParams | None = None) -> None:
+        self.params = params or self.Params()
+        self.last_period: dict[str, tuple[Any, Any]] = {}
+
+    def decide(self, state: State) -> Decision:
+        decision = Decision()
+        self.last_period = {}
+        by_service: dict[str, list[Request]] = defaultdict(list)
+        for request in state.requests:
+            by_service[request.service].append(request)
+        for service in self.services(state, by_service):
+            requests = by_service.get(service, [])
+            view = self.view(state, service)
+            if not view:
+                reason = self.no_servers_reason(service)
+                decision.rejections += [Rejection(request.flow, reason) for request in requests]
+                continue
+            if requests:
+                instance = self.instance(state, service, view, requests)
+                allocation = self.allocate(instance)
+                self.last_period[service] = (instance, allocation)
+                for outcome in self.outcomes(service, requests, instance, allocation):
+                    (decision.assignments if isinstance(outcome, Assignment)
+                     else decision.rejections).append(outcome)
+            decision.migrations += self.migrations(state, service, view, requests)
+        return decision
+
+    def services(self, state: State, by_service: Mapping[str, list[Request]]
+                 ) -> Iterable[str]:
+        """The services this call visits, in order."""
+        return list(by_service)
+
+    def view(self, state: State, service: str) -> Any:
+        """What the scheme sees of ``service``'s servers (by default its servers by name);
+        false when none is usable."""
+        return sorted(state.servers_of(service), key=lambda server: server.name)
+
+    def no_servers_reason(self, service: str) -> str:
+        return f"service {service!r} has no servers"
+
+    def instance(self, state: State, service: str, view: Any, requests: list[Request]) -> Any:
+        """The scheme's problem for ``requests`` of ``service``."""
+        raise NotImplementedError
+
+    def allocate(self, instance: Any) -> Any:
+        """The scheme's allocator run on ``instance``."""
+        raise NotImplementedError
+
+    def outcomes(self, service: str, requests: list[Request], instance: Any,
+                 allocation: Any) -> Iterable[Assignment | Rejection]:
+        """An assignment or a rejection for each of ``requests``."""
+        raise NotImplementedError
+
+    def migrations(self, state: State, service: str, view: Any, requests: list[Request]
+                   ) -> list[Migration]:
+        """Moves of placed flows of ``service`` (by default none)."""
+        return []

@@ -15,7 +15,7 @@ import yaml
 from agents import live_edge, streamer
 from controller.config import ControllerConfig
 from controller.view import NetworkView
-from experiments.kinds.live_edge_emulation import viewer_qoe
+from experiments.kinds.live_edge_emulation import policy_assignments, viewer_qoe
 from experiments.measurements import read_table
 from tests.conftest import ROOT
 from tests.integration.conftest import assert_nothing_left, edgebed, only_run_dir
@@ -119,6 +119,29 @@ def test_every_viewer_is_served_by_the_edge_and_at_the_bitrate_the_controller_ch
         assert row["latency_model_ms"] <= row["latency_measured_ms"] <= (
             row["latency_model_ms"] + 1e3 * (2 / source.fps + SLACK_S)), row
         assert row["qoe_measured"] <= row["qoe_model"], row
+    # The policy trace: one row per policy call, its counts matching its flow lists, and
+    # every decision a viewer followed one the policy made, in the order it made them.
+    trace = read_table(run_dir, "policy_trace")
+    assert trace and {row["policy"] for row in trace} == {resolved["controller"]["policy"]}
+    for row in trace:
+        for count, listed in (("assignments", "assigned"), ("rejections", "rejected"),
+                              ("migrations", "migrated")):
+            assert int(row[count]) == len(list(filter(None, row[listed].split(";")))), row
+        assert float(row["decide_ms"]) > 0 and int(row["servers"]) > 0, row
+    assert [row["kind"] for row in trace][:1] == ["place"]
+    assert {row["kind"] for row in trace} <= {"place", "reallocate"}
+    assert sum(row["kind"] == "reallocate" for row in trace) >= 2  # periods of 2 s in 12 s
+    assert all(int(row["requests"]) == int(row["assignments"]) + int(row["rejections"])
+               for row in trace)
+    assignments = policy_assignments(run_dir)
+    for viewer in viewers:
+        flow = placed[viewer]["flow"]
+        made = [(server, round(bitrate)) for server, bitrate in assignments[flow]]
+        heard = [(row["server"], round(float(row["bitrate_bps"]))) for row in decided
+                 if row["node"] == viewer]
+        # What the viewer heard is what the policy decided, with a repeat heard once.
+        assert heard == [d for i, d in enumerate(made) if i == 0 or made[i - 1] != d], (
+            viewer, heard, made)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["controller"]["status"]["control"]["handler_errors"] == 0
     assert_nothing_left(state_before, summary["prefix"])

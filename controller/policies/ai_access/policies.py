@@ -34,18 +34,20 @@ from __future__ import annotations
 import math
 import random
 from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 from pydantic import Field
 
-from controller.policies.ai_access.access import ALLOCATORS, Allocator
+from controller.policies.ai_access.access import ALLOCATORS, Allocation
 from controller.policies.ai_access.migration import (ALPHA, REMAINING_SMOOTHING, THETA,
                                                      Migrator, PlacedFlow)
 from controller.policies.ai_access.resources import (SPEC_UNIT_BYTES, FlowDemand, LoadWeights,
                                                      Measurement, Port, ServerLoad, ServerSpec,
                                                      ServerTracker)
 from controller.policies.baseline import PolicyParams
-from controller.policy import (Assignment, Decision, Migration, Placement, Rejection, Request,
-                               Server, State)
+from controller.policy import (Assignment, Migration, ModelPolicy, Placement, Rejection,
+                               Request, Server, State)
 from topologies import units
 
 PORT_ATTRIBUTE = "port"  # the decision attribute naming the receive port
@@ -102,7 +104,18 @@ def measurement_of(metrics, spec: ServerSpec) -> Measurement:
     return Measurement(bandwidth, memory, metrics.get("cpu", 0.0))
 
 
-class AiAccessPolicy:
+@dataclass(frozen=True)
+class AccessView:
+    """A service's access servers as one call sees them: their loads (placed flows counted),
+    whether a new report came, and why servers were left out. Always true: a service whose
+    servers are all unusable still answers each request with why."""
+
+    loads: dict[str, ServerLoad]
+    fresh: bool
+    problems: list[str]
+
+
+class AiAccessPolicy(ModelPolicy):
     """Base of the seed 003 policies; ``allocator`` is the access algorithm's name."""
 
     name: str
@@ -111,7 +124,7 @@ class AiAccessPolicy:
     on_load = "nothing"
 
     def __init__(self, params: AiAccessParams | None = None):
-        self.params = params or AiAccessParams()
+        super().__init__(params)
         self.on_load = "rebalance" if self.params.migrate else "nothing"
         self.rng = random.Random(self.params.seed)
         self.trackers: dict[str, ServerTracker] = {}
@@ -189,35 +202,43 @@ class AiAccessPolicy:
                           units.parse_size(memory) if memory is not None
                           else self.params.flow_memory)
 
-    def decide(self, state: State) -> Decision:
-        decision = Decision()
-        by_service: dict[str, list[Request]] = defaultdict(list)
-        for request in state.requests:
-            by_service[request.service].append(request)
-        services = set(by_service) | {p.request.service for p in state.placements}
-        allocate: Allocator = ALLOCATORS[self.allocator]
-        for service in sorted(services):
-            servers = sorted(state.servers_of(service), key=lambda server: server.name)
-            loads, fresh, problems = self._loads(state, servers)
-            loads = self._with_placed(state, service, loads)
-            requests = by_service.get(service, [])
-            if requests:
-                allocation = allocate([self._demand(r) for r in requests], loads.values(),
-                                      self.params.weights, self.rng)
-                for request in requests:
-                    if request.flow in allocation.placed:
-                        server, port = allocation.placed[request.flow]
-                        self.last_ports[request.flow] = port
-                        decision.assignments.append(Assignment(
-                            request.flow, server, attributes={PORT_ATTRIBUTE: port}))
-                    else:
-                        reason = "; ".join(
-                            [allocation.rejected.get(request.flow)
-                             or f"service {service!r} has no usable access server", *problems])
-                        decision.rejections.append(Rejection(request.flow, reason))
-            if self.params.migrate and fresh and len(loads) > 1:
-                decision.migrations.extend(self._migrations(state, service, loads))
-        return decision
+    def services(self, state: State, by_service) -> list[str]:
+        # Services with placed flows are visited too: their servers' reports feed the trackers
+        # and may call for migrations.
+        return sorted(set(by_service) | {p.request.service for p in state.placements})
+
+    def view(self, state: State, service: str) -> AccessView:
+        servers = sorted(state.servers_of(service), key=lambda server: server.name)
+        loads, fresh, problems = self._loads(state, servers)
+        return AccessView(self._with_placed(state, service, loads), fresh, problems)
+
+    def instance(self, state: State, service: str, view: AccessView, requests: list[Request]
+                 ) -> tuple[list[FlowDemand], AccessView]:
+        return [self._demand(request) for request in requests], view
+
+    def allocate(self, instance: tuple[list[FlowDemand], AccessView]) -> Allocation:
+        demands, view = instance
+        return ALLOCATORS[self.allocator](demands, view.loads.values(), self.params.weights,
+                                          self.rng)
+
+    def outcomes(self, service: str, requests: list[Request], instance, allocation: Allocation
+                 ) -> Iterator[Assignment | Rejection]:
+        problems = instance[1].problems
+        for request in requests:
+            if request.flow in allocation.placed:
+                server, port = allocation.placed[request.flow]
+                self.last_ports[request.flow] = port
+                yield Assignment(request.flow, server, attributes={PORT_ATTRIBUTE: port})
+            else:
+                yield Rejection(request.flow, "; ".join(
+                    [allocation.rejected.get(request.flow)
+                     or f"service {service!r} has no usable access server", *problems]))
+
+    def migrations(self, state: State, service: str, view: AccessView, requests: list[Request]
+                   ) -> list[Migration]:
+        if self.params.migrate and view.fresh and len(view.loads) > 1:
+            return self._migrations(state, service, view.loads)
+        return []
 
     def _migrations(self, state: State, service: str, loads: dict[str, ServerLoad]
                     ) -> list[Migration]:

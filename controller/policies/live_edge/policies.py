@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from functools import cache
 from typing import Annotated
 
@@ -52,7 +52,7 @@ from controller.policies.live_edge.allocators import (Allocator, df, lua, mhcp, 
 from controller.policies.live_edge.model import (DEFAULT_LADDER, SOURCE_BITRATE, Allocation,
                                                  EdgeServer, Instance, Viewer, Weights,
                                                  check_ladder)
-from controller.policy import (Assignment, Decision, PolicyLabels, PolicyParams, Rejection,
+from controller.policy import (Assignment, ModelPolicy, PolicyLabels, PolicyParams, Rejection,
                                Request, State)
 from topologies import units
 from topologies.model import Rate as ScenarioRate
@@ -183,7 +183,7 @@ def instance_from_state(state: State, service: str, requests: list[Request],
         ladder=tuple(params.ladder), source=params.source_bitrate, weights=params.weights)
 
 
-class LiveEdgePolicy:
+class LiveEdgePolicy(ModelPolicy):
     """Base of the live-edge policies: builds each service's instance, runs ``allocator`` on it
     and turns the allocation into assignments (with bitrates) and rejections."""
 
@@ -196,41 +196,29 @@ class LiveEdgePolicy:
     on_load = "nothing"
 
     def __init__(self, params: LiveEdgeParams | None = None) -> None:
-        self.params = params or self.Params()
+        super().__init__(params)
         # Only random allocation's parameters carry a seed; the other allocators draw nothing.
         self.rng = np.random.default_rng(getattr(self.params, "seed", None))
         self.last_period: dict[str, tuple[Instance, Allocation]] = {}
 
-    def decide(self, state: State) -> Decision:
-        decision = Decision()
-        self.last_period = {}
-        by_service: dict[str, list[Request]] = defaultdict(list)
-        for request in state.requests:
-            by_service[request.service].append(request)
-        for service, requests in by_service.items():
-            if not state.servers_of(service):
-                reason = f"service {service!r} has no servers"
-                decision.rejections += [Rejection(request.flow, reason) for request in requests]
-                continue
-            instance = instance_from_state(state, service, requests, self.params)
-            allocation = self._allocate(instance)
-            self.last_period[service] = (instance, allocation)
-            for viewer, covered in zip(instance.viewers, instance.tables.covered.any(axis=1)):
-                if viewer.name in allocation.assignment:
-                    server, bitrate = allocation.assignment[viewer.name]
-                    decision.assignments.append(Assignment(viewer.name, server, bitrate))
-                elif covered:
-                    decision.rejections.append(Rejection(
-                        viewer.name, f"no server of {service!r} covering it has bandwidth and "
-                                     f"compute left for any bitrate"))
-                else:
-                    decision.rejections.append(Rejection(
-                        viewer.name, f"no server of {service!r} covers it with the stream "
-                                     f"reaching it over links that are up"))
-        return decision
+    def instance(self, state: State, service: str, view, requests: list[Request]) -> Instance:
+        return instance_from_state(state, service, requests, self.params)
 
-    def _allocate(self, instance: Instance) -> Allocation:
+    def allocate(self, instance: Instance) -> Allocation:
         return type(self).allocator(instance, self.rng)
+
+    def outcomes(self, service: str, requests: list[Request], instance: Instance,
+                 allocation: Allocation) -> Iterator[Assignment | Rejection]:
+        for viewer, covered in zip(instance.viewers, instance.tables.covered.any(axis=1)):
+            if viewer.name in allocation.assignment:
+                server, bitrate = allocation.assignment[viewer.name]
+                yield Assignment(viewer.name, server, bitrate)
+            elif covered:
+                yield Rejection(viewer.name, f"no server of {service!r} covering it has "
+                                             f"bandwidth and compute left for any bitrate")
+            else:
+                yield Rejection(viewer.name, f"no server of {service!r} covers it with the "
+                                             f"stream reaching it over links that are up")
 
 
 class Lua(LiveEdgePolicy):
@@ -275,7 +263,7 @@ class Optimal(LiveEdgePolicy):
     name = "optimal"
     Params = OptimalParams
 
-    def _allocate(self, instance: Instance) -> Allocation:
+    def allocate(self, instance: Instance) -> Allocation:
         return optimal(instance, self.rng, time_limit=self.params.time_limit,
                        mip_rel_gap=self.params.mip_rel_gap)
 

@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 from pydantic import Field
 
@@ -40,8 +42,8 @@ from controller.policies.surveillance.balancer import (BALANCERS, Balancer, Choi
                                                        Refusal)
 from controller.policies.surveillance.load import (HEAVY_ABOVE, LIGHT_BELOW, Hardware,
                                                    LoadWeights, Usage, node_load, node_weights)
-from controller.policy import (Assignment, Decision, PolicyParams, Rejection, Request, Server,
-                               State)
+from controller.policy import (Assignment, Decision, ModelPolicy, PolicyParams, Rejection,
+                               Request, Server, State)
 
 HARDWARE_LABELS = ("cpu_ghz", "memory_gb", "bandwidth_mbps", "disk_gb")
 
@@ -97,7 +99,19 @@ def camera_of(request: Request, state: State) -> str | None:
     return None if camera is None else str(camera)
 
 
-class SurveillancePolicy:
+@dataclass
+class Round:
+    """One service's requests of a call with what the balancer sees: the cluster built from the
+    state, the live servers' capacities and the demand placed on them, each request's camera."""
+
+    cluster: Cluster
+    capacity: dict[str, float]
+    placed: Counter
+    requests: list[Request]
+    cameras: list[str | None]
+
+
+class SurveillancePolicy(ModelPolicy):
     """A balancer as a controller policy (see the module's docstring)."""
 
     name: str
@@ -106,7 +120,7 @@ class SurveillancePolicy:
     on_load = "nothing"  # a report re-queues the node for the next decision; nothing moves
 
     def __init__(self, params: SurveillanceParams | None = None) -> None:
-        self.params = params or SurveillanceParams()
+        super().__init__(params)
         if self.balancer_class is PowerOfTwoChoices:
             self.balancer = PowerOfTwoChoices(self.params.seed)
         elif self.balancer_class is ImprovedFeedback:
@@ -117,38 +131,44 @@ class SurveillancePolicy:
         self.last_chains: dict[str, tuple[str, ...]] = {}  # flow -> origin .. serving node
 
     def decide(self, state: State) -> Decision:
-        decision = Decision()
         self.last_chains = {}
-        for service in sorted({request.service for request in state.requests}):
-            self._decide_service(state, service, decision)
-        return decision
+        return super().decide(state)
 
-    def _decide_service(self, state: State, service: str, decision: Decision) -> None:
+    def services(self, state: State, by_service) -> list[str]:
+        return sorted(by_service)
+
+    def view(self, state: State, service: str) -> list[Server]:
+        """The service's live servers (a dead one has missed ``missed_reports`` periods)."""
         deadline = self.params.report_period * self.params.missed_reports
-        servers = sorted((server for server in state.servers_of(service)
-                          if not (state.loads.get(server.name)
-                                  and state.load_age(server.name) > deadline)),
-                         key=lambda server: server.name)
-        requests = [request for request in state.requests if request.service == service]
-        if not servers:
-            decision.rejections += [Rejection(r.flow, f"service {service!r} has no live node server")
-                                    for r in requests]
-            return
-        cluster = self._cluster(state, service, servers)
+        return sorted((server for server in state.servers_of(service)
+                       if not (state.loads.get(server.name)
+                               and state.load_age(server.name) > deadline)),
+                      key=lambda server: server.name)
+
+    def no_servers_reason(self, service: str) -> str:
+        return f"service {service!r} has no live node server"
+
+    def instance(self, state: State, service: str, servers: list[Server],
+                 requests: list[Request]) -> Round:
         capacity = {server.name: server.capacity for server in servers}
         placed = Counter()
         for placement in state.placements:
             if placement.server in capacity:
                 placed[placement.server] += placement.request.demand
-        loads = {server.name: cluster.nodes[server.name].load for server in servers}
-        for request in requests:
-            camera = camera_of(request, state)
+        return Round(self._cluster(state, service, servers), capacity, placed, requests,
+                     [camera_of(request, state) for request in requests])
+
+    def allocate(self, round: Round) -> dict[str, str | Refusal]:
+        """Each request's node, or why it has none; the cameras' chains as they end up."""
+        cluster, capacity, placed = round.cluster, round.capacity, round.placed
+        loads = {name: node.load for name, node in cluster.nodes.items()}
+        answers: dict[str, str | Refusal] = {}
+        for request, camera in zip(round.requests, round.cameras):
             if camera is None:
-                decision.rejections.append(Rejection(request.flow, "the request names no "
-                                                                   "camera (label camera)"))
+                answers[request.flow] = Refusal("the request names no camera (label camera)")
                 continue
             if self.params.cameras is not None and camera not in self.params.cameras:
-                decision.rejections.append(Rejection(request.flow, f"unknown camera {camera!r}"))
+                answers[request.flow] = Refusal(f"unknown camera {camera!r}")
                 continue
             if self.balancer.active_notification:
                 for name, node in cluster.nodes.items():
@@ -159,12 +179,21 @@ class SurveillancePolicy:
                                                > capacity[choice.node]):
                 choice = Refusal(f"node {choice.node!r} has no room for {request.demand:g}")
             if isinstance(choice, Refusal):
-                decision.rejections.append(Rejection(request.flow, choice.reason))
+                answers[request.flow] = choice
                 continue
             placed[choice.node] += request.demand
             self.last_chains[request.flow] = tuple(cluster.assign(camera, choice))
-            decision.assignments.append(Assignment(request.flow, choice.node))
-        self._chains[service] = {camera: list(chain) for camera, chain in cluster.chains.items()}
+            answers[request.flow] = choice.node
+        return answers
+
+    def outcomes(self, service: str, requests: list[Request], round: Round,
+                 answers: dict[str, str | Refusal]) -> Iterator[Assignment | Rejection]:
+        self._chains[service] = {camera: list(chain)
+                                 for camera, chain in round.cluster.chains.items()}
+        for request in requests:
+            answer = answers[request.flow]
+            yield (Rejection(request.flow, answer.reason) if isinstance(answer, Refusal)
+                   else Assignment(request.flow, answer))
 
     def _cluster(self, state: State, service: str, servers: list[Server]) -> Cluster:
         weights = node_weights(hardware_of(servers), self.params.weights, self.params.shift)
