@@ -99,3 +99,4 @@ def test_the_controller_tables_go_on_after_a_takeover(tmp_path):
     with path.open() as stream:
         table = list(csv.reader(stream))
     assert table[0] == list(columns) and [row[0] for row in table[1:]] == ["a", "b"]
+

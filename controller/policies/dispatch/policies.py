@@ -29,13 +29,14 @@ downstream streams it serves), else the report's load over the demand.
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import Field, model_validator
 
-from controller.policy import (Assignment, Decision, Migration, Placement, PolicyParams,
-                               Rejection, Request, State)
+from controller.policy import (Assignment, Decision, Migration, ModelPolicy, Placement,
+                               PolicyParams, Rejection, Request, State)
 
 from .access import Geography, LocationDatabase, MediaNode, candidates, rank
 from .capacity import SharedCapacity, Tickets
@@ -67,7 +68,21 @@ class DispatchParams(PolicyParams):
         return self
 
 
-class Dispatch:
+@dataclass
+class DispatchRound:
+    """One service's call as the centers see it: the requests, the media nodes, the geography
+    between sites, the location database and the capacity book (placed flows counted)."""
+
+    state: State
+    service: str
+    nodes: list[MediaNode]
+    requests: list[Request]
+    geography: Geography
+    database: LocationDatabase
+    book: object
+
+
+class Dispatch(ModelPolicy):
     """Nearest-by-database dispatch with candidates for probing, capacity control across the
     centers and redirect (see the module docstring)."""
 
@@ -76,7 +91,8 @@ class Dispatch:
     on_load = "rebalance"
 
     def __init__(self, params: DispatchParams | None = None) -> None:
-        self.params = params or DispatchParams()
+        super().__init__(params)
+        self._labels: dict[str, dict] = {}  # client -> its labels, this call's
         self._shared: SharedCapacity | None = None
         self._reports_seen: dict[str, float] = {}
 
@@ -155,7 +171,6 @@ class Dispatch:
     # deciding
 
     def decide(self, state: State) -> Decision:
-        decision = Decision()
         labels = {client.name: dict(client.labels) for client in state.clients}
         absent = [center for center in self.params.centers if center not in labels]
         if absent and state.clients:
@@ -163,24 +178,24 @@ class Dispatch:
             # a scenario without its dispatch centers, and no request is decided on a guess.
             reason = (f"dispatch center {absent[0]!r} is not a host of the scenario (give each "
                       "region's dispatch host in policy_params.centers)")
-            decision.rejections += [Rejection(r.flow, reason) for r in state.requests]
-            return decision
-        by_service: dict[str, list[Request]] = defaultdict(list)
-        for request in state.requests:
-            by_service[request.service].append(request)
-        services = set(by_service) | {server.service for server in state.servers}
-        for service in sorted(services):
-            nodes = self._nodes(state, service)
-            requests = by_service.get(service, [])
-            if not nodes:
-                decision.rejections += [Rejection(r.flow, f"service {service!r} has no media "
-                                                          "nodes") for r in requests]
-                continue
-            self._decide_service(state, service, nodes, requests, labels, decision)
-        return decision
+            return Decision(rejections=[Rejection(r.flow, reason) for r in state.requests])
+        self._labels = labels
+        return super().decide(state)
 
-    def _decide_service(self, state: State, service: str, nodes: list[MediaNode],
-                        requests: list[Request], labels: dict, decision: Decision) -> None:
+    def services(self, state: State, by_service) -> list[str]:
+        # Services without requests are visited too: their oversold nodes redirect flows.
+        return sorted(set(by_service) | {server.service for server in state.servers})
+
+    def view(self, state: State, service: str) -> list[MediaNode]:
+        return self._nodes(state, service)
+
+    def no_servers_reason(self, service: str) -> str:
+        return f"service {service!r} has no media nodes"
+
+    def instance(self, state: State, service: str, nodes: list[MediaNode],
+                 requests: list[Request]) -> DispatchRound:
+        """The centers' view for this call: geography, location database, capacity book."""
+        labels = self._labels
         regions = {node.site: node.region for node in nodes}
         for request in requests:
             site = self._site(state, request.client)
@@ -198,40 +213,55 @@ class Dispatch:
                                     home_region=self.params.home_region,
                                     same_region_share=self.params.same_region_share,
                                     seed=self.params.seed)
-        book = self._control(state, nodes, labels)
+        return DispatchRound(state, service, nodes, requests, geography, database,
+                             self._control(state, nodes, labels))
+
+    def allocate(self, round: DispatchRound) -> dict[str, tuple[str, ...] | str]:
+        """Each request's ranked candidates (the admitted node first), or why it has none."""
+        labels, state, nodes, book = self._labels, round.state, round.nodes, round.book
         served_regions = {node.region for node in nodes}
-        for request in requests:
+        answers: dict[str, tuple[str, ...] | str] = {}
+        for request in round.requests:
             merged = labels.get(request.client, {}) | request.labels
             site = self._site(state, request.client)
             region = merged.get("region")
             if site is None or region is None:
-                decision.rejections.append(Rejection(
-                    request.flow, f"{request.client} has no region label or is not attached"))
+                answers[request.flow] = f"{request.client} has no region label or is not attached"
                 continue
             if region not in served_regions:
-                decision.rejections.append(Rejection(
-                    request.flow, f"region {region!r} of {request.client} has no media node "
-                                  f"of {service!r}"))
+                answers[request.flow] = (f"region {region!r} of {request.client} has no media "
+                                         f"node of {round.service!r}")
                 continue
             try:
                 center = self._center(merged)
             except KeyError as error:
-                decision.rejections.append(Rejection(request.flow, str(error.args[0])))
+                answers[request.flow] = str(error.args[0])
                 continue
-            offered = self._offer(nodes, database.locate(request.client, site), geography,
-                                  book, center)
+            offered = self._offer(nodes, round.database.locate(request.client, site),
+                                  round.geography, book, center)
             taken = next((node for node in offered if book.admit(center, node.name)), None)
             if taken is None:
-                decision.rejections.append(Rejection(
-                    request.flow, f"no media node has room for {request.client} at {center}"))
+                answers[request.flow] = f"no media node has room for {request.client} at {center}"
                 continue
             # The ranked list goes out with the decision: the client probes it and confirms
             # the best with ``steer``; ``taken`` is the database's pick among those with room.
-            decision.assignments.append(Assignment(
-                request.flow, taken.name, candidates=tuple(node.name for node in offered)))
-        if not requests:
-            decision.migrations += self._redirects(state, nodes, geography, database, book,
-                                                   labels)
+            answers[request.flow] = (taken.name, *(node.name for node in offered))
+        return answers
+
+    def outcomes(self, service: str, requests: list[Request], round: DispatchRound,
+                 answers: dict[str, tuple[str, ...] | str]) -> Iterator[Assignment | Rejection]:
+        for request in requests:
+            answer = answers[request.flow]
+            yield (Rejection(request.flow, answer) if isinstance(answer, str)
+                   else Assignment(request.flow, answer[0], candidates=answer[1:]))
+
+    def migrations(self, state: State, service: str, nodes: list[MediaNode],
+                   requests: list[Request]) -> list[Migration]:
+        if requests:
+            return []
+        round = self.instance(state, service, nodes, requests)
+        return self._redirects(state, nodes, round.geography, round.database, round.book,
+                               self._labels)
 
     def _offer(self, nodes, believed, geography, book, center) -> list[MediaNode]:
         ranked = rank(nodes, believed, geography,
