@@ -115,17 +115,6 @@ def viewer_qoe(run_dir: Path) -> list[dict]:
     return [{column: row[column] for column in COLUMNS} for row in last.values()]
 
 
-def policy_assignments(run_dir: Path) -> dict[str, list[tuple[str, float | None]]]:
-    """Each flow's assignments in the controller's ``policy_trace`` table, in the order the
-    policy made them: flow -> [(server, bitrate)]."""
-    decided = defaultdict(list)
-    for row in read_table(run_dir, "policy_trace"):  # one writer, rows in call order
-        for item in filter(None, row["assigned"].split(";")):
-            flow, server, *bitrate = item.split("@")
-            decided[flow].append((server, float(bitrate[0]) if bitrate else None))
-    return decided
-
-
 def run_totals(rows: list[dict]) -> dict:
     """The run as one observation: the objective (sum of gift-weighted QoE) both ways, the
     means of latency and bitrate both ways."""

@@ -15,7 +15,7 @@ import yaml
 from agents import live_edge, streamer
 from controller.config import ControllerConfig
 from controller.view import NetworkView
-from experiments.kinds.live_edge_emulation import policy_assignments, viewer_qoe
+from experiments.kinds.live_edge_emulation import viewer_qoe
 from experiments.measurements import read_table
 from tests.conftest import ROOT
 from tests.integration.conftest import assert_nothing_left, edgebed, only_run_dir
@@ -34,6 +34,17 @@ def agent_params(resolved: dict, agent: str, model):
     the viewers')."""
     [entry] = [item for item in resolved["workload"] if item["agent"] == agent]
     return model.model_validate(entry["params"])
+
+
+def policy_assignments(run_dir) -> dict[str, list[tuple[str, float | None]]]:
+    """Each flow's assignments in the controller's ``policy_trace`` table, in the order the
+    policy made them: flow -> [(server, bitrate)]."""
+    decided: dict[str, list] = {}
+    for row in read_table(run_dir, "policy_trace"):  # one writer, rows in call order
+        for item in filter(None, row["assigned"].split(";")):
+            flow, server, *bitrate = item.split("@")
+            decided.setdefault(flow, []).append((server, float(bitrate[0]) if bitrate else None))
+    return decided
 
 
 def test_every_viewer_is_served_by_the_edge_and_at_the_bitrate_the_controller_chose(
