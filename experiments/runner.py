@@ -10,6 +10,7 @@ finish the job.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import platform
@@ -472,10 +473,14 @@ class Run:
         self.summary.setdefault("network_events", []).append(record)
 
     def _interactive(self) -> None:
-        from mininet.cli import CLI
+        from agents.control import ControlClient
+
+        from .mininet_cli import EdgebedCLI
 
         for node in self.scenario.switches:
             print(f"switch {node.name} is bridge {self.network.bridge_of(node)}")
+        print("edgebed commands: links, impair LINK key=value ..., placements "
+              "(help NAME tells more)")
         from mininet.log import StreamHandlerNoNewline, lg
 
         for entry in self.scenario.workload:
@@ -484,8 +489,10 @@ class Run:
         # plain Mininet, while the log file keeps its copy.
         terminal = StreamHandlerNoNewline(sys.stdout)
         lg.addHandler(terminal)
+        control = None if self.controller is None else functools.partial(
+            ControlClient, self.controller.control_address, timeout=1.0)
         try:
-            CLI(self.network.net)
+            EdgebedCLI(self.network.net, self.links, control)
         finally:
             lg.removeHandler(terminal)
 

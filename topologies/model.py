@@ -180,6 +180,20 @@ class Impairment(WireImpairment):
     def is_empty(self) -> bool:
         return all(not getattr(self, name) for name in Impairment.model_fields)
 
+    def describe(self) -> str:
+        """The fields set, as ``impair`` takes them: ``delay=20ms loss=1%``; "none"."""
+        formats = {"bw": units.format_rate, "delay": units.format_duration,
+                   "jitter": units.format_duration, "loss": units.format_fraction}
+        words = []
+        for name, value in self.model_dump(exclude_none=True).items():
+            if name == "burst":
+                value = "{" + ", ".join(f"{key}: {units.format_fraction(number)}"
+                                        for key, number in value.items()) + "}"
+            elif name in formats:
+                value = formats[name](value)
+            words.append(f"{name}={str(value).lower() if isinstance(value, bool) else value}")
+        return " ".join(words) or "none"
+
     def merged(self, changes: "Impairment") -> "Impairment":
         """This impairment with the fields ``changes`` sets replaced."""
         return Impairment.model_validate(

@@ -36,6 +36,25 @@ MAX_RANGE = 4096
 MAX_BANDWIDTH = 100e9
 
 
+def impairment_problems(impairment: Impairment) -> list[tuple[str, str]]:
+    """What is wrong with one direction's impairment as a whole (each field on its own is the
+    schema's job), as (message, hint) pairs: the same checks for links, schedules and live
+    changes."""
+    problems = []
+    if (impairment.jitter or 0) > (impairment.delay or 0):
+        problems.append((f"jitter {impairment.jitter * 1e3:g}ms is larger than delay "
+                         f"{(impairment.delay or 0) * 1e3:g}ms",
+                         "the delay would have to go negative; raise delay or lower jitter"))
+    if impairment.bw is not None and impairment.bw > MAX_BANDWIDTH:
+        problems.append((f"bw {impairment.bw / 1e9:g}Gbps is more than a veth can carry",
+                         "at most 100Gbps"))
+    if impairment.loss and impairment.burst is not None:
+        problems.append(("both loss and burst are set",
+                         "loss is independent random loss, burst the Gilbert–Elliott model; "
+                         "choose one"))
+    return problems
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """One end of a link: an interface on a node."""
@@ -587,17 +606,8 @@ class _Resolver:
         return result[0], result[1]
 
     def _check_impairment(self, impairment: Impairment, where: tuple) -> None:
-        if (impairment.jitter or 0) > (impairment.delay or 0):
-            self.problem(where, f"jitter {impairment.jitter * 1e3:g}ms is larger than delay "
-                                f"{(impairment.delay or 0) * 1e3:g}ms",
-                         "the delay would have to go negative; raise delay or lower jitter")
-        if impairment.bw is not None and impairment.bw > MAX_BANDWIDTH:
-            self.problem(where, f"bw {impairment.bw / 1e9:g}Gbps is more than a veth "
-                                "can carry", "at most 100Gbps")
-        if impairment.loss and impairment.burst is not None:
-            self.problem(where, "both loss and burst are set",
-                         "loss is independent random loss, burst the Gilbert–Elliott model; "
-                         "choose one")
+        for message, hint in impairment_problems(impairment):
+            self.problem(where, message, hint)
 
     def _assign_ports(self, switch: Node) -> None:
         """OpenFlow port numbers: the interface's trailing number (eth3 -> 3), else the next free."""

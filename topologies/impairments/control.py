@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..model import Impairment
-from ..scenario import Scenario
+from ..scenario import Scenario, impairment_problems
 from . import drops as loss_accounting
-from .backends import FallbackBackend, NetemBackend, Placement
+from .backends import FallbackBackend, ImpairmentError, NetemBackend, Placement
 from .drops import DirectionDrops
 from .relay import RELAY_ACCURATE_PPS, WIRE_TOWARD_A, WIRE_TOWARD_B, Relay
 
@@ -110,9 +110,36 @@ class LinkControl:
 
     def set(self, link_index: int, changes: Impairment,
             directions: tuple[str, ...] = DIRECTIONS) -> None:
-        """Change the fields ``changes`` sets (0 clears one) in each of ``directions``."""
-        for direction in directions:
-            self._apply(link_index, direction, self.current[link_index, direction].merged(changes))
+        """Change the fields ``changes`` sets (0 clears one) in each of ``directions``. What
+        the link cannot take (jitter above the delay, delay on a link built without a wire)
+        raises :class:`ImpairmentError` before any direction changes."""
+        planned = {direction: self.current[link_index, direction].merged(changes)
+                   for direction in directions}
+        for direction, impairment in planned.items():
+            where = f"{self.describe(link_index)} ({direction})"
+            problems = impairment_problems(impairment)
+            if problems:
+                raise ImpairmentError(f"{where}: " + "; ".join(
+                    f"{message} ({hint})" for message, hint in problems))
+            if self.backend.needs_wire(impairment) and link_index not in self.relays:
+                raise ImpairmentError(
+                    f"{where}: with the {self.backend.name} backend delay, jitter and burst "
+                    "loss need a wire, and this link was built without one; declare an "
+                    "impairment on the link or in its schedule so the link is built with a wire")
+        for direction, impairment in planned.items():
+            self._apply(link_index, direction, impairment)
+
+    def describe(self, link_index: int) -> str:
+        link = self.scenario.links[link_index]
+        return f"{link.a} - {link.b}"
+
+    def mechanism(self, link_index: int) -> str:
+        """How this link is impaired, for people."""
+        if self.backend.name == "netem":
+            return "netem (tc HTB + netem)"
+        if link_index in self.relays:
+            return "fallback (tc HTB + BPF loss, relay wire for delay/jitter/burst)"
+        return "fallback (tc HTB + BPF loss; no wire: no delay, jitter or burst)"
 
     def set_link_state(self, link_index: int, up: bool) -> None:
         self.network.set_link_state(link_index, up)
