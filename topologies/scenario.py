@@ -27,7 +27,7 @@ from .model import Impairment, Role, ScenarioDocument
 from agents import catalog
 
 from .naming import MAX_PORT, MAX_SWITCHES
-from .problems import Problem, ScenarioInvalid, did_you_mean
+from .problems import Problem, ScenarioInvalid, did_you_mean, validation_problems
 
 LINUX_IFNAMSIZ = 15  # IFNAMSIZ (16) less the terminating NUL
 INTERFACE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -262,64 +262,12 @@ def resolve(data: object, source_map: SourceMap) -> Scenario:
     try:
         document = ScenarioDocument.model_validate(data)
     except ValidationError as error:
-        raise ScenarioInvalid(_schema_problems(error, data, source_map)) from None
+        raise ScenarioInvalid(validation_problems(error, data, source_map,
+                                                  fields=_fields_at)) from None
     return _Resolver(document, source_map).run()
 
 
 # -- schema errors -------------------------------------------------------------------------
-
-def _schema_problems(error: ValidationError, data: object, source_map: SourceMap) -> list[Problem]:
-    problems: dict[tuple, Problem] = {}
-    for item in error.errors(include_url=False):
-        path = data_path(item["loc"], data)
-        if path in problems:
-            continue  # a union reports once per member; the first says enough
-        problems[path] = schema_problem(item, path, source_map)
-    return list(problems.values())
-
-
-def data_path(loc: tuple, data: object) -> tuple:
-    """Pydantic's location with union and validator tags removed, keeping a missing last key."""
-    path: list = []
-    current = data
-    for depth, part in enumerate(loc):
-        if isinstance(current, dict) and part in current:
-            current = current[part]
-            path.append(part)
-        elif isinstance(current, list) and isinstance(part, int) and 0 <= part < len(current):
-            current = current[part]
-            path.append(part)
-        elif depth == len(loc) - 1 and isinstance(current, dict) and isinstance(part, str):
-            path.append(part)
-    return tuple(path)
-
-
-def schema_problem(item: dict, path: tuple, source_map: SourceMap) -> Problem:
-    kind = item["type"]
-    message = item["msg"].removeprefix("Value error, ")
-    hint = ""
-    if kind == "extra_forbidden":
-        message = f"unknown key {path[-1]!r}"
-        hint = did_you_mean(path[-1], _fields_at(path[:-1]))
-        return Problem(source_map.position(path, key=True), path, message, hint)
-    if kind == "missing":
-        message = f"missing required key {path[-1]!r}"
-        return Problem(source_map.position(path[:-1]), path, message)
-    if kind in ("enum", "literal_error"):
-        expected = item.get("ctx", {}).get("expected", "")
-        choices = re.findall(r"'([^']*)'", expected)
-        message = f"{item['input']!r} is not one of {', '.join(choices)}"
-        hint = did_you_mean(str(item["input"]), choices)
-    elif kind == "string_pattern_mismatch" and item["ctx"]["pattern"] == model.SAFE_NAME:
-        message = f"{item['input']!r} is not a safe name"
-        hint = "use letters, digits, '-' and '_', start with a letter, at most 32 characters"
-    elif kind in ("too_short", "too_long") and path and path[-1] == "endpoints":
-        message = "a link has exactly two endpoints"
-        hint = 'write endpoints: ["a:eth1", "s1:eth2"]'
-    elif kind == "too_short" and path and path[-1] == "nodes":
-        message = "a topology needs at least one node"
-    return Problem(source_map.position(path), path, message, hint)
-
 
 def _fields_at(path: tuple, root: type = ScenarioDocument) -> dict[str, Any]:
     """The fields (name -> pydantic ``FieldInfo``) of the model found at ``path`` in a ``root``
@@ -775,13 +723,9 @@ class _Resolver:
             try:
                 params = model.model_validate(entry.params)
             except ValidationError as error:
-                for item in error.errors(include_url=False):
-                    where = path + ("params",) + data_path(item["loc"], entry.params)
-                    problem = schema_problem(item, where, self.source_map)
-                    if item["type"] == "extra_forbidden":
-                        problem = Problem(problem.position, problem.path, problem.message,
-                                          did_you_mean(where[-1], model.model_fields))
-                    self.problems.append(problem)
+                self.problems.extend(validation_problems(
+                    error, entry.params, self.source_map, at=path + ("params",),
+                    fields=lambda _: model.model_fields))
                 continue
             references = catalog.node_reference_fields(model)
             for name in references:
@@ -944,24 +888,9 @@ class _Resolver:
         try:
             model.model_validate(params)
         except ValidationError as error:
-            seen = set()
-            for item in error.errors(include_url=False):
-                inner = data_path(item["loc"], params)
-                where = ("controller", "policy_params") + inner
-                if where in seen:
-                    continue  # a union reports once per member; the first says enough
-                seen.add(where)
-                problem = schema_problem(item, where, self.source_map)
-                fields = _fields_at(inner[:-1], model)
-                if item["type"] == "extra_forbidden":
-                    hint = did_you_mean(inner[-1], fields) or f"policy {policy} takes no params"
-                else:
-                    described = inner and getattr(fields.get(inner[-1]), "description", None)
-                    hint = problem.hint or (f"policy {policy} reads "
-                                            f"{'.'.join(map(str, inner))} as {described}"
-                                            if described else "")
-                self.problems.append(Problem(problem.position, problem.path,
-                                             f"policy {policy}: {problem.message}", hint))
+            self.problems.extend(validation_problems(
+                error, params, self.source_map, at=("controller", "policy_params"),
+                fields=lambda path: _fields_at(path, model), subject=f"policy {policy}"))
 
     def _check_policy_labels(self, policy: str, services: dict[str, Service]) -> None:
         """The labels ``policy`` reads, typed by its label models: the servers' by

@@ -41,9 +41,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from experiments.kinds import registered as registered_kinds
 from topologies.loader import ScenarioSyntaxError, SourceMap, load_scenario_file, load_scenario_text
 from topologies.model import SAFE_NAME
-from topologies.problems import Problem, ScenarioInvalid, did_you_mean
+from topologies.problems import Problem, ScenarioInvalid, did_you_mean, validation_problems
 # The scenario checks' translation of pydantic errors (messages, missing and unknown keys).
-from topologies.scenario import data_path, schema_problem
 
 from .kinds import Cell, Kind
 
@@ -204,8 +203,8 @@ def _parse_and_resolve(parse: Callable[[], tuple[object, SourceMap]]) -> Experim
     try:
         document = ExperimentDocument.model_validate(data)
     except ValidationError as error:
-        raise ScenarioInvalid(_problems(error, data, source_map, lambda path: path,
-                                        _document_fields)) from None
+        raise ScenarioInvalid(validation_problems(error, data, source_map,
+                                                  fields=_document_fields)) from None
     return _Resolver(document, source_map).run()
 
 
@@ -213,26 +212,6 @@ def _document_fields(path: tuple) -> list[str]:
     """The keys allowed in the mapping at ``path`` of an experiment document."""
     model = {0: ExperimentDocument, 2: SweepSpec if path[:1] == ("sweeps",) else PaperEntry}
     return list(model[len(path)].model_fields) if len(path) in model else []
-
-
-def _problems(error: ValidationError, data: object, source_map: SourceMap,
-              origin: Callable[[tuple], tuple], fields: Callable[[tuple], list[str]]
-              ) -> list[Problem]:
-    """``error``'s problems, one per field, positioned at ``origin`` of the path into ``data``
-    (where that part of ``data`` was written); ``fields(path)`` lists the keys allowed at
-    ``path``, for did-you-mean hints on unknown ones."""
-    problems: dict[tuple, Problem] = {}
-    for item in error.errors(include_url=False):
-        path = data_path(item["loc"], data)
-        where = origin(path)
-        if where in problems:
-            continue  # a union reports once per member; the first says enough
-        problem = schema_problem(item, where, source_map)
-        if item["type"] == "extra_forbidden":
-            problem = dataclasses.replace(problem, hint=did_you_mean(path[-1],
-                                                                     fields(path[:-1])))
-        problems[where] = problem
-    return list(problems.values())
 
 
 class _Resolver:
@@ -290,8 +269,9 @@ class _Resolver:
             def origin(path: tuple) -> tuple:
                 return origins[path[0]] + path[1:] if path and path[0] in origins else fallback
 
-            self.problems.extend(_problems(error, values, self.source_map, origin,
-                                           lambda path: list(kind.parameters.model_fields)))
+            self.problems.extend(validation_problems(
+                error, values, self.source_map, origin=origin,
+                fields=lambda path: list(kind.parameters.model_fields)))
             return None
 
     def _sweep(self, kind: Kind, i: int, spec: SweepSpec) -> Sweep | None:
