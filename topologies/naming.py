@@ -70,10 +70,6 @@ class RunNames:
         """The Mininet node holding the controller's management address."""
         return f"{self.prefix}c"
 
-    def owns(self, name: str) -> bool:
-        match = OBJECT_PATTERN.match(name)
-        return bool(match) and match.group(1) == self.prefix
-
 
 def prefix_of(name: str) -> str | None:
     """The run prefix an object name carries, or None for objects that are not edgebed's."""

@@ -105,10 +105,6 @@ class Link:
     def endpoints(self) -> tuple[Endpoint, Endpoint]:
         return self.a, self.b
 
-    @property
-    def impaired(self) -> bool:
-        return not (self.forward.is_empty() and self.reverse.is_empty())
-
 
 @dataclass
 class Workload:

@@ -93,7 +93,3 @@ def format_rate(bits_per_second: float) -> str:
         if bits_per_second >= factor:
             return f"{bits_per_second / factor:g}{name}"
     return f"{bits_per_second:g}bps"
-
-
-def format_fraction(fraction: float) -> str:
-    return f"{fraction * 100:g}%"

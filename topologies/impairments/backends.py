@@ -86,6 +86,3 @@ class FallbackBackend:
             placement.relay.update(placement.direction, impairment)
             record["relay"] = relay_direction(impairment)
         return record
-
-
-BACKENDS = {"netem": NetemBackend, "fallback": FallbackBackend}

@@ -60,10 +60,6 @@ class GlobalFilter:
         self.bits = bits
         self.slices = np.zeros((nodes, bits), dtype=bool)
 
-    @property
-    def size_bytes(self) -> int:
-        return self.slices.size // 8
-
     def contains(self, home: int, positions: np.ndarray) -> bool:
         """Whether the filter says ``home`` caches the key with these bit positions."""
         return bool(self.slices[home, positions].all())

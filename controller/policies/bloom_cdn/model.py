@@ -232,11 +232,6 @@ class Classes:
             raise ValueError(f"fn {fn} > alpha {alpha} or fp {fp} > 1 - alpha")
         return Classes(alpha - fn, fp, fn, 1 - alpha - fp)
 
-    @property
-    def judged_hit(self) -> float:
-        """alpha' = alpha + fp - fn."""
-        return self.hit + self.false_positive
-
 
 def evaluate(strategy: str, setting: Setting, alpha: float, fp: float = 0.0, fn: float = 0.0,
              reading: Reading = Reading()) -> Result:
