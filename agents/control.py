@@ -156,6 +156,19 @@ class ControlClient:
                 if self._receive(deadline) is None:
                     return
 
+    def fileno(self) -> int:
+        """The socket's descriptor, for an agent's own select loop: readable when the
+        controller sent something, which :meth:`pending` then takes without waiting."""
+        return self._sock.fileno()
+
+    def pending(self) -> list[protocol.Decision | protocol.Rejected]:
+        """The pushed decisions and rejections received so far, without waiting for more."""
+        while self._receive(None, block=False) is not None:
+            pass
+        taken = list(self._pushed)
+        self._pushed.clear()
+        return taken
+
     def _own_node(self) -> str:
         if self.node is None:
             raise ValueError("this ControlClient was made without node=...")
@@ -204,17 +217,17 @@ class ControlClient:
             # An earlier datagram found no listener; the controller may be starting.
             self._refused = True
 
-    def _receive(self, deadline: float | None) -> protocol.Message | None:
+    def _receive(self, deadline: float | None, block: bool = True) -> protocol.Message | None:
         """The next valid message from the controller, pushed ones also queued; None once
-        ``deadline`` (monotonic) passes."""
+        ``deadline`` (monotonic) passes, or at once when nothing is there and not ``block``."""
         while True:
             remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
+            if block and remaining is not None and remaining <= 0:
                 return None
-            self._sock.settimeout(remaining)
+            self._sock.settimeout(remaining if block else 0.0)
             try:
                 data = self._sock.recv(protocol.MAX_DATAGRAM + 1)
-            except TimeoutError:
+            except (TimeoutError, BlockingIOError):
                 return None
             except ConnectionRefusedError:
                 self._refused = True

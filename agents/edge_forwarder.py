@@ -1,5 +1,6 @@
 """An edge (or relay) forwarder: receives media on a port and sends every packet on to one or
-more next hops, after an emulated processing delay and within a processing budget.
+more next hops, after an emulated processing delay and within a processing budget. The next
+hops are fixed (``to``) or follow the controller's decisions (``follow``: relays, cascades).
 
     python -m agents.edge_forwarder --node NAME --out RUN_DIR --params JSON [--seed N]
 
@@ -15,10 +16,22 @@ edge thus first delays packets, then drops what exceeds its capacity, as a real 
 drop is left to chance. A packet leaves ``processing_delay`` after its processing ends (the
 latency of, say, a transcoder's pipeline, which does not limit its throughput).
 
+With ``follow``, the forwarder subscribes to the decisions pushed about its node and follows
+each named flow with the shared :class:`agents.follower.DecisionFollower` (without joining: the
+flow is the client's; a relay does not probe its candidates either). A decision's ``via`` chain
+runs from the client's side to the server: the forwarder at ``via[i]`` sends the flow's streams
+to ``via[i + 1]``, the last relay to the server, and one the decision leaves off the chain sends
+what still reaches it straight to the server. The control socket is watched in the same loop as
+the media socket, so a decision that moves a downstream takes effect from the next packet to
+leave, packets already waiting for their departure included: a switch splits no frame across
+a gap. Every decision followed is a row of ``decisions_followed``; until the first one, and for
+streams no followed flow claims, the forwarder sends to ``to``.
+
 The input is measured like a viewer's (:class:`agents.media.MediaMeter`: ``flows``,
 ``flow_seconds``, ``frames``, ``malformed``). Per stream, ``forwarding`` counts packets
-received, forwarded, dropped over budget and unsent (still held when the edge stopped), and the
-largest backlog; ``sender_lateness`` says how late packets left against their due times (the
+received, forwarded, dropped over budget, unsent (still held when the edge stopped) and
+unrouted (processed while following a flow no decision had routed yet), and the largest
+backlog; ``sender_lateness`` says how late packets left against their due times (the
 edge sleeps in select until shortly before a departure and spins the rest). It listens like
 the viewer (``listening on PORT`` on stderr) and stops on SIGTERM or SIGINT or after
 ``duration``.
@@ -38,18 +51,24 @@ from typing import Optional
 
 from pydantic import Field
 
-from agents.common import SPIN_NS, Agent, AgentParams, NodeRef, Pacer, receive
+from pydantic import model_validator
+
+from agents.common import (DATAGRAM_BUFFER, SPIN_NS, Agent, AgentParams, NodeRef, Pacer,
+                           epoch_seconds, listen, receive)
+from agents.control import ControlClient, controller_client
+from agents.follower import FOLLOWER_TABLES, DecisionFollower, Followed
 from agents.formats import MEDIA
-from agents.streamer import flow_name
-from agents.common import DATAGRAM_BUFFER, listen
 from agents.media import MEDIA_TABLES, MediaMeter
+from agents.streamer import flow_name
+from controller import protocol
 from topologies.model import Duration, Rate
 
 TABLES = {
     **MEDIA_TABLES,
+    **FOLLOWER_TABLES,
     # Per stream, what became of the packets it received.
     "forwarding": ("node", "agent", "flow", "received", "forwarded", "dropped", "unsent",
-                   "drop_fraction", "backlog_max"),
+                   "drop_fraction", "backlog_max", "unrouted"),
 }
 
 RUNG = struct.Struct("!B")
@@ -63,7 +82,11 @@ class Params(AgentParams):
     """Where the edge listens and forwards to, and what it can process."""
 
     port: int = Field(5004, ge=0, le=65535, description="media port; 0: any free port")
-    to: list[NodeRef] = Field(min_length=1, description="next hops")
+    to: list[NodeRef] = Field([], description="next hops (with follow: of the streams no "
+                                              "decision followed routes yet)")
+    follow: dict[protocol.Flow, list[int]] = Field(
+        {}, description="flows whose pushed decisions route streams: flow -> the stream ids "
+                        "it carries ([]: every stream no other flow names)")
     to_port: int = Field(5004, ge=1, le=65535)
     processing_delay: Duration = Field(0.0, description="latency added to every packet")
     budget: Optional[Rate] = Field(None, gt=0, description="UDP payload bits per second the "
@@ -75,6 +98,17 @@ class Params(AgentParams):
     rung: Optional[int] = Field(None, ge=0, le=255, description="rewrite the rung field")
     bitrate: Optional[Rate] = Field(None, gt=0, description="rewrite the bitrate field")
     duration: Optional[Duration] = Field(None, description="default: until stopped")
+
+    @model_validator(mode="after")
+    def _somewhere_to_send(self) -> "Params":
+        if not self.to and not self.follow:
+            raise ValueError("give next hops (to) or flows whose decisions route (follow)")
+        claimed = [stream for streams in self.follow.values() for stream in streams]
+        if len(claimed) != len(set(claimed)):
+            raise ValueError("a stream id is named by more than one followed flow")
+        if sum(not streams for streams in self.follow.values()) > 1:
+            raise ValueError("at most one followed flow takes every other stream ([])")
+        return self
 
 
 class ProcessingBudget:
@@ -100,23 +134,95 @@ class ProcessingBudget:
         return self.free_ns
 
 
+def next_hop(node: str, decision: protocol.Decision) -> str:
+    """The address ``node`` sends a flow to under ``decision``: the hop after it on the via
+    chain, the server after the last relay, or the server when the chain leaves it off."""
+    names = [hop.name for hop in decision.via]
+    if node in names[:-1]:
+        return decision.via[names.index(node) + 1].address
+    return decision.address
+
+
+class Routes:
+    """Where each stream goes next: by the decision followed for its flow (``follow``), else
+    to the static next hops."""
+
+    def __init__(self, node: str, static: list[str], port: int,
+                 follow: dict[str, list[int]], control: ControlClient | None):
+        self.node = node
+        self.static = tuple((address, port) for address in static)
+        self.port = port
+        self.control = control
+        self.flow_of_stream = {stream: flow for flow, streams in follow.items()
+                               for stream in streams}
+        self.catch_all = next((flow for flow, streams in follow.items() if not streams), None)
+        self.followers = {flow: None for flow in follow}  # created by the first decision
+        self.hops: dict[str, tuple[tuple[str, int], ...]] = {}  # flow -> hops now
+        self.switches: list[dict] = []
+
+    def flow(self, stream_id: int) -> str | None:
+        return self.flow_of_stream.get(stream_id, self.catch_all)
+
+    def of(self, stream_id: int) -> tuple[tuple[str, int], ...]:
+        return self.hops.get(self.flow(stream_id), self.static)
+
+    def take_pushed(self) -> list[str]:
+        """Follow the decisions the controller pushed since the last call; the flows whose
+        next hop changed."""
+        changed = []
+        for pushed in self.control.pending():
+            if pushed.flow not in self.followers:
+                continue  # a flow this node serves or relays without following it here
+            follower = self.followers[pushed.flow]
+            if follower is None:
+                if isinstance(pushed, protocol.Rejected):
+                    continue
+                follower = self.followers[pushed.flow] = DecisionFollower(
+                    self.control, pushed.service, flow=pushed.flow, probe=None)
+            followed = follower.take(pushed)
+            if followed is not None and self._route(followed):
+                changed.append(pushed.flow)
+        return changed
+
+    def _route(self, followed: Followed) -> bool:
+        decision = followed.decision
+        hop = (next_hop(self.node, decision), self.port)
+        before = self.hops.get(decision.flow, self.static)
+        if before == (hop,):
+            return False
+        self.hops[decision.flow] = (hop,)
+        self.switches.append({"time_s": epoch_seconds(followed.heard_ns),
+                              "flow": decision.flow, "version": decision.version,
+                              "from": [address for address, _ in before], "to": hop[0]})
+        return True
+
+    def write(self, agent: Agent) -> dict:
+        """The followers' ``decisions_followed`` rows; the summary of what was followed."""
+        return {flow: follower.write(agent) for flow, follower in self.followers.items()
+                if follower is not None}
+
+
 @dataclass
 class ForwardedStream:
-    """One stream through the edge: what became of its packets, how punctually they left."""
+    """One stream through the edge: what became of its packets, how punctually they left, and
+    where it goes now."""
 
+    hops: tuple[tuple[str, int], ...]
     received: int = 0
     forwarded: int = 0
     dropped: int = 0
     unsent: int = 0
+    unrouted: int = 0  # processed while no next hop was known (follow, no decision yet)
     backlog_max: int = 0
     pacer: Pacer = field(default_factory=Pacer)
 
 
-def forward(agent: Agent, params: Params, sock: socket.socket, meter: MediaMeter) -> dict:
+def forward(agent: Agent, params: Params, sock: socket.socket, meter: MediaMeter,
+            routes: Routes) -> dict:
     """Receive, measure and forward until stopped; returns the summary."""
     budget = ProcessingBudget(params.budget, params.budget_packets, params.queue)
     processing_delay_ns = round(params.processing_delay * 1e9)
-    hops = [(address, params.to_port) for address in params.to]
+    watched = [sock] if routes.control is None else [sock, routes.control]
     streams: dict[int, ForwardedStream] = {}
     departures: deque[tuple[int, ForwardedStream, bytearray]] = deque()  # due ns, stream, data
     buffer = bytearray(DATAGRAM_BUFFER)
@@ -135,7 +241,10 @@ def forward(agent: Agent, params: Params, sock: socket.socket, meter: MediaMeter
                     # now and then, a spin does not.
                     departures.popleft()
                     stream.pacer.wait_until(due_ns)
-                    for hop in hops:
+                    if not stream.hops:
+                        stream.unrouted += 1  # its flow's first decision has not come yet
+                        continue
+                    for hop in stream.hops:
                         try:
                             out.sendto(data, hop)
                         except OSError:
@@ -143,7 +252,13 @@ def forward(agent: Agent, params: Params, sock: socket.socket, meter: MediaMeter
                     stream.forwarded += 1
                     continue
                 wait_s = (wait_ns - SPIN_NS) / 1e9
-            if not select.select([sock], [], [], wait_s)[0]:
+            readable = select.select(watched, [], [], wait_s)[0]
+            if routes.control is not None and routes.control in readable:
+                for flow in routes.take_pushed():
+                    for stream_id, stream in streams.items():
+                        if routes.flow(stream_id) == flow:
+                            stream.hops = routes.of(stream_id)
+            if sock not in readable:
                 continue
             arrival = receive(sock, buffer)
             if arrival is None:
@@ -154,7 +269,7 @@ def forward(agent: Agent, params: Params, sock: socket.socket, meter: MediaMeter
                 continue
             stream = streams.get(stream_id)
             if stream is None:
-                stream = streams[stream_id] = ForwardedStream()
+                stream = streams[stream_id] = ForwardedStream(routes.of(stream_id))
             stream.received += 1
             processed_ns = budget.admit(time.monotonic_ns(), size)
             if processed_ns is None:
@@ -173,25 +288,39 @@ def forward(agent: Agent, params: Params, sock: socket.socket, meter: MediaMeter
     for stream_id, stream in sorted(streams.items()):
         agent.row("forwarding", flow_name(stream_id), stream.received, stream.forwarded,
                   stream.dropped, stream.unsent, stream.dropped / stream.received,
-                  stream.backlog_max)
+                  stream.backlog_max, stream.unrouted)
         summaries[flow_name(stream_id)] = {
             "received": stream.received, "forwarded": stream.forwarded,
             "dropped": stream.dropped, "unsent": stream.unsent,
-            "backlog_max": stream.backlog_max,
+            "unrouted": stream.unrouted, "backlog_max": stream.backlog_max,
             "lateness": stream.pacer.report(agent, flow_name(stream_id))}
-    return {"next_hops": params.to, "send_errors": send_errors, "forwarding": summaries}
+    return {"next_hops": params.to, "send_errors": send_errors, "forwarding": summaries,
+            "switches": routes.switches}
 
 
 def main(argv: list[str] | None = None) -> int:
     agent = Agent("edge_forwarder", argv, TABLES)
     params = Params.model_validate(agent.params)
+    control = None
+    if params.follow:
+        control = controller_client(agent.node)
+        if control is None:
+            raise SystemExit("edge_forwarder: follow needs the run's controller "
+                             "($EDGEBED_CONTROLLER is not set)")
+        # Before the media socket, so no decision pushed for a stream it forwards is missed.
+        control.subscribe()
+    routes = Routes(agent.node, params.to, params.to_port, params.follow, control)
     sock = listen(params.port)
     meter = MediaMeter(sock.getsockname()[1])
     try:
-        summary = forward(agent, params, sock, meter)
+        summary = forward(agent, params, sock, meter, routes)
     finally:
         sock.close()
-    agent.finish({"input": meter.write(agent)} | summary)
+        if control is not None:
+            control.close()
+    followed = routes.write(agent)
+    agent.finish({"input": meter.write(agent)} | summary
+                 | ({"followed": followed} if params.follow else {}))
     return 0
 
 

@@ -21,6 +21,10 @@ probed again. What the agent does with a decision (pull from it, send to it, for
             ...  # changed.server, changed.address, changed.bitrate, changed.via ...
     summary = follower.write(agent)
 
+A relay (:mod:`agents.edge_forwarder`) follows flows it does not own: it subscribes and hands
+the follower of each flow what the controller pushes about it (:meth:`DecisionFollower.take`),
+without joining, and without probing (``probe=None``: candidates are the client's to probe).
+
 Tables (:data:`FOLLOWER_TABLES`, which the agent module adds to its ``TABLES``):
 ``decisions_followed``, one row per decision followed (time heard, seconds since the
 epoch on CLOCK_REALTIME as the controller's ``decisions``; flow; the decision's version (a
@@ -185,7 +189,7 @@ class Followed:
 class DecisionFollower:
     """Joins ``service`` for one flow through ``control`` and follows the decisions about it
     (see the module's docstring). ``probe`` measures one candidate address (by default
-    :func:`echo_probe`)."""
+    :func:`echo_probe`; None: candidates are not probed)."""
 
     control: ControlClient
     service: str
@@ -193,7 +197,7 @@ class DecisionFollower:
     bitrates: Sequence[float] = ()
     flow: str | None = None
     port: int | None = None
-    probe: Callable[[str], ProbeResult] = echo_probe
+    probe: Callable[[str], ProbeResult] | None = echo_probe
     followed: list[Followed] = field(default_factory=list)
     refusal: str | None = None  # why the join got no decision
     rejections: int = 0
@@ -230,24 +234,27 @@ class DecisionFollower:
             pushed = next(self.control.decisions(timeout=left), None)
             if pushed is None:
                 return None
-            if pushed.flow != self.flow:
-                continue
-            if isinstance(pushed, protocol.Rejected):
-                self.rejections += 1
-                continue
-            if self.current is not None and pushed.version < self.current.decision.version:
-                self.stale += 1  # sent before the decision followed already (a late push)
-                continue
-            changed = self._follow(pushed)
-            if changed is not None:
+            if pushed.flow == self.flow and (changed := self.take(pushed)) is not None:
                 return changed
         return None
+
+    def take(self, pushed: protocol.Decision | protocol.Rejected) -> Followed | None:
+        """Follow one pushed message about the flow (an agent that reads the control socket
+        itself hands them over); the decision followed if it changes anything, else None.
+        Rejections and pushes older than the decision followed are counted."""
+        if isinstance(pushed, protocol.Rejected):
+            self.rejections += 1
+            return None
+        if self.current is not None and pushed.version < self.current.decision.version:
+            self.stale += 1  # sent before the decision followed already (a late push)
+            return None
+        return self._follow(pushed)
 
     def _follow(self, decision: protocol.Decision) -> Followed | None:
         heard_ns = time.time_ns()
         confirmed, probes = None, ()
         names = tuple(hop.name for hop in decision.candidates)
-        if names and names != self._probed:
+        if names and self.probe is not None and names != self._probed:
             self._probed = names
             results = [self.probe(hop.address) for hop in decision.candidates]
             probes = tuple(zip(names, results))
