@@ -14,6 +14,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from experiments import registry
@@ -24,6 +25,7 @@ from topologies.model import BurstLoss, Impairment
 from topologies.naming import RunNames, processes_carry
 from topologies.naming import host_mac
 from topologies.network import ScenarioNetwork
+from topologies.scenario import Scenario
 
 HOST_SWITCH, SWITCH_SWITCH = 0, 1
 
@@ -46,32 +48,62 @@ topology:
 CLEAR = Impairment(bw=0, delay=0, jitter=0, loss=0, burst=BurstLoss(p=0, r=0))
 
 
-class FidelityPath:
-    """The running line network and the measurements the tests make on it."""
+class EmulatedNetwork:
+    """A scenario's network built outside ``edgebed run`` (for tests and benchmarks), under a
+    fresh run prefix that the registry knows, so an interrupted one is cleaned up as a run's
+    is; ``stop`` removes everything it made and says if anything remained."""
 
-    def __init__(self, backend_name: str, log_dir: Path):
-        self.scenario = scenario_module.loads(LINE, "fidelity.yaml", {})
-        self.backend = choose_backend(backend_name, backend_name == "netem")
+    def __init__(self, text: str, file_name: str, log_dir: Path,
+                 wired: Callable[[Scenario], frozenset[int]] = lambda scenario: frozenset()):
+        self.scenario = scenario_module.loads(text, file_name, {})
         self.names = RunNames.fresh()
         self.network = ScenarioNetwork(self.scenario, self.names,
                                        "kernel" if ovs_kernel_module() else "user",
-                                       wired_links(self.scenario, self.backend))
+                                       wired(self.scenario))
         self.log_dir = log_dir
-        self.links = None
-        self.agent_start_s = 0.0
 
     def start(self) -> None:
         registry.register(self.names.prefix, self.log_dir)
         with processes_carry(self.names.prefix):
             self.network.start()
+
+    def stop(self) -> None:
+        self.network.stop()
+        leftovers = cleanup.remove_run_objects(self.names.prefix)
+        registry.unregister(self.names.prefix)
+        assert not leftovers, f"teardown left {leftovers.describe()}"
+
+    def host(self, name: str):
+        return self.network.net[name]
+
+    def pin_neighbours(self, names) -> None:
+        """Static neighbour entries between the hosts ``names`` (on their eth1): a lost ARP
+        request must not look like lost packets, nor the first packet to a new peer wait."""
+        for name in names:
+            for peer in names:
+                if peer != name:
+                    node = self.scenario.nodes[peer]
+                    self.host(name).cmd(f"ip neigh replace {node.ip.ip} lladdr "
+                                        f"{host_mac(node.ip)} dev eth1 nud permanent")
+
+
+class FidelityPath(EmulatedNetwork):
+    """The running line network and the measurements the tests make on it."""
+
+    def __init__(self, backend_name: str, log_dir: Path):
+        backend = choose_backend(backend_name, backend_name == "netem")
+        super().__init__(LINE, "fidelity.yaml", log_dir,
+                         lambda scenario: wired_links(scenario, backend))
+        self.backend = backend
+        self.links = None
+        self.agent_start_s = 0.0
+
+    def start(self) -> None:
+        super().start()
         self.links = LinkControl(self.scenario, self.network, self.backend, self.log_dir)
         self.links.start()
-        v1, e1 = self.host("v1"), self.host("e1")
-        # Static neighbours: a lost ARP request must not look like lost probe packets.
-        for host, peer in ((v1, e1), (e1, v1)):
-            node = self.scenario.nodes[peer.name]
-            host.cmd(f"ip neigh replace {node.ip.ip} lladdr {host_mac(node.ip)} dev eth1 "
-                     "nud permanent")
+        self.pin_neighbours(("v1", "e1"))
+        v1 = self.host("v1")
         # How long a probe process takes to start here: well under a second on a machine, many
         # seconds in a VM under CPU emulation (TCG). The receiver waits that much longer for the
         # sender, so a slow start is not mistaken for a path that loses packets.
@@ -82,13 +114,7 @@ class FidelityPath:
     def stop(self) -> None:
         if self.links is not None:
             self.links.stop()
-        self.network.stop()
-        leftovers = cleanup.remove_run_objects(self.names.prefix)
-        registry.unregister(self.names.prefix)
-        assert not leftovers, f"teardown left {leftovers.describe()}"
-
-    def host(self, name: str):
-        return self.network.net[name]
+        super().stop()
 
     def only(self, link: int, impairment: Impairment) -> None:
         """Make ``impairment`` the forward direction of ``link`` and clear everything else."""

@@ -22,15 +22,11 @@ import pytest
 from agents import streamer
 from controller import netns, protocol
 from controller.control_server import ControlServer
-from experiments import registry
+from experiments.fidelity import EmulatedNetwork
 from tests.conftest import ROOT
 from tests.integration.conftest import assert_nothing_left
 from tests.unit.test_media_agents import (agent_argv, expected_packets, listening_port,
                                           summary_of, table)
-from topologies import cleanup, scenario as scenario_module
-from topologies.capabilities import ovs_kernel_module
-from topologies.naming import RunNames, host_mac, processes_carry
-from topologies.network import ScenarioNetwork
 
 NETWORK = """
 name: relays
@@ -59,43 +55,25 @@ STREAM = {"bitrate": "1Mbps", "fps": 25, "gop": 25, "duration": 9}
 PHASE_S = 3.0  # the second relay is inserted after 3 s of streaming and removed after 6 s
 
 
-class Relays:
+class Relays(EmulatedNetwork):
     """The network and the test's controller: subscriptions answered, decisions pushed."""
 
     def __init__(self, log_dir):
-        self.scenario = scenario_module.loads(NETWORK, "relays.yaml", {})
-        self.names = RunNames.fresh()
-        self.network = ScenarioNetwork(self.scenario, self.names,
-                                       "kernel" if ovs_kernel_module() else "user")
-        self.log_dir = log_dir
+        super().__init__(NETWORK, "relays.yaml", log_dir)
         self.subscribers: dict[str, tuple] = {}
         self.subscribed = threading.Condition()
         self.server: ControlServer | None = None
 
     def start(self) -> None:
-        registry.register(self.names.prefix, self.log_dir)
-        with processes_carry(self.names.prefix):
-            self.network.start()
-        # Static neighbours: the first packet to a new next hop must not wait for ARP.
-        for name, address in ADDRESSES.items():
-            for peer, peer_address in ADDRESSES.items():
-                if peer != name:
-                    node = self.scenario.nodes[peer]
-                    self.host(name).cmd(f"ip neigh replace {peer_address} lladdr "
-                                        f"{host_mac(node.ip)} dev eth1 nud permanent")
+        super().start()
+        self.pin_neighbours(tuple(ADDRESSES))
         sock = netns.udp_socket(ADDRESSES["ctl"], protocol.PORT, netns_pid=self.host("ctl").pid)
         self.server = ControlServer([sock], self.handle).start()
 
     def stop(self) -> None:
         if self.server is not None:
             self.server.stop()
-        self.network.stop()
-        leftovers = cleanup.remove_run_objects(self.names.prefix)
-        registry.unregister(self.names.prefix)
-        assert not leftovers, f"teardown left {leftovers.describe()}"
-
-    def host(self, name: str):
-        return self.network.net[name]
+        super().stop()
 
     def handle(self, message, reply, source) -> None:
         if message.type == "subscribe":
