@@ -164,7 +164,7 @@ def test_a_relay_inserted_and_removed_by_pushed_decisions_carries_the_stream_bet
     # The path changed: the frames r2 carried whole took its 60 ms at the viewer; frames it
     # never saw went r1 -> vw straight, before and after it was on the chain.
     via_r2 = {row["frame"] for row in table(out, "frames", "r2", "edge_forwarder")
-              if row["complete"] == "1"}
+              if row["complete"] == "True"}
     at_viewer = {row["frame"]: float(row["delay_ms"])
                  for row in table(out, "frames", "vw", "viewer")}
     seen_by_r2 = {row["frame"] for row in table(out, "frames", "r2", "edge_forwarder")}
