@@ -176,10 +176,11 @@ def test_a_relay_inserted_and_removed_by_pushed_decisions_carries_the_stream_bet
     before = [delay for frame, delay in direct if frame < low]
     after = [delay for frame, delay in direct if frame > high]
     assert before and after
-    # Direct frames cross one relay with no added delay: their median is far below r2's
-    # 60 ms however loaded the machine (a median, so a stalled frame or two cannot decide).
+    # A frame's packets are spread over its 40 ms interval, so a frame that went straight
+    # takes up to 40 ms plus the path, below r2's 60 ms alone: the median says so however
+    # loaded the machine (a median, so a stalled frame or two cannot decide).
     for delays in (before, after):
-        assert sorted(delays)[len(delays) // 2] < R2_DELAY_MS / 2, delays
+        assert sorted(delays)[len(delays) // 2] < R2_DELAY_MS, delays
 
     # r1's switches, in its summary and in the shared follower's decisions_followed table.
     assert [(s["version"], s["to"]) for s in through_first["switches"]] == [
