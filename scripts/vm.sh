@@ -199,7 +199,8 @@ boot() {  # boot MODE DISK RESULTS [-snapshot]: one VM run of the guest job in M
                 -drive "file=$disk,if=virtio,format=qcow2" $snapshot
                 -virtfs "local,path=$repo,mount_tag=checkout,security_model=none,readonly=on"
                 -virtfs "local,path=$wheels,mount_tag=wheels,security_model=none,readonly=on"
-                -virtfs "local,path=$results,mount_tag=results,security_model=none")
+                -virtfs "local,path=$results,mount_tag=results,security_model=none"
+                -virtfs "local,path=$pycache,mount_tag=pycache,security_model=none")
     locked timeout "${EDGEBED_VM_TIMEOUT:-3600}" "${qemu[@]}" </dev/null | tee "$results/console.log" || status=$?
     say "the $mode VM ran for $((SECONDS - started)) s"
     grep -h "^=.* in [0-9.]*s" "$results/pytest.log" 2>/dev/null | tail -1 | sed 's/^/vm: pytest in the VM: /' || true
@@ -211,7 +212,7 @@ boot() {  # boot MODE DISK RESULTS [-snapshot]: one VM run of the guest job in M
 
 host_main() {
     [ "$(id -u)" -eq 0 ] || fail "needs root (debootstrap, the image cache); run it with sudo"
-    local cache results key requirements_key image wheels provisioned accel cpu
+    local cache results key requirements_key image wheels provisioned pycache accel cpu
     cache="${EDGEBED_VM_CACHE:-/var/cache/edgebed/vm}"
     results="${EDGEBED_VM_RESULTS:-$repo/runs/vm-test}"
     mkdir -p "$cache"
@@ -245,6 +246,14 @@ host_main() {
     # Python packages under TCG takes many minutes; the test boot runs setup.sh again on top of
     # this layer, where it finds everything installed.
     provisioned="$cache/provisioned-$( { echo "$key" "$requirements_key"; cat "$repo/scripts/setup.sh"; } | sha256sum | cut -c1-16).qcow2"
+    # Python's byte code for what the guest imports, kept across boots (the test boot's disk is
+    # a throwaway snapshot, and the layer is installed without byte-compiling): under TCG,
+    # compiling the imports of one Python start takes most of a minute.
+    pycache="${provisioned%.qcow2}.pycache"
+    mkdir -p "$pycache"
+    for old in "$cache"/provisioned-*.pycache; do
+        [ "$old" = "$pycache" ] || rm -rf "$old"
+    done
     if [ -f "$provisioned" ]; then
         say "reusing the provisioned VM layer $provisioned"
     else
@@ -287,8 +296,14 @@ guest_main() {
     # test boot refreshes the provisioned copy: everything but its .venv comes from the share.
     mkdir -p "$work"
     find "$work" -mindepth 1 -maxdepth 1 ! -name .venv -exec rm -rf {} +
-    tar -C /mnt/checkout --exclude=./.venv --exclude=./runs --exclude=./.git -cf - . | tar -C "$work" -xf -
+    # Not the committed reports (most of the checkout's bytes; nothing here reads them).
+    tar -C /mnt/checkout --exclude=./.venv --exclude=./runs --exclude=./.git --exclude=./reports \
+        -cf - . | tar -C "$work" -xf -
     cd "$work"
+    mkdir -p /mnt/pycache
+    if mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 pycache /mnt/pycache; then
+        export PYTHONPYCACHEPREFIX=/mnt/pycache
+    fi
     modprobe sch_netem
     step setup env EDGEBED_WHEELHOUSE=/mnt/wheels bash scripts/setup.sh
     if [ "$mode" = test ]; then
