@@ -153,20 +153,28 @@ build_wheelhouse() {  # $1: the wheelhouse directory to create
 }
 
 # KVM only where it works: a kernel booting to its "no root filesystem" panic within seconds.
-# (Where /dev/kvm exists but KVM is broken, qemu aborts or crawls; then TCG.)
+# (Where /dev/kvm exists but KVM is broken, qemu aborts or crawls; then TCG, after the probe's
+# 20 s.) The answer is kept for the host's uptime (its boot id): it changes only with the host's
+# kernel or KVM setup.
 choose_accel() {  # $1: kernel
+    local answer
     if [ -n "${EDGEBED_VM_ACCEL:-}" ]; then
         echo "$EDGEBED_VM_ACCEL"
         return
     fi
-    if [ -w /dev/kvm ] && timeout 20 qemu-system-x86_64 -accel kvm -cpu host -m 256 -nodefaults \
-            -display none -serial stdio -no-reboot -kernel "$1" \
-            -append "console=ttyS0 panic=-1 root=/dev/edgebed-none" </dev/null 2>/dev/null |
-            grep -q "Kernel panic"; then
-        echo kvm
-    else
-        echo tcg
+    answer="$cache/accel-$(cat /proc/sys/kernel/random/boot_id)"
+    if [ ! -f "$answer" ]; then
+        rm -f "$cache"/accel-*
+        if [ -w /dev/kvm ] && timeout 20 qemu-system-x86_64 -accel kvm -cpu host -m 256 -nodefaults \
+                -display none -serial stdio -no-reboot -kernel "$1" \
+                -append "console=ttyS0 panic=-1 root=/dev/edgebed-none" </dev/null 2>/dev/null |
+                grep -q "Kernel panic"; then
+            echo kvm > "$answer"
+        else
+            echo tcg > "$answer"
+        fi
     fi
+    cat "$answer"
 }
 
 # EDGEBED_VM_LOCK: each boot holds the lock (flock) from start to power-off. The emulated CPUs

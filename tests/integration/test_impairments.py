@@ -2,7 +2,16 @@
 host-switch and switch-switch links, UDP probe with kernel timestamps, iperf3 for TCP.
 
 Each backend is tested where the kernel has it: the fallback everywhere, netem only where the
-kernel has sch_netem (the netem tests skip here, saying so, and run in the VM).
+kernel has sch_netem (the netem tests skip here, saying so, and run in the VM lane).
+
+Under qemu's TCG (the VM lane on a machine without working KVM) the guest's two CPUs are
+emulated by two host threads that the host deschedules now and then, for milliseconds to
+hundreds of milliseconds on a loaded host. Whatever the guest is doing then (netem's timer,
+the softirq that forwards the packet) waits, so a delivered packet's delay is the configured one
+plus that wait, and packets netem releases on different CPUs can overtake each other in the
+CPUs' receive queues (measured: 10 to 237 of 3000 packets reordered with a constant 50 ms delay).
+Where a bound cannot hold there, the test states a separate bound for ``EMULATED``, chosen from
+the VM lane's measurements (scripts/vm.sh; README "The VM lane").
 """
 
 from __future__ import annotations
@@ -13,11 +22,12 @@ import math
 import pytest
 
 from experiments.fidelity import CLEAR, HOST_SWITCH, SWITCH_SWITCH, FidelityPath
-from topologies.capabilities import probe_qdiscs
+from topologies.capabilities import cpu_emulated, probe_qdiscs
 from topologies.model import BurstLoss, Impairment
 
 LINKS = [pytest.param(HOST_SWITCH, id="host-switch"), pytest.param(SWITCH_SWITCH, id="switch-switch")]
 ATTEMPTS = 3
+EMULATED = cpu_emulated()
 TCP_PAYLOAD_PER_FRAME = 1448 / 1514  # MSS with timestamps over Ethernet + IP + TCP headers
 
 
@@ -72,6 +82,15 @@ def test_delay_mean_and_tail(path, link, delay_ms, record):
 
     def within(measured):
         bare, delayed = measured[0]["delay_ms"], measured[1]["delay_ms"]
+        if EMULATED:
+            # Mean and tail measure the host's descheduling of the emulated CPUs, not netem
+            # (under TCG, three attempts of one test: mean +1.0 to +14 ms, p99 +6 to +226 ms).
+            # What netem itself does shows in the packets the guest forwarded at once: none
+            # early, the fastest within 1 ms of the delay (measured +0.06 to +0.13 ms) and the
+            # median within max(2 ms, 2%) of the bare path's plus the delay (best of three
+            # attempts: +0.45 to +1.54 ms over the delay).
+            return (delay_ms <= delayed["min"] <= delay_ms + 1
+                    and delayed["p50"] <= bare["p50"] + delay_ms + max(2, 0.02 * delay_ms))
         return (delayed["min"] >= delay_ms
                 and abs(delayed["mean"] - bare["mean"] - delay_ms) <= max(0.5, 0.01 * delay_ms)
                 and delayed["p99"] <= bare["p99"] + delay_ms + 3)
@@ -96,8 +115,11 @@ def test_jitter_has_the_distributions_spread(path, link, record):
     def within(measured):
         # The sample std of 5000 normal values is within 1% of sigma (one standard error),
         # so 10% is a wide margin for the path's own sub-millisecond variation.
+        # Under TCG the guest adds its own wait to every delay (see test_delay_mean_and_tail):
+        # measured mean 50.8 to 51.5 ms, so the mean gets 2 ms there; the spread holds as is.
         delay = measured["delay_ms"]
-        return abs(delay["std"] - 10.0) <= 1.0 and abs(delay["mean"] - 50.0) <= 1.0
+        mean_tolerance = 2.0 if EMULATED else 1.0
+        return abs(delay["std"] - 10.0) <= 1.0 and abs(delay["mean"] - 50.0) <= mean_tolerance
 
     measured = measure(lambda: path.udp(rate_pps=1000, count=5000), within, record)
     assert within(measured), measured["delay_ms"]
@@ -107,8 +129,17 @@ def test_jitter_has_the_distributions_spread(path, link, record):
 @pytest.mark.parametrize("link", LINKS)
 def test_jitter_without_reordering_keeps_order(path, link, record):
     path.only(link, Impairment(delay=0.05, jitter=0.01, reorder=False))
-    measured = record(path.udp(rate_pps=1000, count=2000))
-    assert measured["reordered"] == 0 and measured["lost"] == 0
+
+    def within(measured):
+        # Under TCG packets overtake each other after netem, in the emulated CPUs' receive
+        # queues (module docstring): measured 9 of 2000 with this impairment, 10 to 237 of 3000
+        # with a constant delay. 5% stays far from what reordering netem gives (83% of 5000 in
+        # test_jitter_has_the_distributions_spread).
+        allowed = 0.05 * measured["sent"] if EMULATED else 0
+        return measured["reordered"] <= allowed and measured["lost"] == 0
+
+    measured = measure(lambda: path.udp(rate_pps=1000, count=2000), within, record)
+    assert within(measured), (measured["reordered"], measured["lost"])
 
 
 @pytest.mark.parametrize("link", LINKS)
