@@ -242,6 +242,9 @@ host_main() {
         say "reusing the wheelhouse $wheels"
     else
         build_wheelhouse "$wheels"
+        for old in "$cache"/wheels-*; do
+            [ "$old" = "$wheels" ] || rm -rf "$old"
+        done
     fi
 
     rm -rf "$results"
@@ -259,9 +262,6 @@ host_main() {
     # compiling the imports of one Python start takes most of a minute.
     pycache="${provisioned%.qcow2}.pycache"
     mkdir -p "$pycache"
-    for old in "$cache"/provisioned-*.pycache; do
-        [ "$old" = "$pycache" ] || rm -rf "$old"
-    done
     if [ -f "$provisioned" ]; then
         say "reusing the provisioned VM layer $provisioned"
     else
@@ -270,8 +270,8 @@ host_main() {
         qemu-img create -q -f qcow2 -b "$image/root.img" -F raw "$provisioned.part"
         boot provision "$provisioned.part" "$results/provision"
         mv "$provisioned.part" "$provisioned"
-        for old in "$cache"/provisioned-*.qcow2; do
-            [ "$old" = "$provisioned" ] || rm -f "$old"
+        for old in "$cache"/provisioned-*.qcow2 "$cache"/provisioned-*.pycache; do
+            [ "$old" = "$provisioned" ] || [ "$old" = "$pycache" ] || rm -rf "$old"
         done
     fi
 
