@@ -48,7 +48,7 @@ def impairment_problems(impairment: Impairment) -> list[tuple[str, str]]:
     if impairment.bw is not None and impairment.bw > MAX_BANDWIDTH:
         problems.append((f"bw {impairment.bw / 1e9:g}Gbps is more than a veth can carry",
                          "at most 100Gbps"))
-    if impairment.loss and impairment.burst is not None:
+    if impairment.loss and impairment.burst:  # p: 0 clears a burst (BurstLoss.__bool__)
         problems.append(("both loss and burst are set",
                          "loss is independent random loss, burst the Gilbert–Elliott model; "
                          "choose one"))

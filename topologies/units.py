@@ -93,3 +93,8 @@ def format_rate(bits_per_second: float) -> str:
         if bits_per_second >= factor:
             return f"{bits_per_second / factor:g}{name}"
     return f"{bits_per_second:g}bps"
+
+
+def format_fraction(fraction: float) -> str:
+    """A fraction as the scenario writes it: 0.05 -> ``5%``."""
+    return f"{fraction * 100:g}%"

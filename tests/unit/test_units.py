@@ -46,3 +46,5 @@ def test_formatting_round_trips():
     assert units.format_duration(0.02) == "20ms"
     assert units.format_rate(50e6) == "50Mbps"
     assert units.parse_rate(units.format_rate(2.5e6)) == 2.5e6
+    assert units.format_fraction(0.05) == "5%"
+    assert units.parse_fraction(units.format_fraction(0.025)) == 0.025
