@@ -41,9 +41,9 @@ def record(record_property):
     return keep
 
 
-def measure(measurement, meets_bounds, record):
+def measure(measurement, meets_bounds, record=lambda measured: measured):
     """The first of up to ATTEMPTS independent measurements that meets the bounds, else the
-    last; each is recorded. Each bound is one the backend meets on a quiet machine; this one
+    last; each is recorded when ``record`` is given. Each bound is one the backend meets on a quiet machine; this one
     is shared with other virtual machines, whose bursts of load now and then stretch a tail (a
     delay's p99, a 99% interval's 1% miss). A backend that is wrong misses every attempt."""
     for _ in range(ATTEMPTS):
