@@ -13,7 +13,6 @@ import json
 import sys
 import textwrap
 
-import pytest
 
 from tests.integration.conftest import assert_nothing_left, edgebed, only_run_dir
 
@@ -86,9 +85,13 @@ def test_an_overloaded_relay_counts_its_loss_and_invalidates_the_run(tmp_path, s
     measured = sent - received
     # Past the run's limit (0.1 % of the frames: nothing is configured), or the relay kept up.
     assert measured > 0.002 * sent, "the relay kept up: no overload to count"
-    # Everything the receiver missed was counted where it was lost, within 1 % of the
-    # datagrams sent (frames the count cannot see: a few at the start and end).
-    assert entry["emulator_made"] == pytest.approx(measured, abs=0.01 * sent), entry
+    # The emulator counts no loss that did not happen (within 1 % of the datagrams sent: frames
+    # at the start and end the count cannot see), and its count alone is past the limit. What
+    # the receiving host drops itself is not the emulator's to count: at this rate, with the
+    # relay at real-time priority on two busy cores, the receiver's socket can overflow too
+    # (counted 17,886 of 26,784 missed in one CI run; all of them on a quieter machine).
+    assert entry["emulator_made"] <= measured + 0.01 * sent, entry
+    assert entry["emulator_made"] > 0.002 * sent, entry
     assert entry["receive_queue"] + entry["relay_queue"] + entry["interface"] > 0
     assert entry["configured_loss"] == 0 and entry["over_limit"]
     assert entry["offered"] >= sent

@@ -149,13 +149,19 @@ def test_clean_link_delivers_every_packet_at_the_requested_rate(veth_pair, tmp_p
 
 def test_random_loss_is_measured_within_its_binomial_interval(veth_pair, tmp_path):
     add_random_loss(veth_pair.sender, veth_pair.sender, 0.10)
-    sent, received = probe_run(veth_pair, tmp_path, count=10000, rate=5000)
+    # 10% inside the Wilson interval of the measurement is the same as the measurement inside
+    # the 99% binomial range around 10%: one run misses it once in a hundred by design, so a
+    # miss gets a second, independent run (a right loss rate misses both once in 10,000).
+    for attempt in range(2):
+        directory = tmp_path / f"attempt{attempt}"
+        directory.mkdir()
+        sent, received = probe_run(veth_pair, directory, count=10000, rate=5000)
+        low, high = received["loss_interval_99"]
+        if low <= 0.10 <= high:
+            break
 
     assert sent["sent"] == 10000 and sent["send_errors"] == 0
     assert received["duplicates"] == received["reordered"] == 0
-    low, high = received["loss_interval_99"]
-    # 10% inside the Wilson interval of the measurement is the same as the measurement inside
-    # the 99% binomial range around 10%: this fails once in a hundred runs by design.
     assert low <= 0.10 <= high, received
     print(f"\n10% BPF loss: measured {received['lost']}/10000 = {received['loss_fraction']:.4f}, "
           f"99% interval [{low:.4f}, {high:.4f}]")
