@@ -13,7 +13,6 @@ import json
 import sys
 import textwrap
 
-
 from tests.integration.conftest import assert_nothing_left, edgebed, only_run_dir
 
 # Far beyond the relay's accurate rate (4k-10k packets/s per direction on this 2-core machine,
