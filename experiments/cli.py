@@ -24,7 +24,7 @@ from .rundir import edgebed_version
 from topologies.model import json_schema
 from topologies.impairments.relay import RELAY_ACCURATE_PPS
 from topologies.problems import ScenarioInvalid
-from topologies.units import UnitError, format_duration, parse_duration
+from topologies.units import UnitError, format_duration, format_fraction, parse_duration
 
 IMPAIRMENT_BACKENDS = {
     "netem": "netem (sch_netem) for delay, jitter and loss, HTB for rate",
@@ -123,12 +123,15 @@ def _print_summary(loaded: scenario_module.Scenario, result) -> None:
     pings = summary.get("reachability", [])
     if pings:
         table = Table(title="reachability between roles", title_justify="left")
-        for column in ("roles", "from", "to", "received", "avg RTT ms", "first ms (ARP)"):
+        for column in ("roles", "from", "to", "received", "configured loss", "avg RTT ms",
+                       "first ms (ARP)"):
             table.add_column(column)
         for ping in pings:
             mark = "" if ping["ok"] else " [red]✗[/red]"
+            configured = ping.get("configured_loss", 0.0)
             table.add_row(f"{ping['source_role']} ↔ {ping['target_role']}", ping["source"],
                           ping["target"], f"{ping['received']}/{ping['sent']}{mark}",
+                          format_fraction(round(configured, 6)) if configured else "-",
                           _milliseconds(ping["rtt_avg_ms"]),
                           _milliseconds(ping.get("first_rtt_ms")))
         console.print(table)

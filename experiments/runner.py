@@ -267,7 +267,7 @@ class Run:
         self._start_captures()
         self.options.on_phase("checking reachability")
         results = ping_pairs({h.name: self.network.net[h.name] for h in self.scenario.hosts},
-                             role_pairs(self.scenario))
+                             self.scenario, role_pairs(self.scenario))
         self.summary["reachability"] = [r.as_dict() for r in results]
         failed = [f"{r.source}->{r.target}" for r in results if not r.ok]
         if failed:
