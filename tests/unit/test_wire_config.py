@@ -1,10 +1,12 @@
 """The wire relay's configuration is checked by the scenario's own impairment fields: the same
 units, bounds and messages, and a bad change names the field it got wrong."""
 
+import statistics
+
 import pytest
 
 from topologies.impairments.relay import relay_direction
-from topologies.impairments.wire import WireDirection, parse_config
+from topologies.impairments.wire import LatenessHistogram, WireDirection, parse_config
 from topologies.model import Impairment, WireImpairment
 
 
@@ -65,3 +67,17 @@ def test_the_bounds_are_the_scenarios():
             Impairment(loss=value)
         with pytest.raises(ValueError):
             parse_config({"forward": {"loss": value}})
+
+
+def test_lateness_summary_has_the_exact_mean_and_spread():
+    values = [0, 3, 3, 950, 1023, 1024, 40_000, 7]
+    lateness = LatenessHistogram()
+    assert lateness.summary() == {"mean": None, "std": None, "p50": None, "p99": None,
+                                  "max": None, "sum": 0, "sum_squares": 0}
+    for value in values:
+        lateness.add(value)
+    summary = lateness.summary()
+    assert summary["mean"] == statistics.fmean(values)
+    assert summary["std"] == pytest.approx(statistics.pstdev(values), rel=1e-12)
+    assert (summary["sum"], summary["sum_squares"]) == (sum(values), sum(v * v for v in values))
+    assert (summary["p50"], summary["max"]) == (7, 40_000)

@@ -31,14 +31,20 @@ relay acknowledges it on stdout with ``{"applied": n}`` or ``{"rejected": n, "er
 rejected change applies), so an empty change ``{}`` doubles as a readiness check. End of
 stdin only ends the changes. SIGTERM or SIGINT stop the relay: it prints one JSON line,
 ``{"forward": {...}, "reverse": {...}}`` with frames in (read) and out, drops by cause, send
-errors, how late frames left (``late_us`` mean/p50/p99/max) and the most frames queued, and
-exits 0. The causes: ``dropped_loss`` and ``dropped_down`` are what the configuration asked for;
+errors, how late frames left (``late_us``, below) and the most frames queued, and exits 0.
+The causes: ``dropped_loss`` and ``dropped_down`` are what the configuration asked for;
 ``dropped_queue_full`` (the relay held ``limit`` frames already), ``dropped_receive_queue``
 (the kernel dropped the frame because the relay's socket receive queue was full: the relay did
 not keep up; ``PACKET_STATISTICS``) and ``dropped_oversize`` are made by the emulator.
 Whoever reads stdout through a pipe must keep reading it, or acknowledgements fill the pipe
 and stall the relay. ``--status FILE`` has the same statistics written to FILE once a second
 while the relay runs, for whoever watches its load.
+
+``late_us`` says how long after its due time each frame it sent left, in microseconds: ``mean``,
+``std`` (population standard deviation: the spread the relay's own lateness adds to the delays'),
+``p50``, ``p99`` and ``max`` over the frames sent so far (null before the first), and ``sum``
+and ``sum_squares`` of every frame's lateness (µs, µs²; whole numbers), from which the mean and
+spread of any stretch between two status readings follow exactly.
 
 While it runs, the relay asks the kernel to keep idle CPUs polling rather than halted (see
 :func:`agents.common.request_cpu_latency`; ``--cpu-latency-us -1`` leaves the machine alone).
@@ -217,15 +223,20 @@ def parse_config(document) -> tuple[dict[str, dict], int | None]:
 
 class LatenessHistogram:
     """How late frames left, in microseconds: exact below 1024 µs, above that to 10 significant
-    bits (0.1 %), so that a long run keeps a few hundred counters rather than every value."""
+    bits (0.1 %), so that a long run keeps a few hundred counters rather than every value; the
+    sum and sum of squares exactly, for the mean and standard deviation."""
 
     def __init__(self):
         self.counts: dict[int, int] = {}
+        self.frames = 0
         self.maximum = 0
         self.total_us = 0
+        self.squares_us2 = 0
 
     def add(self, late_us: int) -> None:
+        self.frames += 1
         self.total_us += late_us
+        self.squares_us2 += late_us * late_us
         if late_us > self.maximum:
             self.maximum = late_us
         if late_us >= 1024:
@@ -234,19 +245,26 @@ class LatenessHistogram:
         self.counts[late_us] = self.counts.get(late_us, 0) + 1
 
     def percentile(self, fraction: float) -> int | None:
-        total = sum(self.counts.values())
-        if not total:
+        if not self.frames:
             return None
-        rank = math.ceil(fraction * total)
+        rank = math.ceil(fraction * self.frames)
         values = sorted(self.counts)
         cumulative = itertools.accumulate(self.counts[value] for value in values)
         return next(value for value, seen in zip(values, cumulative) if seen >= rank)
 
+    def std(self) -> float | None:
+        """The population standard deviation, from the exact integer sums (no cancellation)."""
+        if not self.frames:
+            return None
+        frames = self.frames
+        return math.sqrt(frames * self.squares_us2 - self.total_us ** 2) / frames
+
     def summary(self) -> dict:
-        frames = sum(self.counts.values())
-        return {"mean": self.total_us / frames if frames else None,
+        frames = self.frames
+        return {"mean": self.total_us / frames if frames else None, "std": self.std(),
                 "p50": self.percentile(0.5), "p99": self.percentile(0.99),
-                "max": self.maximum if self.counts else None}
+                "max": self.maximum if frames else None,
+                "sum": self.total_us, "sum_squares": self.squares_us2}
 
 
 @dataclass
