@@ -13,6 +13,8 @@ still in flight are not asked for), the receiver sends an AI NACK listing every 
 to the terminal's address on ``nack_port``, split over several NACKs when the list would not fit
 an Ethernet frame. While fragments are missing and the period is open it asks again, each time
 after the grace plus the time the terminal takes to pace out the retransmissions asked for.
+NACKs are decided only after every datagram that had arrived by then was read, so a receiver
+woken late does not ask for fragments already waiting on its socket.
 
 A packet sent after the receiver's first NACK for its unit is a retransmission (hosts share the
 realtime clock, and a terminal only retransmits what a NACK asked for). The first copies are
@@ -45,7 +47,8 @@ from typing import NamedTuple, Optional
 from pydantic import Field
 
 from agents.ai_terminal import DATA_PORT, NACK_PORT, UnitTiming, flow_name, nack_messages
-from agents.common import POLL_S, Agent, FlowStats, MalformedLog, percentile, receive
+from agents.common import (POLL_S, Agent, FlowStats, MalformedLog, percentile,
+                           waiting_datagrams)
 from agents.formats import AI_DATA, MAGIC, VERSION
 from agents.common import DATAGRAM_BUFFER, listen
 from topologies.model import Duration
@@ -57,9 +60,6 @@ TABLES = {
 }
 
 MIN_GRACE_NS = 10_000_000  # scheduling noise of sender and receiver, on a path of no delay
-# Datagrams read in one go before looking at the timers again: the NACKs of one unit must not
-# wait for the whole burst of the next.
-DRAIN_BATCH = 256
 
 
 class Params(UnitTiming):
@@ -143,12 +143,14 @@ class AiReceiver:
             return round(self.params.nack_after * 1e9)
         return max(MIN_GRACE_NS, 2 * arrival.delay_max_ns)
 
-    def drain(self) -> None:
-        """Read what is waiting on the socket, up to DRAIN_BATCH datagrams."""
-        for _ in range(DRAIN_BATCH):
-            arrival = receive(self.sock, self.buffer)
-            if arrival is None:
-                return
+    def drain(self, until_ns: int) -> None:
+        """Read every datagram that had arrived by ``until_ns`` (realtime ns): the socket is
+        read until it is empty or a datagram received later was read (it is counted too).
+
+        A NACK decided at ``until_ns`` then never asks for a fragment that was already
+        waiting on the socket, however late this receiver was woken; reading no further than
+        that keeps a flood from holding the NACKs back."""
+        for arrival in waiting_datagrams(self.sock, self.buffer, until_ns):
             self.add(*arrival)
 
     def add(self, size: int, received_ns: int, address: tuple) -> None:
@@ -289,10 +291,12 @@ def main(argv: list[str] | None = None) -> int:
         while (not agent.stopping and time.monotonic() < ends
                and (params.units is None or len(receiver.written) < params.units)):
             now_ns = time.time_ns()
+            receiver.drain(now_ns)  # what arrived counts before any NACK is decided
             wait_s = (receiver.tick(now_ns) - now_ns) / 1e9
-            if select.select([sock], [], [], min(POLL_S, max(0.0, wait_s)))[0]:
-                receiver.drain()
-        summary = receiver.finish(time.time_ns())
+            select.select([sock], [], [], min(POLL_S, max(0.0, wait_s)))
+        now_ns = time.time_ns()
+        receiver.drain(now_ns)  # what arrived before the stop is measured too
+        summary = receiver.finish(now_ns)
     finally:
         sock.close()
     agent.finish(summary)

@@ -278,11 +278,13 @@ def receiving_socket(port: int, kind: int = socket.SOCK_DGRAM,
 CONTROL_SPACE = socket.CMSG_SPACE(TIMESPEC.size)
 
 
-def receive(sock: socket.socket, buffer: bytearray) -> tuple[int, int, tuple] | None:
+def receive(sock: socket.socket, buffer: bytearray,
+            wait: bool = True) -> tuple[int, int, tuple] | None:
     """One datagram into ``buffer``: (size, kernel receive time ns, sender address), or None
-    when the read timed out."""
+    when the read timed out (at once when nothing is waiting, with ``wait=False``)."""
     try:
-        size, control, _, address = sock.recvmsg_into([buffer], CONTROL_SPACE)
+        size, control, _, address = sock.recvmsg_into([buffer], CONTROL_SPACE, 0 if wait
+                                                      else socket.MSG_DONTWAIT)
     except (BlockingIOError, socket.timeout):
         return None
     received_ns = time.time_ns()
@@ -413,7 +415,9 @@ def datagrams(agent: Agent, sock: socket.socket, buffer: bytearray,
               enough: Callable[[], bool] | None = None) -> Iterator[tuple[int, int, tuple]]:
     """The datagrams arriving on ``sock``, each read into ``buffer`` and given as (size, kernel
     receive time ns, sender address), until the agent is stopped, ``duration_s`` has passed or
-    GRACE_S after ``enough()`` first says so."""
+    GRACE_S after ``enough()`` first says so; then those still waiting that had arrived by
+    then (:func:`waiting_datagrams`): what reached the host before its agent stopped is
+    measured, not lost."""
     end = math.inf if duration_s is None else time.monotonic() + duration_s
     while not agent.stopping and time.monotonic() < end:
         arrival = receive(sock, buffer)
@@ -423,6 +427,18 @@ def datagrams(agent: Agent, sock: socket.socket, buffer: bytearray,
         if enough is not None and enough():
             end = min(end, time.monotonic() + GRACE_S)
             enough = None
+    yield from waiting_datagrams(sock, buffer, time.time_ns())
+
+
+def waiting_datagrams(sock: socket.socket, buffer: bytearray,
+                      until_ns: int) -> Iterator[tuple[int, int, tuple]]:
+    """The datagrams waiting on ``sock`` that arrived by ``until_ns`` (realtime ns), read
+    without waiting, as :func:`datagrams` gives them; the first one received later ends them
+    (it is given too: it was read), so a sender that keeps sending cannot hold them up."""
+    while (arrival := receive(sock, buffer, wait=False)) is not None:
+        yield arrival
+        if arrival[1] > until_ns:
+            return
 
 
 def epoch_seconds(ns: int) -> str:

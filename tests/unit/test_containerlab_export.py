@@ -24,6 +24,8 @@ from experiments import cli
 from topologies import scenario as scenario_module
 from topologies.export import ExportError, targets
 from topologies.export import containerlab
+from tests.conftest import wait_until
+from tests.unit.test_media_agents import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((ROOT / "topologies").glob("*.yaml"))
@@ -219,27 +221,30 @@ def test_cli_refuses_what_does_not_map_and_writes_nothing(tmp_path, capsys):
 
 
 def test_exec_wrapper_starts_late_returns_at_once_and_stops_at_the_duration(tmp_path):
-    """The wrapper as containerlab runs it (split like a shell, executed, waited for)."""
-    marks = tmp_path / "marks"
-    program = ["python3", "-c", "import time, pathlib\n"
-               f"path = pathlib.Path({str(marks)!r})\n"
-               "path.write_text(repr(time.time()))\n"
-               "time.sleep(30)\n"
-               "path.write_text('not stopped')"]
+    """The wrapper as containerlab runs it (split like a shell, executed, waited for). The
+    program marks when it started and when it was stopped (its SIGTERM trap, set before
+    anything else), so every check is against its own marks, not against how long things take
+    here."""
+    started_mark, stopped_mark = tmp_path / "started", tmp_path / "stopped"
+    program = ["sh", "-c", f"trap 'kill $sleeping; date +%s.%N > {stopped_mark}; exit 0' TERM; "
+                           f"date +%s.%N > {started_mark}; sleep 30 & sleeping=$!; wait; "
+                           f"echo not stopped > {stopped_mark}"]
     command = containerlab.background(program, log=str(tmp_path / "logs" / "n.log"),
                                       start=0.5, stop=1.5)
     began = time.time()
-    subprocess.run(shlex.split(command), check=True, timeout=5)
-    assert time.time() - began < 0.4  # returned before the program even started
-    assert not marks.exists()
-    deadline = time.time() + 10
-    while not marks.exists() and time.time() < deadline:
-        time.sleep(0.05)
-    started = float(marks.read_text())
-    assert started - began >= 0.5
-    time.sleep(1.5)  # timeout fired at 1 s after the start: the program is gone
-    assert marks.read_text() != "not stopped"
-    assert subprocess.run(["pgrep", "-f", str(marks)], capture_output=True).returncode == 1
+    subprocess.run(shlex.split(command), check=True, timeout=HANG_GUARD_S)
+    returned = time.time()
+    # The timeout stops the program; a program not stopped would end by itself after 30 s.
+    wait_until(lambda: subprocess.run(["pgrep", "-f", str(started_mark)],
+                                      capture_output=True).returncode == 1, "the program's end",
+               HANG_GUARD_S)
+    started = float(started_mark.read_text())
+    stopped = float(stopped_mark.read_text())  # "not stopped" is no time: ValueError
+    assert started - began >= 0.5  # it started late
+    assert stopped - began >= 1.5  # and was stopped at its stop time, not before
+    # It returned at once: before the program was stopped (a wrapper that waited for it would
+    # return only after that).
+    assert returned < stopped
 
 
 def test_the_exported_controller_writes_its_config_from_the_scenario(tmp_path):

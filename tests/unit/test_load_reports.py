@@ -281,12 +281,23 @@ def test_the_host_meter_measures_interface_rates_without_loopback_or_management(
 
 def test_the_host_meter_reads_this_process_and_namespace():
     meter = HostMeter()
-    meter.read()
-    busy_until = time.process_time() + 0.05
+    # The meter's CPU readings fall between the test's own before and after each read, so the
+    # CPU time it measured is bracketed by what this process itself counted, however long a
+    # busy machine made the 0.05 CPU seconds take.
+    first_read = time.monotonic()
+    before_first = time.process_time()
+    meter.read(now=first_read)
+    after_first = time.process_time()
+    busy_until = after_first + 0.05
     while time.process_time() < busy_until:
         pass
-    figures = meter.read()
-    assert 0.1 < figures["process_cpu"] <= 4  # this process was busy (2 cores at most here)
+    before_second = time.process_time()
+    second_read = time.monotonic()
+    figures = meter.read(now=second_read)
+    after_second = time.process_time()
+    cpu_s = figures["process_cpu"] * (second_read - first_read)
+    assert before_second - after_first - 1e-9 <= cpu_s <= after_second - before_first + 1e-9
+    assert cpu_s >= 0.05  # the busy loop is in it
     assert figures["memory"] > 10e6  # a Python process with pydantic loaded
     assert figures["bw_in"] >= 0 and figures["packets_out"] >= 0
     assert not any(name.startswith("port.lo.") for name in figures)

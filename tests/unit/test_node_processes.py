@@ -8,11 +8,14 @@ import os
 import shutil
 import signal
 import time
+from typing import Callable
 
 import pytest
 from mininet.node import Node
 
 from agents.processes import NodeProcesses, failures
+from tests.conftest import wait_until
+from tests.unit.test_media_agents import HANG_GUARD_S
 
 pytestmark = pytest.mark.skipif(shutil.which("mnexec") is None, reason="mnexec (Mininet) missing")
 
@@ -29,15 +32,29 @@ def start(processes: NodeProcesses, tmp_path, argv, **kwargs):
     return processes.start(ThisNamespace(), "h1", argv, tmp_path / "h1.log", **kwargs)
 
 
+def wait_for(condition, what: str) -> None:
+    wait_until(condition, what, HANG_GUARD_S)
+
+
+def ready_marker(tmp_path, name: str = "ready") -> tuple[str, Callable[[], None]]:
+    """A shell command that leaves a marker file, and the wait for it: scripts run it once
+    their traps are in place, so a signal sent afterwards meets the trap."""
+    marker = tmp_path / name
+    return f": > {marker}", lambda: wait_for(marker.exists, f"the script's {name} marker")
+
+
 def test_shell_children_get_sigterm_and_time_to_finish(tmp_path):
     processes = NodeProcesses("t0")
     # The child traps SIGTERM, takes 0.3 s to write its closing line, then exits 0.
+    mark_ready, wait_ready = ready_marker(tmp_path)
     child = tmp_path / "child.sh"
     child.write_text(f"trap 'sleep 0.3; echo flushed > {tmp_path}/closing; exit 0' TERM\n"
+                     f"{mark_ready}\n"
                      "while true; do sleep 0.05; done\n")
     started = start(processes, tmp_path, ["sh", "-c", f"sh {child} & wait"])
-    time.sleep(0.5)
-    outcomes = processes.stop_all(grace_s=3)
+    wait_ready()
+    # A grace that only a hung trap outlasts: stop_all returns once the group is gone.
+    outcomes = processes.stop_all(grace_s=HANG_GUARD_S)
     assert (tmp_path / "closing").read_text() == "flushed\n"
     assert outcomes[0]["stopped"] == "terminated" and not outcomes[0]["failed"], outcomes
     with pytest.raises(ProcessLookupError):
@@ -46,11 +63,16 @@ def test_shell_children_get_sigterm_and_time_to_finish(tmp_path):
 
 def test_group_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
     processes = NodeProcesses("t0")
-    started = start(processes, tmp_path, ["sh", "-c", "trap '' TERM; sleep 30 & wait; sleep 30"])
-    time.sleep(0.3)
+    mark_ready, wait_ready = ready_marker(tmp_path)
+    sleep_s = 2 * HANG_GUARD_S
+    started = start(processes, tmp_path, ["sh", "-c", f"trap '' TERM; {mark_ready}; "
+                                                      f"sleep {sleep_s} & wait; sleep {sleep_s}"])
+    wait_ready()  # SIGTERM is ignored from here on, by the shell and what it starts
     begun = time.monotonic()
     outcomes = processes.stop_all(grace_s=0.5)
-    assert 0.5 <= time.monotonic() - begun < 3
+    # Not before the grace; and well before the group would have ended by itself: a stop that
+    # waited for it instead of killing it would take sleep_s.
+    assert 0.5 <= time.monotonic() - begun < HANG_GUARD_S
     assert outcomes[0]["stopped"] == "killed"
     with pytest.raises(ProcessLookupError):
         os.killpg(started.group, 0)
@@ -58,8 +80,8 @@ def test_group_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
 
 def test_children_of_a_program_that_already_ended_are_stopped(tmp_path):
     processes = NodeProcesses("t0")
-    started = start(processes, tmp_path, ["sh", "-c", "sleep 30 & exit 0"])
-    time.sleep(0.3)
+    started = start(processes, tmp_path, ["sh", "-c", f"sleep {2 * HANG_GUARD_S} & exit 0"])
+    wait_for(lambda: started.process.poll() is not None, "the shell's exit")
     assert started.process.poll() == 0
     outcomes = processes.stop_all(grace_s=2)
     assert outcomes[0] | {"command": None} == {
@@ -75,10 +97,13 @@ def test_non_zero_exits_and_signals_are_failures_unless_allowed(tmp_path):
     start(processes, tmp_path, ["no-such-program-anywhere"])
     start(processes, tmp_path, ["sh", "-c", "kill -SEGV $$"])
     start(processes, tmp_path, ["sh", "-c", "exit 5"], may_fail=True)
-    start(processes, tmp_path, ["sleep", "30"])
-    time.sleep(0.5)
-    assert {p.argv[-1] for p in processes.newly_exited()} == {
-        "echo bad input; exit 3", "no-such-program-anywhere", "kill -SEGV $$", "exit 5"}
+    start(processes, tmp_path, ["sleep", str(2 * HANG_GUARD_S)])
+    ending = {"echo bad input; exit 3", "no-such-program-anywhere", "kill -SEGV $$", "exit 5"}
+    exited: set[str] = set()
+    wait_for(lambda: (exited.update(p.argv[-1] for p in processes.newly_exited())
+                      or ending <= exited), "the four programs' exits")
+    assert exited == ending  # reported once each, and not the one still sleeping
+    assert processes.newly_exited() == []
     outcomes = processes.stop_all(grace_s=2)
     assert [o["failed"] for o in outcomes] == [True, True, True, False, False]
     assert "bad input" in outcomes[0]["log_tail"]
@@ -91,10 +116,11 @@ def test_non_zero_exits_and_signals_are_failures_unless_allowed(tmp_path):
 
 def test_a_program_that_fails_while_being_stopped_is_a_failure(tmp_path):
     processes = NodeProcesses("t0")
+    mark_ready, wait_ready = ready_marker(tmp_path)
     start(processes, tmp_path, ["sh", "-c", "trap 'echo cleanup broke; exit 7' TERM; "
-                                            "while true; do sleep 0.05; done"])
-    time.sleep(0.3)
-    outcome, = processes.stop_all(grace_s=2)
+                                            f"{mark_ready}; while true; do sleep 0.05; done"])
+    wait_ready()
+    outcome, = processes.stop_all(grace_s=HANG_GUARD_S)
     assert outcome["stopped"] == "terminated" and outcome["exit_code"] == 7
     assert outcome["failed"] and "cleanup broke" in outcome["log_tail"]
 
