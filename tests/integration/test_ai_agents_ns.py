@@ -17,6 +17,7 @@ import pytest
 from agents.probe import loss_interval
 from experiments.fidelity import CLEAR, HOST_SWITCH, FidelityPath
 from tests.conftest import ROOT
+from tests.integration.conftest import SINGLE_SHOT_CONFIDENCE
 from tests.unit.test_media_agents import agent_argv, listening_port, summary_of, table
 from topologies.model import Impairment
 
@@ -63,10 +64,13 @@ def units_received(out) -> list[dict]:
 
 
 def assert_first_copies_lost_at(out, loss: float) -> None:
-    """The first copies' loss is the link's: the loss fraction's 99.9% interval holds it."""
+    """The first copies' loss is the link's: the loss fraction's interval holds it. The loss is
+    drawn by the kernel, unseeded and counted by nobody, so a single run is held to an interval
+    it misses once in a million runs (at 4725 packets and 5%, a measured 3.5% to 6.6% passes:
+    far from no loss or twice it)."""
     [flow] = table(out, "flows", "e1", "ai_receiver")
     lost, expected = int(flow["lost"]), int(flow["unique"]) + int(flow["lost"])
-    low, high = loss_interval(lost, expected, confidence=0.999)
+    low, high = loss_interval(lost, expected, confidence=SINGLE_SHOT_CONFIDENCE)
     assert low <= loss <= high, (lost, expected)
 
 
@@ -88,9 +92,10 @@ def test_without_retransmission_every_unit_fails(path, tmp_path):
     assert all(row["complete"] == "0" and int(row["missing_at_end"]) > 0 for row in rows)
     assert all(row["retransmissions_received"] == "0" for row in rows)
     assert sent["retransmitted"] == 0 and sent["nacks_received"] > 0
-    # What is missing at the end is what the link lost.
+    # What is missing at the end is what the link lost (the interval as in
+    # assert_first_copies_lost_at).
     low, high = loss_interval(sum(int(row["missing_at_end"]) for row in rows), UNITS * FRAGMENTS,
-                              confidence=0.999)
+                              confidence=SINGLE_SHOT_CONFIDENCE)
     assert low <= LOSS <= high
 
 

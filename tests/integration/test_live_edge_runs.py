@@ -19,6 +19,7 @@ from experiments.kinds.live_edge_emulation import viewer_qoe
 from experiments.measurements import read_table
 from tests.conftest import ROOT
 from tests.integration.conftest import assert_nothing_left, edgebed, only_run_dir
+from tests.integration.test_agent_runs import TIMING_FLAGS
 from tests.integration.test_controller_runs import addresses
 
 SCENARIO = ROOT / "topologies" / "live_edge.yaml"
@@ -27,6 +28,10 @@ GOODPUT_TOLERANCE = 0.15
 # arrival (it is transcoded whole) and the spreading of the transcoded frame's packets over as
 # long, a frame interval each at most, plus what an emulated hop adds.
 SLACK_S = 0.015
+DURATION_S = 12
+# A decision the policy made this close to the end of the run may reach a viewer after it was
+# stopped (a push takes milliseconds on a quiet machine, longer on a loaded one).
+HEARD_GRACE_S = 1.0
 
 
 def agent_params(resolved: dict, agent: str, model):
@@ -36,21 +41,23 @@ def agent_params(resolved: dict, agent: str, model):
     return model.model_validate(entry["params"])
 
 
-def policy_assignments(run_dir) -> dict[str, list[tuple[str, float | None]]]:
+def policy_assignments(run_dir) -> dict[str, list[tuple[float, str, float | None]]]:
     """Each flow's assignments in the controller's ``policy_trace`` table, in the order the
-    policy made them: flow -> [(server, bitrate)]."""
+    policy made them: flow -> [(time written, server, bitrate)]."""
     decided: dict[str, list] = {}
     for row in read_table(run_dir, "policy_trace"):  # one writer, rows in call order
         for item in filter(None, row["assigned"].split(";")):
             flow, server, *bitrate = item.split("@")
-            decided.setdefault(flow, []).append((server, float(bitrate[0]) if bitrate else None))
+            decided.setdefault(flow, []).append(
+                (float(row["time"]), server, float(bitrate[0]) if bitrate else None))
     return decided
 
 
 def test_every_viewer_is_served_by_the_edge_and_at_the_bitrate_the_controller_chose(
         tmp_path, state_before):
     runs = tmp_path / "runs"
-    result = edgebed("run", str(SCENARIO), "--duration", "12s", "--runs-dir", str(runs))
+    result = edgebed("run", str(SCENARIO), "--duration", f"{DURATION_S}s", "--runs-dir",
+                     str(runs))
     assert result.returncode == 0, result.stdout + result.stderr
     run_dir = only_run_dir(runs)
     resolved = yaml.safe_load((run_dir / "scenario.yaml").read_text())
@@ -69,6 +76,17 @@ def test_every_viewer_is_served_by_the_edge_and_at_the_bitrate_the_controller_ch
     flows = {(row["node"], row["flow"]): row for row in read_table(run_dir, "flows")}
     graph = NetworkView.from_json(
         ControllerConfig.read(run_dir / "controller" / "config.json").view).policy_graph()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    # Goodput and the delay's upper side hold the machine to keeping up: they are asserted
+    # when the fidelity verdict is clean, and otherwise the verdict must say why (lateness, or
+    # loss the emulator made, which an edge's transcoded stream shows first). Everything else,
+    # delays' lower side included, holds on any machine.
+    fidelity = summary["fidelity"]
+    kept_up = fidelity["ok"]
+    print(f"\nfidelity verdict: {'clean' if kept_up else fidelity['flags']}")
+    if not kept_up:
+        assert all(any(kind in flag for kind in TIMING_FLAGS + ("emulator-made loss",))
+                   for flag in fidelity["flags"]), fidelity["flags"]
 
     def path_delay(server: str, viewer: str) -> float:
         """Streamer to its edge, on to ``server``, on to ``viewer``: the model's network
@@ -103,14 +121,16 @@ def test_every_viewer_is_served_by_the_edge_and_at_the_bitrate_the_controller_ch
         goodput = float(stream["goodput_bps"])
         # An edge transcodes what reaches it: a source the machine could not carry in full
         # (the fidelity flags say when) shows here first.
-        assert abs(goodput - bitrate) <= GOODPUT_TOLERANCE * bitrate, (
+        assert not kept_up or abs(goodput - bitrate) <= GOODPUT_TOLERANCE * bitrate, (
             viewer, stream, "source loss at the edge", flows[server, "stream-0"]["loss_fraction"])
         transcoding = edge.transcoding_delay * (source.bitrate - bitrate) / 1e6
         expected_delays[viewer] = {candidate: path_delay(candidate, viewer) + transcoding
                                    for candidate in coverage[viewer]}
         measured = measured_delays[viewer] = float(stream["delay_p50_ms"]) / 1e3
-        assert (expected_delays[viewer][server] <= measured
-                <= expected_delays[viewer][server] + 2 / source.fps + SLACK_S), (viewer, stream)
+        assert expected_delays[viewer][server] <= measured, (viewer, stream)
+        assert not kept_up or (
+            measured <= expected_delays[viewer][server] + 2 / source.fps + SLACK_S), (
+            viewer, stream, fidelity)
     # The delay also tells the chosen edge from the viewer's other one (12 to 25 ms apart
     # here), once the part every viewer's delay shares (the frame-by-frame transcoding's, the
     # median over the viewers) is taken off.
@@ -127,8 +147,9 @@ def test_every_viewer_is_served_by_the_edge_and_at_the_bitrate_the_controller_ch
     for viewer, row in qoe.items():
         assert (row["server"], row["bitrate_bps"]) == (placed[viewer]["server"],
                                                        placed[viewer]["bitrate"])
-        assert row["latency_model_ms"] <= row["latency_measured_ms"] <= (
-            row["latency_model_ms"] + 1e3 * (2 / source.fps + SLACK_S)), row
+        assert row["latency_model_ms"] <= row["latency_measured_ms"], row
+        assert not kept_up or row["latency_measured_ms"] <= (
+            row["latency_model_ms"] + 1e3 * (2 / source.fps + SLACK_S)), (row, fidelity)
         assert row["qoe_measured"] <= row["qoe_model"], row
     # The policy trace: one row per policy call, its counts matching its flow lists, and
     # every decision a viewer followed one the policy made, in the order it made them.
@@ -145,14 +166,20 @@ def test_every_viewer_is_served_by_the_edge_and_at_the_bitrate_the_controller_ch
     assert all(int(row["requests"]) == int(row["assignments"]) + int(row["rejections"])
                for row in trace)
     assignments = policy_assignments(run_dir)
+    heard_by = summary["timeline_origin_s"] + DURATION_S - HEARD_GRACE_S
     for viewer in viewers:
         flow = placed[viewer]["flow"]
-        made = [(server, round(bitrate)) for server, bitrate in assignments[flow]]
+        made = [(at, server, round(bitrate)) for at, server, bitrate in assignments[flow]]
+        # A repeat of the decision before it is no new decision.
+        distinct = [(at, *d) for i, (at, *d) in enumerate(made)
+                    if i == 0 or made[i - 1][1:] != tuple(d)]
+        expected = [tuple(d) for _, *d in distinct]
+        must_hear = sum(at <= heard_by for at, *_ in distinct)
         heard = [(row["server"], round(float(row["bitrate_bps"]))) for row in decided
                  if row["node"] == viewer]
-        # What the viewer heard is what the policy decided, with a repeat heard once.
-        assert heard == [d for i, d in enumerate(made) if i == 0 or made[i - 1] != d], (
-            viewer, heard, made)
-    summary = json.loads((run_dir / "summary.json").read_text())
+        # What the viewer heard is what the policy decided, in order, every decision made in
+        # time to reach it before the end; the last ones may not have.
+        assert must_hear <= len(heard) and heard == expected[:len(heard)], (
+            viewer, heard, made, heard_by)
     assert summary["controller"]["status"]["control"]["handler_errors"] == 0
     assert_nothing_left(state_before, summary["prefix"])

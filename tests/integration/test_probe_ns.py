@@ -133,7 +133,11 @@ def test_clean_link_delivers_every_packet_at_the_requested_rate(veth_pair, tmp_p
     sent, received = probe_run(veth_pair, tmp_path, count=5000, rate=1000)
 
     assert sent["sent"] == 5000 and sent["send_errors"] == 0
-    assert sent["rate_pps"] == pytest.approx(1000, rel=0.005)
+    # The sender's span runs from its first send to its last, each on the schedule (4.999 s
+    # apart) plus its own counted lateness: the two differ by at most the latest of them.
+    late_s = sent["lateness_us"]["max"] / 1e6
+    assert abs(sent["duration_s"] - 4999 / 1000) <= late_s + 1e-9
+    assert sent["rate_pps"] == pytest.approx(4999 / sent["duration_s"])
     assert received["received"] == received["unique"] == 5000
     assert received["lost"] == received["duplicates"] == received["reordered"] == 0
     assert received["not_probe"] == 0
@@ -142,6 +146,13 @@ def test_clean_link_delivers_every_packet_at_the_requested_rate(veth_pair, tmp_p
         records = list(csv.DictReader(stream))
     assert [int(row["seq"]) for row in records] == list(range(5000))
     assert all(int(row["recv_ns"]) > int(row["send_ns"]) for row in records)
+    # What arrived spans what was sent (by the packets' own send stamps), give or take how much
+    # the first and last packets' measured delays differ.
+    first, last = records[0], records[-1]
+    sent_span = int(last["send_ns"]) - int(first["send_ns"])
+    received_span = int(last["recv_ns"]) - int(first["recv_ns"])
+    delays = received["delay_ms"]
+    assert abs(received_span - sent_span) <= (delays["max"] - delays["min"]) * 1e6 + 1
     print(f"\nclean veth, 5000 at 1000 pps: rate {sent['rate_pps']:.3f} pps, lateness "
           f"{sent['lateness_us']}, delay {received['delay_ms']}, "
           f"jitter {received['jitter_ms']:.4f} ms")
