@@ -428,7 +428,8 @@ class EdgebedController(App):
     def _on_steer(self, message, reply, source) -> None:
         started = time.perf_counter_ns()
         try:
-            outcome = self.core.steer(message.flow, message.server)
+            outcome = self.core.steer(message.flow, message.server,
+                                      now=time.monotonic() - self.started)
         except (KeyError, ValueError) as error:
             reply(protocol.Rejected(id=message.id, flow=message.flow, reason=_reason(error)))
             return

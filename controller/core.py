@@ -396,10 +396,15 @@ class ControllerCore:
                 outcome.placed[assignment.flow] = placement.server
         return outcome
 
-    def steer(self, flow: str, server: str) -> Outcome:
-        """Move a placed flow to ``server`` by hand (an operator's or experiment's decision)."""
+    def steer(self, flow: str, server: str, now: float = 0.0) -> Outcome:
+        """Move a placed flow to ``server``: a client confirming one of its candidates, or an
+        operator's or experiment's decision. The policy may refuse (ValueError, its reason)."""
         if flow not in self.flows:
             raise KeyError(f"no placed flow {flow!r}")
+        refuse = getattr(self.policy, "refuse_steer", None)
+        refusal = refuse(self.state(now=now), flow, server) if refuse is not None else None
+        if refusal is not None:
+            raise ValueError(refusal)
         outcome = Outcome()
         self._migrate(flow, server, Terms(), outcome)
         return outcome

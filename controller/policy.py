@@ -279,6 +279,11 @@ class Policy(Protocol):
 
     def decide(self, state: State) -> Decision: ...
 
+    def refuse_steer(self, state: State, flow: str, server: str) -> str | None:
+        """Why placed ``flow`` may not move to ``server`` when a client confirms one of its
+        candidates or an operator steers it, or None to let it. Optional: a policy that does
+        not define it lets every steer to a server of the flow's service through."""
+
 
 class ModelPolicy:
     """Base of the policies that decide a call as one round of a scheme's model, service by

@@ -29,9 +29,16 @@ HOT_STANDBY_GAP_S = 1.0
 
 
 def run(tmp_path, capacity: str, fast_failover: str):
+    """One run of the scenario. Each viewer gets one candidate, the node its center admitted
+    it to: with several it probes them and confirms the one whose echoes came back first,
+    which on a busy machine is chance (cn1 and cn3 are a few milliseconds apart), and a viewer
+    that confirms cn3 before pulling takes itself out of the burst on cn1 these runs are
+    about. Candidates and confirmation are tested in tests/unit (test_follower,
+    test_dispatch_policy)."""
     runs = tmp_path / capacity
     env = {**os.environ, "EDGEBED_CAPACITY": capacity, "EDGEBED_FAST_FAILOVER": fast_failover,
-           "EDGEBED_CUT_AT": f"{CUT_AT}s", "EDGEBED_DURATION": f"{DURATION}s"}
+           "EDGEBED_CUT_AT": f"{CUT_AT}s", "EDGEBED_DURATION": f"{DURATION}s",
+           "EDGEBED_CANDIDATES": "1"}
     result = edgebed("run", str(SCENARIO), "--runs-dir", str(runs), env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     run_dir = only_run_dir(runs)
@@ -86,17 +93,26 @@ def state_before_module():
     return SystemState.now()
 
 
+def policy_redirects(run_dir) -> list[str]:
+    """The policy's own redirects (``flow@server``), as its trace records them: the
+    controller's decisions also hold the moves clients asked for by confirming a candidate."""
+    return [moved for row in read_table(run_dir, "policy_trace") if row["migrated"]
+            for moved in row["migrated"].split(";")]
+
+
 def test_tickets_prevent_the_oversell_the_shared_capacity_shows(runs):
     tickets, shared = runs
     # The burst of four cn viewers through three centers: with a shared capacity figure each
     # center believes cn1 has room, and cn1 serves four streams at once ...
     assert concurrency(shared)["cn1"] > CAPACITY, concurrency(shared)
     # ... until its load report shows it, and the policy redirects the latest viewer.
-    redirects = [row for row in read_table(shared, "decisions") if row["kind"] == "migrate"]
-    assert [row["server"] for row in redirects] == ["cn2"], redirects  # the one beyond 3
-    # With tickets no node ever serves more than its capacity, and nobody is redirected.
+    redirects = policy_redirects(shared)
+    assert [moved.split("@")[1] for moved in redirects] == ["cn2"], redirects  # the one beyond 3
+    # With tickets no node ever serves more than its capacity, and the policy redirects
+    # nobody: a client that confirms another candidate (its probes found it better; on a busy
+    # machine their round trips differ by chance) moves only where its center has a ticket.
     assert max(concurrency(tickets).values()) <= CAPACITY, concurrency(tickets)
-    assert not [row for row in read_table(tickets, "decisions") if row["kind"] == "migrate"]
+    assert not policy_redirects(tickets)
     placed = {row["flow"]: row["server"] for row in read_table(tickets, "decisions")
               if row["kind"] == "place" and row["flow"] != "-"}
     assert len(placed) == 6, placed  # every viewer was served

@@ -247,6 +247,27 @@ def test_a_policy_decision_for_a_server_outside_the_service_is_refused():
         bed.core.steer("viewer1/video", "viewer2")
 
 
+def test_a_steer_the_policy_refuses_changes_nothing():
+    bed = Bed()
+    bed.place("viewer1")
+    placed = bed.core.flows["viewer1/video"].placement.server
+    target = next(s for s in ("edge1", "edge2", "edge3") if s != placed)
+    asked = []
+
+    def refuse_steer(state, flow, server):
+        asked.append((flow, server, len(state.placements)))
+        return f"{server} is full"
+
+    bed.core.policy.refuse_steer = refuse_steer
+    desired = {switch: bed.core.desired(switch) for switch in bed.view.switches}
+    with pytest.raises(ValueError, match=f"{target} is full"):
+        bed.core.steer("viewer1/video", target)
+    assert asked == [("viewer1/video", target, 1)]
+    assert bed.core.flows["viewer1/video"].placement.server == placed
+    assert all(not rules.diff(desired[switch], bed.core.desired(switch))
+               for switch in bed.view.switches)
+
+
 def test_a_client_has_one_flow_per_service():
     bed = Bed()
     bed.place("viewer1")

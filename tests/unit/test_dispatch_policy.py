@@ -149,3 +149,22 @@ def test_the_decision_carries_the_ranked_candidates():
     policy = Dispatch(DispatchParams(centers=CENTERS, error_share=0.0, candidates=3))
     [assignment] = policy.decide(state([request("v1")])).assignments
     assert (assignment.server, assignment.candidates) == ("a1", ("a1", "b1", "u1"))
+
+
+def test_a_confirmed_candidate_needs_room_in_the_centers_view():
+    # Capacity 2 per node, centers cn and us: one ticket each. v1 (center cn) sits on a1 and
+    # v2 (cn) on b1: cn's ticket for b1 is taken, so v1 may not confirm b1; u1 has room.
+    policy = Dispatch(DispatchParams(centers=CENTERS, error_share=0.0))
+    placed = [Placement(request("v1"), "a1"), Placement(request("v2"), "b1")]
+    assert policy.refuse_steer(state(placements=placed), "v1/live", "b1") == (
+        "b1 has no room for v1 at cn")
+    assert policy.refuse_steer(state(placements=placed), "v1/live", "u1") is None
+    assert policy.refuse_steer(state(placements=placed), "v1/live", "a1") is None  # no move
+    # With a shared figure the center counts the last report (none yet: room; b1 full: none).
+    def shared():
+        return Dispatch(DispatchParams(centers=CENTERS, error_share=0.0,
+                                       capacity_control="shared"))
+    assert shared().refuse_steer(state(placements=placed), "v1/live", "b1") is None
+    full = {"b1": (LoadReport("b1", 0.0, 2e6, {"sessions": 2}),)}
+    assert shared().refuse_steer(state(placements=placed, loads=full), "v1/live", "b1") == (
+        "b1 has no room for v1 at cn")

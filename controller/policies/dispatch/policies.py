@@ -182,6 +182,23 @@ class Dispatch(ModelPolicy):
         self._labels = labels
         return super().decide(state)
 
+    def refuse_steer(self, state: State, flow: str, server: str) -> str | None:
+        """A client confirms the candidate its probes found best: the move needs room at that
+        node in its center's view, as a new client would (with tickets, one of the center's
+        tickets there; the flow's old one is given back by the move). Without it the client
+        stays where the center put it; otherwise several clients confirming the same node
+        oversell it, which is what the capacity control is there to prevent."""
+        [placement] = [p for p in state.placements if p.request.flow == flow]
+        nodes = self._nodes(state, placement.request.service)
+        if placement.server == server or server not in {node.name for node in nodes}:
+            return None  # no move, or none the controller's own check lets through
+        self._labels = {client.name: dict(client.labels) for client in state.clients}
+        center = self._center(self._labels.get(placement.request.client, {})
+                              | placement.request.labels)
+        if self._control(state, nodes, self._labels).has_room(center, server):
+            return None
+        return f"{server} has no room for {placement.request.client} at {center}"
+
     def services(self, state: State, by_service) -> list[str]:
         # Services without requests are visited too: their oversold nodes redirect flows.
         return sorted(set(by_service) | {server.service for server in state.servers})
