@@ -44,6 +44,10 @@ TABLES = {
                   "policy_ms", "send_ms", "install_ms"),
     # One row per policy call: what it was given, what it answered, how long it took.
     "policy_trace": ("node", "agent", "time", *TRACE_COLUMNS),
+    # One row per load report that arrived, kept or not: its age is arrival minus the sender's
+    # clock (the hosts of a run share CLOCK_REALTIME), gaps in seq are reports lost on the way.
+    "load_reports": ("node", "agent", "time", "server", "service", "seq", "urgent", "load",
+                     "age_ms", "kept"),
 }
 """The tables the controller writes, as ``records/<table>/controller-controller.csv`` beside the
 agents' (:class:`agents.common.TableWriter`), merged with theirs after the run."""
@@ -127,13 +131,14 @@ class EdgebedController(App):
 
     def _control_sockets(self) -> list:
         """The control protocol listens on loopback (at a port of its own per run, as runs share
-        the root namespace) and, when there is a management network, on the controller's
-        management address inside the management namespace; nowhere else."""
+        the root namespace) and at the hosts' control endpoint, inside its namespace: the
+        controller's management address (out-of-band) or the control host's data-plane
+        address (in-band); nowhere else."""
         sockets = [netns.udp_socket("127.0.0.1", self.config.loopback_control_port)]
-        management = self.config.management
-        if management:
-            sockets.append(netns.udp_socket(management.address, self.config.control_port,
-                                            netns_pid=management.netns_pid))
+        endpoint = self.config.control_endpoint
+        if endpoint:
+            sockets.append(netns.udp_socket(endpoint.address, self.config.control_port,
+                                            netns_pid=endpoint.netns_pid))
         return sockets
 
     def shutdown(self) -> None:
@@ -385,12 +390,20 @@ class EdgebedController(App):
             getattr(self, f"_on_{message.type}")(message, reply, source)
 
     def _on_load(self, message, reply, source) -> None:
-        """A load report: kept in the server's history unless stale (counted in the status),
-        then whatever the policy's ``on_load`` asks for (least_loaded rebalances, a policy that
-        redecides places every flow again, most only keep it for their next decision)."""
+        """A load report: recorded in the ``load_reports`` table with its age, kept in the
+        server's history unless stale (counted in the status), then whatever the policy's
+        ``on_load`` asks for (least_loaded rebalances, a policy that redecides places every
+        flow again, most only keep it for their next decision)."""
         now = time.monotonic() - self.started
-        if not self.core.report_load(message.node, message.load, metrics=message.metrics,
-                                     now=now, sent=message.ts, urgent=message.urgent):
+        arrived = time.time()
+        kept = self.core.report_load(message.node, message.load, metrics=message.metrics,
+                                     now=now, sent=message.ts, urgent=message.urgent,
+                                     wall_clock=arrived)
+        self.tables["load_reports"].row(
+            "controller", "controller", f"{arrived:.6f}", message.node, message.service,
+            message.seq, int(message.urgent), f"{message.load:g}",
+            f"{(arrived - message.ts) * 1e3:.3f}", int(kept))
+        if not kept:
             return
         started = time.perf_counter_ns()
         outcome = self.core.react_to_load(now)

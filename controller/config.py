@@ -20,16 +20,19 @@ from controller import policies
 from topologies.files import atomic_write
 
 
-class ManagementEndpoint(BaseModel):
-    """Where the controller listens on the out-of-band management network: its address there
-    and a process in the management namespace (the socket is opened inside it)."""
+class ControlEndpoint(BaseModel):
+    """Where hosts reach the controller's control protocol: an address and a process in the
+    namespace that holds it (the socket is opened inside it). Out-of-band, the controller's
+    address on the management network in the management namespace; in-band, the control
+    host's data-plane address in that host's namespace, so control messages cross the
+    switches and impaired links."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    address: str = Field(description="the controller's management address, dotted IPv4")
-    netns_pid: int | None = Field(gt=0, description="a process whose network namespace is the "
-                                                    "management network's (None: the "
-                                                    "controller's own, as in a container)")
+    address: str = Field(description="the address hosts send control messages to, dotted IPv4")
+    netns_pid: int | None = Field(gt=0, description="a process whose network namespace holds "
+                                                    "the address (None: the controller's own, "
+                                                    "as in a container)")
 
 
 class ControllerConfig(BaseModel):
@@ -48,14 +51,15 @@ class ControllerConfig(BaseModel):
     period: float | None = Field(None, gt=0, description="seconds between periods (none: no "
                                                          "periods)")
     control_port: int = Field(ge=1, le=65535, description="UDP port of the control protocol "
-                                                          "on the management network")
+                                                          "at the control endpoint")
     loopback_control_port: int = Field(ge=1, le=65535, description="UDP port of the control "
                                                                    "protocol on loopback")
     openflow_port: int = Field(0, ge=0, le=65535, description="TCP port switches connect to "
                                                               "(0 until the process starts)")
     openflow_host: str = Field("127.0.0.1", description="address switches connect to (a "
                                                         "container's: 0.0.0.0)")
-    management: ManagementEndpoint | None = None
+    control_endpoint: ControlEndpoint | None = Field(
+        None, description="where hosts reach the control protocol (none: only loopback)")
 
     @model_validator(mode="after")
     def _policy_takes_its_params(self) -> ControllerConfig:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from topologies.naming import ENVIRONMENT_KEY
 
-from .config import ControllerConfig, ManagementEndpoint
+from .config import ControllerConfig, ControlEndpoint
 
 CONFIG_ENVIRONMENT = "EDGEBED_CONTROLLER_CONFIG"
 READY_TIMEOUT_S = 30.0
@@ -44,7 +44,7 @@ def free_port(kind: int = socket.SOCK_STREAM) -> int:
 
 
 def scenario_config(scenario, out: Path, loopback_control_port: int,
-                    management: ManagementEndpoint | None) -> ControllerConfig:
+                    control_endpoint: ControlEndpoint | None) -> ControllerConfig:
     """The controller's configuration for ``scenario`` (a resolved
     :class:`topologies.scenario.Scenario`): its network view, policy and control ports."""
     from .view import NetworkView
@@ -54,7 +54,8 @@ def scenario_config(scenario, out: Path, loopback_control_port: int,
         out=out, view=NetworkView.from_scenario(scenario).to_json(), policy=settings.policy,
         policy_params=settings.policy_params, fast_failover=settings.fast_failover,
         control_port=settings.control_port, period=settings.period,
-        loopback_control_port=loopback_control_port, management=management)
+        loopback_control_port=loopback_control_port,
+        control_endpoint=control_endpoint)
 
 
 @dataclass
@@ -192,7 +193,7 @@ def standalone_config(scenario_path: Path, out: Path, management_address: str | 
 
     config = scenario_config(
         scenario_module.load(scenario_path), out, free_port(socket.SOCK_DGRAM),
-        management_address and ManagementEndpoint(address=management_address, netns_pid=None))
+        management_address and ControlEndpoint(address=management_address, netns_pid=None))
     config.openflow_host, config.openflow_port = openflow_host, openflow_port
     out.mkdir(parents=True, exist_ok=True)
     config.write(out / "config.json")

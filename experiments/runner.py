@@ -280,22 +280,19 @@ class Run:
     def _start_controller(self) -> None:
         """The controller process, listening before the switches are pointed at it; returns
         once every switch holds its rules."""
-        from controller.config import ManagementEndpoint
         from controller.launcher import ControllerProcess, free_port, scenario_config
 
         settings = self.scenario.document.controller
-        management = self.network.management
+        endpoint = self._control_endpoint()
         directory = self.run_dir.path / "controller"
         self.controller = ControllerProcess(directory, scenario_config(
-            self.scenario, directory, free_port(socket.SOCK_DGRAM),
-            management and ManagementEndpoint(address=management.controller_address,
-                                              netns_pid=management.controller_pid)),
+            self.scenario, directory, free_port(socket.SOCK_DGRAM), endpoint),
             self.names.prefix)
         self._controller_up()
         self.run_dir.update_manifest(controller={
             "openflow": self.controller.openflow_target,
-            "control": (f"{management.controller_address}:{settings.control_port}"
-                        if management else None),
+            "control": endpoint and f"{endpoint.address}:{settings.control_port}",
+            "control_network": settings.control_network,
             "control_loopback": "{}:{}".format(*self.controller.control_address)})
 
     def _controller_up(self) -> None:
@@ -305,13 +302,31 @@ class Run:
         self.network.use_controller(self.controller.openflow_target)
         self.controller.wait_synced(len(self.scenario.switches))
 
+    def _control_endpoint(self):
+        """Where hosts reach the control protocol (a :class:`controller.config.ControlEndpoint`):
+        the controller's address on the management network (out-of-band), or the control
+        host's data-plane address in its namespace (in-band: control messages cross the
+        switches and impaired links); None when hosts cannot reach it."""
+        from controller.config import ControlEndpoint
+
+        settings = self.scenario.document.controller
+        if self.network is None or settings.app == "none":
+            return None
+        if settings.control_network == "in-band":
+            host = self.scenario.nodes[settings.control_host]
+            return ControlEndpoint(address=str(host.ip.ip),
+                                   netns_pid=self.network.net[host.name].pid)
+        management = self.network.management
+        return management and ControlEndpoint(address=management.controller_address,
+                                              netns_pid=management.controller_pid)
+
     def _controller_environment(self) -> dict[str, str]:
-        """Where agents find the control protocol: on the management network."""
-        management = self.network.management if self.network else None
-        if management is None:
+        """Where agents find the control protocol."""
+        endpoint = self._control_endpoint()
+        if endpoint is None:
             return {}
         port = self.scenario.document.controller.control_port
-        return {"EDGEBED_CONTROLLER": f"{management.controller_address}:{port}"}
+        return {"EDGEBED_CONTROLLER": f"{endpoint.address}:{port}"}
 
     def _write_host_logs(self) -> None:
         for node in self.scenario.hosts:

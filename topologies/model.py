@@ -273,10 +273,21 @@ class Controller(StrictModel):
                                                   "where a loop-free alternate exists; false: "
                                                   "reroute only when the controller hears of "
                                                   "the failure")
+    control_network: Literal["out-of-band", "in-band"] = Field(
+        "out-of-band", description="where the control protocol (joins, decisions, load "
+                                   "reports) travels: 'out-of-band' on the management network, "
+                                   "untouched by impairments; 'in-band' on the data network, "
+                                   "through the switches and impaired links to control_host's "
+                                   "address (OpenFlow stays out-of-band either way)")
+    control_host: Optional[str] = Field(
+        None, pattern=SAFE_NAME, description="in-band only: the host whose data-plane "
+                                             "address the controller's control protocol "
+                                             "listens on (where the controller sits in the "
+                                             "data network)")
     management: bool = Field(True, description="an out-of-band management network from "
                                                "every host to the controller, for the control "
                                                "protocol (control traffic never shares data "
-                                               "links)")
+                                               "links); not built for in-band control")
     management_subnet: ipaddress.IPv4Network = Field(
         ipaddress.IPv4Network("172.30.0.0/16"),
         description="addresses of the management network; the controller is the first")
@@ -287,6 +298,12 @@ class Controller(StrictModel):
     @classmethod
     def _shorthand(cls, value: Any) -> Any:
         return {"app": value} if isinstance(value, str) else value
+
+    @property
+    def builds_management(self) -> bool:
+        """Whether runs build the management network: asked for, and the control protocol
+        travels out-of-band (in-band it crosses the data network instead)."""
+        return self.management and self.control_network == "out-of-band"
 
 
 class EmulatorLossLimit(StrictModel):

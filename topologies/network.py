@@ -84,12 +84,13 @@ class ScenarioNetwork:
         for link in self.scenario.links:
             self._links[link.index] = self._add_link(link.index, link.a, link.b)
         controller = self.scenario.document.controller
-        if not standalone and controller.management:
+        managed = not standalone and controller.builds_management
+        if managed:
             self.net.addHost(self.names.controller_namespace(), cls=Host, ip=None)
         self.net.build()
         self._configure_hosts()
         self._configure_wires()
-        if not standalone and controller.management:
+        if managed:
             self.management = Management.build(self, controller.management_subnet)
         self.timings.build_s = time.monotonic() - started
         started = time.monotonic()

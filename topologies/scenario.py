@@ -820,7 +820,8 @@ class _Resolver:
         controller = self.document.controller
         path = ("controller",)
         if controller.app == "none":
-            for name in ("services", "policy", "policy_params", "period"):
+            for name in ("services", "policy", "policy_params", "period", "control_network",
+                         "control_host"):
                 if name in controller.model_fields_set:
                     self.problem(path + (name,), f"{name} is set but no controller app runs",
                                  "set controller: {app: edgebed}", key=True)
@@ -833,8 +834,9 @@ class _Resolver:
             self._check_policy_params(controller.policy, controller.policy_params)
         host_addresses = {address.ip: node.name for node in self.hosts_in_order()
                           for address in node.interfaces.values() if address is not None}
+        self._check_control_network(controller)
         management = controller.management_subnet
-        if controller.management:
+        if controller.builds_management:
             if management.overlaps(self.topology.subnet):
                 self.problem(path + ("management_subnet",),
                              f"{management} overlaps the topology subnet {self.topology.subnet}",
@@ -854,7 +856,7 @@ class _Resolver:
             elif spec.address in addresses:
                 self.problem(where + ("address",), f"{spec.address} is also service "
                                                    f"{addresses[spec.address]}'s address")
-            elif controller.management and spec.address in management:
+            elif controller.builds_management and spec.address in management:
                 self.problem(where + ("address",), f"{spec.address} is inside the management "
                                                    f"subnet {management}")
             addresses[spec.address] = name
@@ -887,6 +889,31 @@ class _Resolver:
             self.problems.extend(validation_problems(
                 error, params, self.source_map, at=("controller", "policy_params"),
                 fields=lambda path: _fields_at(path, model), subject=f"policy {policy}"))
+
+    def _check_control_network(self, controller: model.Controller) -> None:
+        """In-band control needs a host to listen at, with an address on the data network;
+        out-of-band control has no use for one."""
+        path = ("controller",)
+        if controller.control_network == "out-of-band":
+            if controller.control_host is not None:
+                self.problem(path + ("control_host",), "control_host is only for in-band "
+                                                       "control", "set control_network: in-band "
+                                                                  "or drop control_host")
+            return
+        if controller.control_host is None:
+            self.problem(path + ("control_network",), "in-band control needs control_host",
+                         "name the host the controller listens at, e.g. control_host: dc1")
+            return
+        node = self.nodes.get(controller.control_host)
+        hosts = [n.name for n in self.hosts_in_order()]
+        if node is None or node.is_switch:
+            self.problem(path + ("control_host",),
+                         f"{controller.control_host!r} is not a host of the topology"
+                         + (" (it is a switch)" if node is not None else ""),
+                         did_you_mean(controller.control_host, hosts))
+        elif node.ip is None:
+            self.problem(path + ("control_host",), f"{node.name} has no data-plane address",
+                         "give its first interface an address")
 
     def _check_policy_labels(self, policy: str, services: dict[str, Service]) -> None:
         """The labels ``policy`` reads, typed by its label models: the servers' by

@@ -252,7 +252,7 @@ def test_the_exported_controller_writes_its_config_from_the_scenario(tmp_path):
                                "172.30.0.2", "0.0.0.0", 6653)
     written = json.loads(config.read_text())
     assert written["openflow_host"] == "0.0.0.0" and written["openflow_port"] == 6653
-    assert written["management"] == {"address": "172.30.0.2", "netns_pid": None}
+    assert written["control_endpoint"] == {"address": "172.30.0.2", "netns_pid": None}
     assert len(written["view"]["switches"]) == 4
 
 
@@ -281,3 +281,15 @@ def test_the_exported_controller_command_serves_openflow(tmp_path):
         process.wait(timeout=10)
     assert json.loads((tmp_path / "controller" / "config.json").read_text())["openflow_port"] \
         == port
+
+
+def test_in_band_control_is_stated_as_not_exported(tmp_path):
+    source = (ROOT / "topologies" / "edge-services.yaml").read_text()
+    path = tmp_path / "in-band.yaml"
+    path.write_text(source.replace("controller:\n", "controller:\n  control_network: in-band\n"
+                                                    "  control_host: viewer1\n", 1))
+    export = exported(path)
+    assert any(item.startswith("controller.control_network: in-band") for item in export.unmapped)
+    # The lab's controller is still reachable on containerlab's management network.
+    env = export.topology["topology"]["kinds"]["linux"]["env"]
+    assert env["EDGEBED_CONTROLLER"] == "172.30.0.2:6650"

@@ -13,7 +13,8 @@ import yaml
 from pydantic import ValidationError
 
 from controller import policies
-from controller.config import ControllerConfig, ManagementEndpoint
+from controller.config import ControllerConfig, ControlEndpoint
+from topologies import scenario as scenario_module
 from topologies.model import json_schema
 
 INVALID = Path(__file__).resolve().parents[1] / "scenarios" / "invalid"
@@ -23,7 +24,7 @@ def config(**changes) -> ControllerConfig:
     fields = dict(out="/tmp/run/controller", view={"nodes": []}, policy="lua",
                   policy_params={"source_bitrate": "8Mbps"}, control_port=6650,
                   loopback_control_port=40000, period=2.0,
-                  management={"address": "172.30.0.1", "netns_pid": 4242})
+                  control_endpoint={"address": "172.30.0.1", "netns_pid": 4242})
     return ControllerConfig(**{**fields, **changes})
 
 
@@ -33,7 +34,7 @@ def test_the_config_round_trips_through_the_file_the_app_reads(tmp_path):
     written.write(tmp_path / "config.json")
     read = ControllerConfig.read(tmp_path / "config.json")
     assert read == written
-    assert read.management == ManagementEndpoint(address="172.30.0.1", netns_pid=4242)
+    assert read.control_endpoint == ControlEndpoint(address="172.30.0.1", netns_pid=4242)
     assert read.out == Path("/tmp/run/controller") and read.period == 2.0
 
 
@@ -42,7 +43,7 @@ def test_the_config_round_trips_through_the_file_the_app_reads(tmp_path):
     ({"policy_params": {"weights": {"alpha": "heavy"}}}, "alpha"),
     ({"policy": "lu"}, "unknown policy 'lu'"),
     ({"loopback_control_port": 0}, "loopback_control_port"),
-    ({"management": {"address": "172.30.0.1"}}, "netns_pid"),
+    ({"control_endpoint": {"address": "172.30.0.1"}}, "netns_pid"),
 ])
 def test_a_config_the_app_could_not_use_is_refused_when_written_or_read(changes, problem):
     with pytest.raises(ValidationError, match=problem):
@@ -92,3 +93,38 @@ def test_the_schema_accepts_the_same_scenario_put_right():
     fixed["controller"]["policy_params"] = {"source_bitrate": "8Mbps",
                                             "weights": {"alpha": 0.2}}
     jsonschema.validate(fixed, json_schema())
+
+
+IN_BAND = """\
+name: in-band
+topology:
+  subnet: 10.0.0.0/24
+  nodes:
+    dc: {role: datacenter}
+    e1: {role: edge}
+    s1: {role: switch}
+  links:
+    - endpoints: ["dc:eth1", "s1:eth1"]
+    - endpoints: ["e1:eth1", "s1:eth2"]
+controller:
+  app: edgebed
+  control_network: in-band
+  control_host: dc
+"""
+
+
+def test_in_band_control_builds_no_management_network_and_the_schema_takes_it():
+    document = yaml.safe_load(IN_BAND)
+    jsonschema.validate(document, json_schema())
+    settings = scenario_module.loads(IN_BAND).document.controller
+    assert settings.control_network == "in-band" and settings.control_host == "dc"
+    assert settings.management and not settings.builds_management
+    out_of_band = scenario_module.loads(IN_BAND.replace("  control_network: in-band\n", "")
+                                        .replace("  control_host: dc\n", ""))
+    assert out_of_band.document.controller.builds_management  # the default
+
+
+def test_the_schema_refuses_a_misspelt_control_network():
+    document = scenario_document("controller-control-network-misspelt.yaml")
+    with pytest.raises(jsonschema.ValidationError, match="inband"):
+        jsonschema.validate(document, json_schema())

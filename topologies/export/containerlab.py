@@ -317,6 +317,11 @@ class _Exporter:
                 f"schedule: {len(self.scenario.schedule)} timed events ({', '.join(actions)}); "
                 "containerlab has no timed events: change links with `containerlab tools netem "
                 "set` or `ip link set` while the lab runs")
+        if document.controller.control_network == "in-band":
+            self.unmapped.append("controller.control_network: in-band is edgebed run's: the "
+                                 "lab's controller is a container of its own, so the control "
+                                 "protocol travels containerlab's management network "
+                                 "(out-of-band), untouched by the links' impairments")
         if document.emulation.impairments == "fallback":
             self.unmapped.append("emulation.impairments: fallback (tc rate and BPF loss, a "
                                  "user-space relay for delay and jitter) is edgebed's own; the "
