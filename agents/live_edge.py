@@ -300,6 +300,9 @@ class LiveEdge:
         frame.transcoded = True
         if not frame.bitrate:
             return  # a source that does not say its bitrate cannot be scaled
+        # Sessions past their pull timeout end now, not at the next housekeeping: a frame must
+        # not go to a session whose row says it had ended.
+        self.expire(time.time_ns())
         now_ns = time.monotonic_ns()
         for session in self.sessions.values():
             if session.stream != stream or not session.admitted:

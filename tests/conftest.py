@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import socket
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -18,3 +20,36 @@ def wait_until(condition, what: str, timeout_s: float, poll_s: float = 0.01) -> 
     while not condition():
         assert time.monotonic() < deadline, f"{what} did not happen within {timeout_s:g} s"
         time.sleep(poll_s)
+
+
+class LoopbackRelay:
+    """A loopback UDP port whose datagrams a thread hands to :meth:`relay` (datagram, sender
+    address) until :meth:`close`; subclasses decide where each goes, from ``self.sock``."""
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.1)  # how soon the thread sees close()
+        self.port = self.sock.getsockname()[1]
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> "LoopbackRelay":
+        self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self.done.is_set():
+            try:
+                datagram, sender = self.sock.recvfrom(65536)
+            except TimeoutError:
+                continue
+            self.relay(datagram, sender)
+
+    def relay(self, datagram: bytes, sender: tuple) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.done.set()
+        self.thread.join()
+        self.sock.close()

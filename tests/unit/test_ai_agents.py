@@ -9,7 +9,6 @@ from them.
 from __future__ import annotations
 
 import socket
-import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -20,6 +19,7 @@ from pydantic import ValidationError
 from agents import ai_receiver, ai_terminal
 from agents.common import receiving_socket
 from agents.formats import AI_DATA, AI_NACK, GIFT
+from tests.conftest import LoopbackRelay
 from tests.unit.test_media_agents import (HANG_GUARD_S, LOOPBACK, listening_port, start,
                                           summary_of, table)
 
@@ -110,35 +110,20 @@ def test_receiver_and_terminal_agree_on_timing_defaults():
 
 # The agents over loopback.
 
-class DroppingRelay:
+class DroppingRelay(LoopbackRelay):
     """Forwards datagrams from a loopback port to ``target``, except those ``drop`` picks."""
 
     def __init__(self, target: int, drop: Callable[[bytes], bool]):
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind((LOOPBACK, 0))
-        self.sock.settimeout(0.1)
-        self.port = self.sock.getsockname()[1]
+        super().__init__()
         self.target, self.drop = (LOOPBACK, target), drop
         self.dropped = 0
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._forward, daemon=True)
-        self.thread.start()
+        self.start()
 
-    def _forward(self) -> None:
-        while not self.done.is_set():
-            try:
-                datagram = self.sock.recv(65536)
-            except socket.timeout:
-                continue
-            if self.drop(datagram):
-                self.dropped += 1
-            else:
-                self.sock.sendto(datagram, self.target)
-
-    def close(self) -> None:
-        self.done.set()
-        self.thread.join()
-        self.sock.close()
+    def relay(self, datagram: bytes, sender: tuple) -> None:
+        if self.drop(datagram):
+            self.dropped += 1
+        else:
+            self.sock.sendto(datagram, self.target)
 
 
 def first_copies_of(picked: Callable[[int], bool]) -> Callable[[bytes], bool]:

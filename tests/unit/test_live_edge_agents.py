@@ -24,7 +24,7 @@ from agents import catalog, live_edge, pcap, streamer, viewer
 from agents.formats import MAGIC, MEDIA, PULL, VERSION
 from agents.protocols import Pull, fuzzed_datagrams
 from controller import protocol
-from tests.conftest import ROOT
+from tests.conftest import ROOT, LoopbackRelay, wait_until
 from tests.unit.test_agents_fuzz import DATAGRAMS, bound
 from tests.unit.test_media_agents import (HANG_GUARD_S, LOOPBACK, agent_argv, listening_port,
                                           start, summary_of, table)
@@ -32,7 +32,10 @@ from tests.unit.test_media_agents import (HANG_GUARD_S, LOOPBACK, agent_argv, li
 SOURCE_KBPS = 8000  # R
 FRAGMENT_BYTES = 1000
 FRAGMENTS = 5
-WAIT_S = 0.5  # how long a socket waits for a datagram that should come, or should not
+# How long a socket waits for a datagram that should not come: a finite wait can only miss a
+# late one (the check then passes when it should not), never make one up. Datagrams that must
+# come are waited for up to HANG_GUARD_S, which only catches a hung edge.
+QUIET_S = 0.5
 
 
 class Source:
@@ -62,43 +65,70 @@ class Source:
 
 
 class Viewer:
-    """A viewer's socket: pulls from it, the edge's media come back to it."""
+    """A viewer's socket: pulls from it, the edge's media come back to it. The media packets
+    carry their source frame's number, so packets of frames asked for are told from those of
+    earlier frames a slow edge sends late."""
 
     def __init__(self, edge_port: int, bitrate_kbps: int, delivered: int = 1, rung: int = 1):
         self.edge = (LOOPBACK, edge_port)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind((LOOPBACK, 0))
-        self.sock.settimeout(WAIT_S)
         self.pull_bytes = PULL.pack(stream=3, delivered_stream=delivered, user=1, send_ns=0,
                                     bitrate_kbps=bitrate_kbps, rung=rung)
         self.pulls = 0
-        self.last_pull_ns = 0
+        self.last_pull_ns = 0  # just before the last pull was sent
+        self.pulled_ns = 0  # just after: loopback delivers within the send, so by then the
+        # edge's kernel had stamped it
 
     def pull(self) -> None:
         self.last_pull_ns = time.time_ns()
         self.sock.sendto(self.pull_bytes, self.edge)
+        self.pulled_ns = time.time_ns()
         self.pulls += 1
 
-    def packets(self) -> list[dict]:
-        """The media packets that arrive until none comes for WAIT_S."""
+    def receive(self, timeout_s: float) -> dict | None:
+        """The next media packet, or None when none came within ``timeout_s``."""
+        self.sock.settimeout(timeout_s)
+        try:
+            data = self.sock.recv(2048)
+        except TimeoutError:
+            return None
+        return MEDIA.unpack(data) | {"size": len(data), "arrived_ns": time.time_ns()}
+
+    def frames(self, first: int, count: int = 1, arrived: tuple = ()) -> list[dict]:
+        """The packets of source frames ``first`` to ``first + count - 1``, in arrival order
+        (after those ``arrived`` already), once each of them is complete (as many packets as
+        they say); packets of earlier frames are skipped."""
+        arrived = list(arrived)
+        deadline = time.monotonic() + HANG_GUARD_S
+        while sum(sum(p["frame"] == packet["frame"] for p in arrived) == packet["fragments"]
+                  for packet in {p["frame"]: p for p in arrived}.values()) < count:
+            packet = self.receive(max(0.0, deadline - time.monotonic()))
+            assert packet is not None, f"frames {first} to {first + count - 1}: only {arrived}"
+            if packet["frame"] >= first:
+                arrived.append(packet)
+        return arrived
+
+    def arrivals_from(self, first: int) -> list[dict]:
+        """Packets of source frame ``first`` or later that come until none has for QUIET_S
+        (for what must not come)."""
         arrived = []
-        while True:
-            try:
-                data = self.sock.recv(2048)
-                arrived.append(MEDIA.unpack(data) | {"size": len(data),
-                                                     "arrived_ns": time.time_ns()})
-            except TimeoutError:
-                return arrived
+        while (packet := self.receive(QUIET_S)) is not None:
+            if packet["frame"] >= first:
+                arrived.append(packet)
+        return arrived
 
     def served(self, source: Source) -> list[dict]:
         """Pull, with a source frame after each pull, until media arrive (a session is admitted
-        once the edge knows the source bitrate); returns the first frame's packets."""
-        for _ in range(20):
+        once the edge knows the source bitrate, or once the budget has room); returns the
+        first frame that came, whole."""
+        deadline = time.monotonic() + HANG_GUARD_S
+        while time.monotonic() < deadline:
             self.pull()
             source.send()
-            arrived = self.packets()
-            if arrived:
-                return arrived
+            packet = self.receive(QUIET_S)
+            if packet is not None:
+                return self.frames(packet["frame"], arrived=(packet,))
         pytest.fail("the edge never served the pulls")
 
 
@@ -128,7 +158,7 @@ def test_a_pull_is_served_frame_by_frame_scaled_and_delayed(tmp_path):
     watcher.served(source)
     watcher.pull()  # the session outlives the edge's pull timeout (1 s) through the test
     sent_ns = source.send()
-    frame = watcher.packets()
+    frame = watcher.frames(source.frame - 1)
     # 5000 bytes at a quarter of the bitrate: 1250 bytes, in two near-equal packets as the
     # streamer cuts frames
     assert [(p["fragment"], p["size"]) for p in frame] == [(0, 625), (1, 625)]
@@ -143,9 +173,10 @@ def test_a_pull_is_served_frame_by_frame_scaled_and_delayed(tmp_path):
     source.send(fragments={0, 1, 2, 4})
     watcher.pull()
     source.send(fragments={0})
-    [partial] = watcher.packets()
+    [partial] = watcher.frames(source.frame - 2)
     assert (partial["frame"], partial["fragments"], partial["size"]) == (source.frame - 2, 1,
                                                                         1000)
+    assert watcher.arrivals_from(source.frame - 1) == []  # the frame begun is not complete
     summary = summary_of(edge, stop=True)
     assert (summary["sessions"], summary["refused"]) == (1, 0)
     [row] = sessions(tmp_path)
@@ -159,11 +190,12 @@ def test_the_sizes_sent_are_the_bytes_that_arrived_scaled(tmp_path):
     source = Source(source_port)
     watcher = Viewer(port, bitrate_kbps=3000)
     watcher.served(source)
+    first = source.frame
     for fragments in ({0, 1, 2, 3, 4}, {1, 3}, {0, 1, 2, 3}):
         source.send(fragments)
         watcher.pull()
     source.send({0})
-    arrived = watcher.packets()
+    arrived = watcher.frames(first, 3)
     summary_of(edge, stop=True)
     by_frame: dict[int, int] = {}
     for packet in arrived:
@@ -179,9 +211,12 @@ def test_a_session_ends_when_the_pulls_stop_and_a_new_pull_opens_another(tmp_pat
     watcher = Viewer(port, bitrate_kbps=4000)
     watcher.served(source)
     last_pull_ns = watcher.last_pull_ns
-    time.sleep(timeout_s)
+    # The next frame reaches the edge more than the timeout after the last pull did: the
+    # session has ended when the edge has the frame, however late its housekeeping runs.
+    while time.time_ns() <= watcher.pulled_ns + round(timeout_s * 1e9):
+        time.sleep(0.01)
     source.send()
-    assert watcher.packets() == []  # expired: nothing more without a pull
+    assert watcher.arrivals_from(source.frame - 1) == []  # expired: nothing without a pull
     watcher.served(source)
     summary_of(edge, stop=True)
     # Sessions opened before the edge knew the source's bitrate waited and expired unserved.
@@ -203,7 +238,7 @@ def test_a_session_over_the_compute_budget_is_refused_until_there_is_room(tmp_pa
     for _ in range(3):
         second.pull()
     source.send()
-    assert second.packets() == []
+    assert second.arrivals_from(source.frame - 1) == []
     second.served(source)  # once the first's pulls stop and its session ends
     summary = summary_of(edge, stop=True)
     rows = {int(row["port"]): row for row in sessions(tmp_path)}
@@ -292,19 +327,53 @@ def test_the_viewer_joins_and_follows_pushed_decisions_in_its_pulls(tmp_path):
     assert (pulled["flow"], pulled["decisions"], pulled["migrations"]) == ("v/live", 3, 1)
 
 
+class PullRelay(LoopbackRelay):
+    """Sits between a pulling viewer and the edge: pulls go on to the edge, the edge's media
+    back to the viewer, and the relay notes how many packets of each source frame it passed
+    on, so the test sees when the edge has sent a frame whole."""
+
+    def __init__(self, edge_port: int):
+        super().__init__()
+        self.edge = (LOOPBACK, edge_port)
+        self.viewer: tuple | None = None
+        self.passed: dict[int, list[int]] = {}  # source frame -> [packets, fragments]
+        self.start()
+
+    def relay(self, datagram: bytes, sender: tuple) -> None:
+        if sender != self.edge:
+            self.viewer = sender
+            self.sock.sendto(datagram, self.edge)
+        elif self.viewer is not None:
+            self.sock.sendto(datagram, self.viewer)
+            header = MEDIA.unpack(datagram)
+            self.passed.setdefault(header["frame"], [0, header["fragments"]])[0] += 1
+
+    def passed_whole(self, frame: int) -> bool:
+        packets, fragments = self.passed.get(frame, (0, 1))
+        return packets == fragments
+
+
 def test_a_pulling_viewer_gets_the_streamers_frames_scaled_to_its_bitrate(tmp_path):
     edge, port, source_port = start_edge(tmp_path, transcoding_delay="20ms")
+    relay = PullRelay(port)
     watching = start("viewer", "v", tmp_path, {
-        "port": 0, "pull": LOOPBACK, "pull_port": port,
+        "port": 0, "pull": LOOPBACK, "pull_port": relay.port,
         "pull_stream": 3, "bitrates": ["8Mbps", "5Mbps", "2.5Mbps", "1Mbps"],
         "preferred_bitrate": "2.5Mbps"})
     listening_port(watching)
     stream = {"bitrate": "8Mbps", "duration": 2, "stream": 3}
-    sent = summary_of(start("streamer", "s", tmp_path, {"to": LOOPBACK, "port": source_port}
-                            | stream, seed=5))
-    time.sleep(WAIT_S)  # the last frames' transcoding delay is 110 ms
-    served = summary_of(edge, stop=True)
-    received = summary_of(watching, stop=True)
+    params = streamer.Params.model_validate({"to": LOOPBACK} | stream)
+    try:
+        sent = summary_of(start("streamer", "s", tmp_path, {"to": LOOPBACK, "port": source_port}
+                                | stream, seed=5))
+        # The edge sends frames in the order they completed, each after its transcoding delay
+        # (110 ms here): once the last one has left whole, it has sent everything.
+        wait_until(lambda: relay.passed_whole(params.frame_count - 1),
+                   "the edge's last transcoded frame", HANG_GUARD_S)
+        served = summary_of(edge, stop=True)
+        received = summary_of(watching, stop=True)
+    finally:
+        relay.close()
 
     [source] = served["input"]["streams"]
     assert (source["unique"], source["lost"]) == (sent["packets"], 0)
@@ -315,7 +384,6 @@ def test_a_pulling_viewer_gets_the_streamers_frames_scaled_to_its_bitrate(tmp_pa
     assert {row["rung"] for row in frames} == {"1"}
     assert all(row["complete"] == "True" for row in frames)
     # Every frame the viewer got is its source frame (the streamer's model, replayed) scaled.
-    params = streamer.Params.model_validate({"to": LOOPBACK} | stream)
     sizes = streamer.FrameSizes(params, random.Random(5))
     source_sizes = [sizes.frame(number)[1] for number in range(math.ceil(2 * params.fps))]
     assert flow["bytes"] == sum(max(streamer.MIN_FRAME_SIZE,
@@ -358,7 +426,7 @@ def test_the_edge_survives_fuzzing_on_both_ports(tmp_path):
                     sender.sendto(datagram, (LOOPBACK, port))
                     if index % 500 == 0:
                         time.sleep(0.001)  # a burst larger than the receive buffer is not fuzz
-        time.sleep(WAIT_S)
+        time.sleep(QUIET_S)  # for a crash to show; one later fails the summary's exit code
         assert edge.poll() is None, f"live_edge died under fuzzing: {edge.communicate()}"
         assert all(bound(port) for port in ports)
     finally:
