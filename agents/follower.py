@@ -21,6 +21,11 @@ probed again. What the agent does with a decision (pull from it, send to it, for
             ...  # changed.server, changed.address, changed.bitrate, changed.via ...
     summary = follower.write(agent)
 
+Each decision followed is said at once on stderr (the node's log), as ``followed FLOW
+version N: server S`` with ``, confirmed C by probing`` when candidates were probed: the one
+sign outside the agent that it has taken a decision (pushed decisions are not acknowledged),
+which a test or an operator can wait for instead of guessing a time.
+
 A relay (:mod:`agents.edge_forwarder`) follows flows it does not own: it subscribes and hands
 the follower of each flow what the controller pushes about it (:meth:`DecisionFollower.take`),
 without joining, and without probing (``probe=None``: candidates are the client's to probe).
@@ -43,6 +48,7 @@ import select
 import socket
 import statistics
 import struct
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -276,6 +282,9 @@ class DecisionFollower:
         if last is not None and not probes and followed.key() == last.key():
             return None
         self.followed.append(followed)
+        print(f"followed {decision.flow} version {decision.version}: server {decision.server}"
+              + (f", confirmed {confirmed} by probing" if confirmed else ""),
+              file=sys.stderr, flush=True)
         return followed
 
     def write(self, agent) -> dict:

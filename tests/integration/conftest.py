@@ -115,6 +115,32 @@ def wait_for_phase(runs: Path, phase: str, process: subprocess.Popen, timeout: f
     raise AssertionError(f"run did not reach phase {phase!r} in {timeout}s")
 
 
+def eventually(condition, what: str, timeout: float = 60, interval: float = 0.1):
+    """Poll ``condition`` until it returns something true and return that; fail naming
+    ``what`` after ``timeout`` seconds. The timeout only catches a hang: a slow machine gets
+    there later, a broken product never."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:g}s")
+        time.sleep(interval)
+
+
+def logged_at(run_dir: Path, text: str) -> float | None:
+    """When the run's runner.log first logged a line containing ``text`` (epoch seconds, to
+    the millisecond of its local-time stamp), or None."""
+    log = run_dir / "runner.log"
+    for line in (log.read_text() if log.exists() else "").splitlines():
+        if text in line:
+            stamp, milliseconds = line[:23].split(",")
+            return (time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S"))
+                    + int(milliseconds) / 1e3)
+    return None
+
+
 @pytest.fixture
 def state_before() -> SystemState:
     return SystemState.now()

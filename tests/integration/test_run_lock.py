@@ -8,11 +8,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
+import threading
 
+from experiments import registry
 from experiments.machine_lock import machine_lock
 from tests.conftest import ROOT
-from tests.integration.conftest import EDGEBED, assert_nothing_left, edgebed, only_run_dir
+from tests.integration.conftest import (EDGEBED, assert_nothing_left, edgebed, eventually,
+                                        only_run_dir)
 from tests.integration.test_runs import LINE, scenario_file
 
 
@@ -32,12 +34,26 @@ def test_a_second_run_waits_or_is_refused_while_the_machine_is_held(tmp_path, st
         waiting = subprocess.Popen(EDGEBED + ["run", str(path), "--runs-dir", str(runs)],
                                    cwd=ROOT, env=environment, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True)
-        time.sleep(4)
+        lines: list[str] = []
+
+        def read() -> None:
+            for line in waiting.stdout:
+                lines.append(line)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+
+        def said() -> str:
+            return " ".join("".join(lines).split())  # the terminal output wraps
+
+        # It says it waits, and then it does: still running, nothing made.
+        eventually(lambda: "waiting for it to end" in said() or waiting.poll() is not None,
+                   "the second run saying it waits")
+        assert "busy with run holder" in said() and "waiting for it to end" in said(), said()
         assert waiting.poll() is None and not runs.exists(), "the second run did not wait"
-    output, _ = waiting.communicate(timeout=120)
-    assert waiting.returncode == 0, output
-    words = " ".join(output.split())  # the terminal output wraps
-    assert "busy with run holder" in words and "waiting for it to end" in words
+    waiting.wait(timeout=120)
+    reader.join(timeout=60)
+    assert waiting.returncode == 0, said()
     run = only_run_dir(runs)
     assert_nothing_left(state_before, json.loads((run / "manifest.json").read_text())["prefix"])
 
@@ -48,7 +64,14 @@ def test_concurrent_runs_share_the_machine_and_say_so(tmp_path, state_before):
     first = subprocess.Popen(EDGEBED + ["run", str(path), "--runs-dir", str(tmp_path / "a"),
                                         "--concurrent"], cwd=ROOT, env=environment,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    time.sleep(2)
+    # The second starts once the first has registered as a live run (its manifest comes
+    # first; it runs for 6 s after its network is up, longer than the second takes to look).
+    first_dir = eventually(lambda: next((tmp_path / "a").glob("*/manifest.json"), None),
+                           "the first run's manifest").parent
+    prefix = json.loads((first_dir / "manifest.json").read_text())["prefix"]
+    eventually(lambda: prefix in registry.live_prefixes() or first.poll() is not None,
+               "the first run registered")
+    assert first.poll() is None, first.stdout.read()
     second = edgebed("run", str(path), "--duration", "1s", "--runs-dir", str(tmp_path / "b"),
                      "--concurrent", env=environment)
     output, _ = first.communicate(timeout=120)

@@ -10,10 +10,11 @@ through s2 (2 + 2 ms each way), so a round trip from a viewer to any edge takes 
 from __future__ import annotations
 
 import json
+import re
 import time
 
 from experiments.measurements import read_table
-from tests.integration.conftest import assert_nothing_left
+from tests.integration.conftest import assert_nothing_left, eventually
 from tests.integration.test_controller_runs import (RING, control_client, decisions, scenario,
                                                     start)
 
@@ -37,18 +38,24 @@ def test_a_load_report_moves_a_flow_and_the_viewer_follows_with_candidates_and_r
                                     "    viewer[2-3]: {kind: viewer}")
     path.write_text(text)
     process, run_dir = start(tmp_path, path)
+    log = run_dir / "logs" / "viewer1.log"
+
+    def followed_servers() -> list[str]:
+        """The servers of the decisions viewer1 said it followed, in order."""
+        return re.findall(r"^followed viewer1/video version \d+: server (\S+?)(?:,|$)",
+                          log.read_text() if log.exists() else "", re.MULTILINE)
+
     with control_client(run_dir) as operator:
-        deadline = time.monotonic() + 6
-        placements = ()
-        while not placements and time.monotonic() < deadline:
-            time.sleep(0.5)
-            placements = operator.query().placements
-        [placement] = placements
+        [placement] = eventually(lambda: operator.query().placements, "viewer1's flow placed")
         assert placement["candidates"] == ["edge1", "edge2", "edge3"]
         assert placement["via"] == ["viewer2"]
-        time.sleep(3.0)  # the viewer has probed (about 0.6 s a candidate) and confirmed
+        # The viewer has probed the candidates and confirmed one (steered there when it was
+        # not the server decided): it says so once the controller answered.
+        eventually(lambda: "by probing" in (log.read_text() if log.exists() else ""),
+                   "viewer1 confirmed a candidate")
         [placement] = operator.query().placements
         hot = placement["server"]
+        assert followed_servers()[-1] == hot
         # Reports from the server's side: it is busy with something the controller did not
         # place (18 of its 20 Mbit/s), three reports in a row.
         with control_client(run_dir, hot) as server:
@@ -56,8 +63,11 @@ def test_a_load_report_moves_a_flow_and_the_viewer_follows_with_candidates_and_r
                 server.report_load(18e6, service="video", metrics={"cpu": 0.9,
                                                                     "sessions": count})
                 time.sleep(0.2)
-        time.sleep(1.0)
-        state = operator.query()
+        state = eventually(lambda: (state := operator.query()).placements[0]["server"] != hot
+                           and state, "the flow moved off the busy server")
+        # ... and the viewer followed it there.
+        eventually(lambda: followed_servers()[-1] == state.placements[0]["server"],
+                   "viewer1 followed the migration")
     output, _ = process.communicate(timeout=120)
     assert process.returncode == 0, output
 
