@@ -7,6 +7,13 @@ run at once. The result says which role pairs really pass traffic in the built n
 The first echo of each pair also pays for ARP (and for a controller's first rules), so it is
 reported apart (``first_rtt_ms``) and the RTT figures are those of the echoes after it.
 
+Each ping runs to a deadline (``-w``) rather than a count alone: with ``-c`` only, ping exits
+two round trips after its last echo, so on a loaded machine a reply held up a little longer
+(a relay's stall) was counted lost. With ``-w`` it exits once as many echoes as asked for were
+answered, or at the deadline, at least REPLY_WAIT_S after the last echo was due: a reply later
+than that is lost, and only a path that really lost one waits that long. Meanwhile ping sends
+on past the count; only the echoes asked for are judged (by sequence number).
+
 A pair whose path has configured loss may lose an echo by design (0.5 % each way loses one of
 four echoes in 4 % of runs), so there a pair passes when any echo came back; elsewhere every
 echo must.
@@ -15,6 +22,7 @@ echo must.
 from __future__ import annotations
 
 import itertools
+import math
 import re
 import subprocess
 from dataclasses import asdict, dataclass
@@ -26,6 +34,7 @@ from topologies.scenario import Node, Scenario
 
 _SUMMARY = re.compile(r"(\d+) packets transmitted, (\d+) (?:packets )?received")
 _REPLY = re.compile(r"icmp_seq=(\d+) .*time=([\d.]+) ms")
+REPLY_WAIT_S = 3.0  # how long after its last echo a ping waits for the replies still due
 
 
 @dataclass
@@ -89,21 +98,23 @@ def ping_pairs(hosts, scenario: Scenario, pairs: list[tuple[Node, Node]], count:
                interval_s: float = 0.2) -> list[PingResult]:
     """Ping each pair's target from its source; ``hosts`` maps scenario names to Mininet hosts."""
     running = []
+    deadline_s = math.ceil((count + 1) * interval_s + REPLY_WAIT_S)  # ping takes whole seconds
     for source, target in pairs:
-        argv = ["ping", "-n", "-c", str(count + 1), "-i", str(interval_s), "-W", "1",
-                str(target.ip.ip)]
+        argv = ["ping", "-n", "-c", str(count + 1), "-i", str(interval_s),
+                "-w", str(deadline_s), str(target.ip.ip)]
         running.append((source, target, hosts[source.name].popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)))
     results = []
     for source, target, process in running:
-        output, _ = process.communicate(timeout=count * interval_s + 10)
+        output, _ = process.communicate(timeout=deadline_s + 10)
         text = output.decode(errors="replace")
         summary = _SUMMARY.search(text)
-        replies = {int(seq): float(ms) for seq, ms in _REPLY.findall(text)}
+        replies = {int(seq): float(ms) for seq, ms in _REPLY.findall(text)
+                   if int(seq) <= count + 1}
         later = [ms for seq, ms in replies.items() if seq > 1]
         results.append(PingResult(
             source.name, target.name, source.role.value, target.role.value,
-            int(summary.group(1)) if summary else 0, int(summary.group(2)) if summary else 0,
+            min(int(summary.group(1)), count + 1) if summary else 0, len(replies),
             round(sum(later) / len(later), 3) if later else None,
             max(later) if later else None, replies.get(1),
             configured_echo_loss(scenario, source.name, target.name)))

@@ -46,6 +46,7 @@ topology:
     - {endpoints: ["e1:eth1", "s2:eth1"]}
 """
 CLEAR = Impairment(bw=0, delay=0, jitter=0, loss=0, burst=BurstLoss(p=0, r=0))
+READY_TIMEOUT_S = 60.0  # waits for the path or a server to be ready: only against a hang
 
 
 class EmulatedNetwork:
@@ -122,6 +123,16 @@ class FidelityPath(EmulatedNetwork):
             self.links.set(index, CLEAR)
         self.links.set(link, impairment, ("forward",))
 
+    def wait_passing(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Return once an echo v1 -> e1 comes back: after a link comes up, Open vSwitch (in
+        user space here) takes a moment to use its port again, and a measurement started before
+        would count that moment as loss. Raises after ``timeout_s`` (a link that stays dead)."""
+        deadline = time.monotonic() + timeout_s
+        while self.host("v1").popen(["ping", "-n", "-q", "-c", "1", "-W", "1", "10.9.0.2"],
+                                    stdout=subprocess.DEVNULL).wait() != 0:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"v1 -> e1 passed no echo within {timeout_s:g}s")
+
     def udp(self, rate_pps: float, count: int, size: int = 64, all_sent: bool = True) -> dict:
         """Send ``count`` probe packets v1 -> e1; the receiver's summary. ``all_sent``: the
         sender's socket took every packet (false when v1's own interface is down)."""
@@ -148,9 +159,11 @@ class FidelityPath(EmulatedNetwork):
         server = self.host("e1").popen(["iperf3", "-s", "-1", "-B", "10.9.0.2"],
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            for _ in range(50):
-                if "5201" in self.host("e1").cmd("ss -ltn"):
-                    break
+            deadline = time.monotonic() + READY_TIMEOUT_S
+            while ":5201 " not in self.host("e1").cmd("ss -ltnH"):
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError("iperf3 on e1 did not listen on 5201")
+                time.sleep(0.05)
             result = self.host("v1").cmd(f"iperf3 -c 10.9.0.2 -t {seconds} -O 1 -J")
         finally:
             server.wait(timeout=30)

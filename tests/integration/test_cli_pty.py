@@ -105,9 +105,11 @@ def test_impair_changes_the_delay_a_ping_measures_and_refuses_bad_values(tmp_pat
         assert "s1:eth2 - s2:eth2 reverse: delay=40ms" in changed, changed
         after = min_rtt_ms(send("v1 ping -n -c 5 -i 0.2 10.9.0.2"))
         # 40 ms each way on the middle link: the RTT rises by 2 x 39 ms. The relay never
-        # sends early, so 80 ms is a floor; the smallest of five RTTs stays within 20 ms of it
-        # unless every one of them was held up.
-        assert 80 <= after < 100, (before, after)
+        # sends early, so 80 ms is a floor. Above it, the smallest of five RTTs has what the
+        # path itself costs on this machine, measured the same way just before (``before``,
+        # the 1 ms links included), and stays within 20 ms of that unless every one of the
+        # five was held up: a delay set twice over or kept at 1 ms is far outside.
+        assert 80 <= after and after - before < 78 + 20, (before, after)
         assert before < 10, before
 
         for bad, why in (("impair s1:eth2 delay=fast", "delay:"),

@@ -274,5 +274,6 @@ def test_link_down_drops_everything_and_comes_back(path, link, record):
         assert measured["received"] == 0
     finally:
         path.links.set_link_state(link, up=True)
+    path.wait_passing()  # the switch uses the port again (a moment, longer on a busy machine)
     measured = record(path.udp(rate_pps=1000, count=300))
     assert measured["lost"] == 0

@@ -25,8 +25,8 @@ from controller.control_server import ControlServer
 from experiments.fidelity import EmulatedNetwork
 from tests.conftest import ROOT
 from tests.integration.conftest import assert_nothing_left
-from tests.unit.test_media_agents import (agent_argv, expected_packets, listening_port,
-                                          summary_of, table)
+from tests.unit.test_media_agents import (HANG_GUARD_S, agent_argv, expected_packets,
+                                          listening_port, summary_of, table)
 
 NETWORK = """
 name: relays
@@ -90,15 +90,14 @@ class Relays(EmulatedNetwork):
             assert self.subscribed.wait_for(lambda: set(nodes) <= set(self.subscribers), 30), (
                 f"subscribed: {sorted(self.subscribers)}")
 
-    def push(self, version: int, *via: str) -> None:
-        """The decision about the streamer's flow, pushed to every relay on its chain (as the
-        controller app pushes to a flow's client, server and relays)."""
+    def push(self, version: int, via: tuple[str, ...], to: str) -> None:
+        """The decision about the streamer's flow with relay chain ``via``, pushed to relay
+        ``to`` (as the controller app pushes to a flow's client, server and relays)."""
         decision = protocol.Decision(
             id=0, flow=FLOW, client="st", service="live", server="vw",
             address=ADDRESSES["vw"], version=version, migrated=version > 1,
             via=tuple(protocol.Hop(name=name, address=ADDRESSES[name]) for name in via))
-        for name in via:
-            self.server.push(self.subscribers[name], decision)
+        self.server.push(self.subscribers[to], decision)
 
     def agent(self, agent: str, node: str, out, params: dict) -> subprocess.Popen:
         environment = dict(os.environ,
@@ -106,6 +105,34 @@ class Relays(EmulatedNetwork):
         return self.host(node).popen(agent_argv(agent, node, out, params), cwd=ROOT,
                                      env=environment, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True)
+
+
+def said(process: subprocess.Popen, text: str) -> None:
+    """Wait until ``process`` wrote a line containing ``text`` on stderr (the lines before it
+    are read and dropped)."""
+    found = threading.Event()
+
+    def read() -> None:
+        for line in process.stderr:
+            if text in line:
+                found.set()
+                return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(HANG_GUARD_S)
+    assert found.is_set(), f"{process.args[:3]} did not say {text!r}"
+
+
+def push_along(relays: Relays, agents: dict[str, subprocess.Popen], version: int,
+               *via: str) -> None:
+    """Push decision ``version`` (relay chain ``via``) to each relay on the chain from its end
+    back, each once the one after it said it followed the decision (pushes are not
+    acknowledged; a relay says on stderr what it followed): so a relay knows where to send
+    before anything reaches it, and the test knows the decision is in force."""
+    for name in reversed(via):
+        relays.push(version, via, name)
+        said(agents[name], f"followed {FLOW} version {version}:")
 
 
 @pytest.fixture
@@ -133,19 +160,24 @@ def test_a_relay_inserted_and_removed_by_pushed_decisions_carries_the_stream_bet
     for process in (first, second):
         listening_port(process)  # subscribed already: a forwarder subscribes, then listens
     relays.wait_subscribed("r1", "r2")
-    relays.push(1, "r1")
-    time.sleep(0.5)  # the first decision is in before the first packet
+    forwarders = {"r1": first, "r2": second}
+    push_along(relays, forwarders, 1, "r1")  # in force before the first packet
     source = relays.agent("streamer", "st", out,
                           {"to": ADDRESSES["r1"], "port": PORT} | STREAM)
     time.sleep(PHASE_S)
-    relays.push(2, "r1", "r2")
+    push_along(relays, forwarders, 2, "r1", "r2")
     time.sleep(PHASE_S)
-    relays.push(3, "r1")
+    push_along(relays, forwarders, 3, "r1")
     sent = summary_of(source)
-    time.sleep(1)  # the last packets are on their way
+    # The viewer ends by itself once every packet expected arrived; if some never do, it is
+    # stopped after the hang guard and its summary says which are missing.
+    try:
+        viewer.wait(timeout=HANG_GUARD_S)
+    except subprocess.TimeoutExpired:
+        pass
+    received = summary_of(viewer, stop=viewer.poll() is None)
     through_first = summary_of(first, stop=True)
     through_second = summary_of(second, stop=True)
-    received = summary_of(viewer, stop=True)
 
     # Frames kept arriving: every packet sent reached the viewer, every frame whole, on
     # whichever path it took; neither relay dropped, held back or lost track of a packet.
