@@ -324,4 +324,6 @@ def test_candidates_keep_places_for_other_regions():
     ranked = rank(many, "sz", GEO)
     assert [n.name for n in candidates(ranked, 2)] == ["a1", "b1"]
     assert [n.name for n in candidates(ranked, 2, other_regions=1)] == ["a1", "u1"]
+    # a list of one is the best node, never the one abroad (a viewer with nothing to probe)
+    assert [n.name for n in candidates(ranked, 1, other_regions=1)] == ["a1"]
     assert candidates([], 3) == []

@@ -152,13 +152,14 @@ def candidates(ranked: Sequence[MediaNode], count: int, per_site: int = 1,
     and keeping ``other_regions`` of the places for the best node of each of that many other
     regions (in ranked order), so that a list answered for a misplaced client still reaches
     past the place, and the country, the database believes it is in. The rest of ``ranked``
-    fills in when there are too few sites or regions."""
+    fills in when there are too few sites or regions. The first place is always the best
+    ranked node's: a list of one is that node, never one abroad."""
     if not ranked:
         return []
     home = ranked[0].region
     abroad: list[MediaNode] = []
     for node in ranked:
-        if len(abroad) < other_regions and node.region != home \
+        if len(abroad) < min(other_regions, count - 1) and node.region != home \
                 and all(node.region != other.region for other in abroad):
             abroad.append(node)
     chosen: list[MediaNode] = []
