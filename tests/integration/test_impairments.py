@@ -191,7 +191,7 @@ def test_jitter_has_the_distributions_spread(path, link, record):
         # jitter's own spread lies between what the smallest and the largest leave.
         bare, delay = measured[0]["delay_ms"], measured[1]["delay_ms"]
         bare_late, late = measured[0]["counted_late_ms"], measured[1]["counted_late_ms"]
-        own_low = math.sqrt(max(0.0, (delay["std"] - late["std"]) ** 2
+        own_low = math.sqrt(max(0.0, max(0.0, delay["std"] - late["std"]) ** 2
                                 - (bare["std"] + bare_late["std"]) ** 2))
         own_high = math.sqrt(max(0.0, (delay["std"] + late["std"]) ** 2
                                  - max(0.0, bare["std"] - bare_late["std"]) ** 2))
