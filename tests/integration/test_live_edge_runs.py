@@ -127,6 +127,8 @@ def test_every_viewer_is_served_by_the_edge_and_at_the_bitrate_the_controller_ch
         expected_delays[viewer] = {candidate: path_delay(candidate, viewer) + transcoding
                                    for candidate in coverage[viewer]}
         measured = measured_delays[viewer] = float(stream["delay_p50_ms"]) / 1e3
+        print(f"{viewer}: goodput {goodput / bitrate:.3f} of the bitrate, p50 delay "
+              f"{(measured - expected_delays[viewer][server]) * 1e3:+.1f} ms over the path's")
         assert expected_delays[viewer][server] <= measured, (viewer, stream)
         assert not kept_up or (
             measured <= expected_delays[viewer][server] + 2 / source.fps + SLACK_S), (
