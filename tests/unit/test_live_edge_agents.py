@@ -27,7 +27,8 @@ from controller import protocol
 from tests.conftest import ROOT, LoopbackRelay, wait_until
 from tests.unit.test_agents_fuzz import DATAGRAMS, bound
 from tests.unit.test_media_agents import (HANG_GUARD_S, LOOPBACK, agent_argv, listening_port,
-                                          start, summary_of, table)
+                                          summary_of, table)
+from tests.unit.test_media_agents import start as start_agent
 
 SOURCE_KBPS = 8000  # R
 FRAGMENT_BYTES = 1000
@@ -36,6 +37,33 @@ FRAGMENTS = 5
 # late one (the check then passes when it should not), never make one up. Datagrams that must
 # come are waited for up to HANG_GUARD_S, which only catches a hung edge.
 QUIET_S = 0.5
+
+
+_running: list[subprocess.Popen] = []
+
+
+def running(process: subprocess.Popen) -> subprocess.Popen:
+    """``process``, killed after the test if it still runs then: a test that fails before it
+    stops its agents must not leave them behind."""
+    _running.append(process)
+    return process
+
+
+@pytest.fixture(autouse=True)
+def no_agent_left_running():
+    yield
+    while _running:
+        process = _running.pop()
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def start(*arguments, **options) -> subprocess.Popen:
+    return running(start_agent(*arguments, **options))
 
 
 class Source:
@@ -134,10 +162,10 @@ class Viewer:
 
 def start_edge(tmp_path, env=None, **params) -> tuple[subprocess.Popen, int, int]:
     """The live_edge agent on free ports: (process, service port, source port)."""
-    process = subprocess.Popen(agent_argv("live_edge", "e", tmp_path,
-                                          {"port": 0, "source_port": 0} | params),
-                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, env=env)
+    process = running(subprocess.Popen(agent_argv("live_edge", "e", tmp_path,
+                                                  {"port": 0, "source_port": 0} | params),
+                                       cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                       text=True, env=env))
     return process, listening_port(process), listening_port(process)
 
 
@@ -226,6 +254,38 @@ def test_a_session_ends_when_the_pulls_stop_and_a_new_pull_opens_another(tmp_pat
     assert float(second["started_s"]) > float(first["ended_s"])
 
 
+@pytest.mark.parametrize("pulled_s_ago, served", [(1.0, False), (0.0, True)],
+                         ids=["timed out", "pulled just now"])
+def test_a_frame_goes_to_no_session_past_its_pull_timeout(pulled_s_ago, served):
+    """In the edge itself, with no housekeeping running: a frame completed more than the pull
+    timeout after a session's last pull finds it ended, at its timeout."""
+    params = live_edge.Params.model_validate({"port": 0, "source_port": 0, "pull_timeout": 0.3,
+                                              "transcoding_delay": 0})
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as service:
+        service.bind((LOOPBACK, 0))
+        edge = live_edge.LiveEdge(params, service)
+        viewer = (LOOPBACK, 9)
+
+        def media(frame: int, fragment: int) -> bytearray:
+            return bytearray(MEDIA.pack(stream=3, sequence=frame * FRAGMENTS + fragment,
+                                        send_ns=time.time_ns(), frame=frame, frame_type=2,
+                                        rung=3, fragment=fragment, fragments=FRAGMENTS,
+                                        bitrate_kbps=SOURCE_KBPS).ljust(FRAGMENT_BYTES, b"\0"))
+
+        edge.source_packet(media(0, 0), FRAGMENT_BYTES, time.time_ns())  # the bitrate is known
+        pull = bytearray(PULL.pack(stream=3, delivered_stream=1, user=1, send_ns=0,
+                                   bitrate_kbps=2000, rung=1))
+        pulled_ns = time.time_ns() - round(pulled_s_ago * 1e9)
+        edge.pull(pull, len(pull), pulled_ns, viewer)
+        [session] = edge.sessions.values()
+        assert session.admitted
+        for fragment in range(FRAGMENTS):
+            edge.source_packet(media(1, fragment), FRAGMENT_BYTES, time.time_ns())
+    assert (edge.next_due_ns() is not None) == served
+    if not served:
+        assert session.ended_ns == pulled_ns + round(params.pull_timeout * 1e9)
+
+
 def test_a_session_over_the_compute_budget_is_refused_until_there_is_room(tmp_path):
     # R = 8 Mbit/s, H = 0.5 vCPU per Mbit/s: 2 Mbit/s costs 3 vCPU, all there is; 5 Mbit/s
     # would cost 1.5 more.
@@ -294,13 +354,13 @@ def test_the_viewer_joins_and_follows_pushed_decisions_in_its_pulls(tmp_path):
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as edge:
         edge.bind((LOOPBACK, 0))
         edge.settimeout(HANG_GUARD_S)
-        watching = subprocess.Popen(
+        watching = running(subprocess.Popen(
             agent_argv("viewer", "v", tmp_path, {
                 "port": 0, "pull": LOOPBACK, "pull_port": edge.getsockname()[1],
                 "service": "live", "bitrates": ["8Mbps", "5Mbps", "2.5Mbps", "1Mbps"],
                 "preferred_bitrate": "2.5Mbps", "pull_interval": "50ms"}),
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env=controller.environment)
+            env=controller.environment))
         subscribe, control_address = controller.receive(protocol.Subscribe)
         controller.send(protocol.Ack(id=subscribe.id), control_address)
         join, _ = controller.receive(protocol.Join)
