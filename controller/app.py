@@ -34,7 +34,7 @@ from .config import ControllerConfig
 from .control_server import ControlServer
 from .core import TRACE_COLUMNS, ControllerCore, Outcome
 from .launcher import CONFIG_ENVIRONMENT
-from .ryu_api import (CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, App, arp, ethernet,
+from .ryu_api import (DEAD_DISPATCHER, MAIN_DISPATCHER, App, arp, ethernet,
                       ipv4, ofp_event, ofproto_v1_3, packet, set_ev_cls)
 from .view import NetworkView
 
@@ -160,9 +160,13 @@ class EdgebedController(App):
 
     # switches
 
-    @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
-    def switch_features(self, event) -> None:
-        datapath = event.msg.datapath
+    # On reaching MAIN, not on the features reply: the framework's own handler gives the
+    # datapath its id from that reply in another thread, and only then moves it to MAIN, whose
+    # handlers alone see the replies to what is sent here. Taken on the features reply, a
+    # switch could still have no id (seen under load: ignored, never synced).
+    @set_ev_cls(ofp_event.EventOFPStateChange, MAIN_DISPATCHER)
+    def switch_ready(self, event) -> None:
+        datapath = event.datapath
         switch = self.view.switch_of_dpid.get(datapath.id)
         if switch is None:
             LOG.warning("switch %016x is not in the scenario; ignoring it", datapath.id)
