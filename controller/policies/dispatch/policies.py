@@ -170,8 +170,12 @@ class Dispatch(ModelPolicy):
 
     # deciding
 
+    @staticmethod
+    def _client_labels(state: State) -> dict[str, dict]:
+        return {client.name: dict(client.labels) for client in state.clients}
+
     def decide(self, state: State) -> Decision:
-        labels = {client.name: dict(client.labels) for client in state.clients}
+        labels = self._client_labels(state)
         absent = [center for center in self.params.centers if center not in labels]
         if absent and state.clients:
             # The centers are the scenario's dispatch hosts; a name that is none is a typo or
@@ -192,10 +196,9 @@ class Dispatch(ModelPolicy):
         nodes = self._nodes(state, placement.request.service)
         if placement.server == server or server not in {node.name for node in nodes}:
             return None  # no move, or none the controller's own check lets through
-        self._labels = {client.name: dict(client.labels) for client in state.clients}
-        center = self._center(self._labels.get(placement.request.client, {})
-                              | placement.request.labels)
-        if self._control(state, nodes, self._labels).has_room(center, server):
+        labels = self._client_labels(state)
+        center = self._center(labels.get(placement.request.client, {}) | placement.request.labels)
+        if self._control(state, nodes, labels).has_room(center, server):
             return None
         return f"{server} has no room for {placement.request.client} at {center}"
 
