@@ -29,6 +29,24 @@ period is over; units still open and incomplete at the stop have no row (the sum
 them), nor do units of which nothing arrived. Packets for units already written are counted as
 late; datagrams that are not well-formed AI data packets, as malformed.
 
+**An access server** (seed 003's R_i) runs one receiver for all its receive ports P_j
+(``ports``, each a socket of its own; by default just ``port``) with one processing budget, the
+server's CPU: a single worker (:class:`agents.common.ProcessingBudget`, ``budget_packets``
+packets/s or ``budget`` bit/s, ``queue`` packets held) takes every datagram in the order the
+kernel stamped its arrival, and what arrives to a full queue is dropped and counted
+(``over_budget``): the receiver's own overload, so its first copies' loss is measured like any
+other. A packet counts as arrived when its processing ends. The fragments of open units are
+held (their payloads kept until the unit's row is written), which is the memory its flows hold.
+
+With ``service`` it reports its load to the controller (:class:`agents.control.LoadReporter`,
+every ``report_period``): per receive port ``port.<port>.bw_in``, the rate of first copies it
+took at the paced rate (bits on the wire, Ethernet to payload, over the period, over
+``send_window``, as a flow's demand is counted), ``port.<port>.memory``, the payload bytes its
+open units hold, and ``cpu``, the worker's busy share of the period; ``load`` is the sum of
+the ports' rates. Each report is also a row of ``ai_load`` per port, with the packets taken and
+dropped over budget in its period. The host's own figures (``report_host``) are off by
+default: their per-interface ``port.<interface>`` metrics are not receive ports.
+
 It listens like the viewer (``listening on PORT`` on stderr, ``port: 0`` for any free port) and
 stops on SIGTERM or SIGINT, after ``duration``, or once ``units`` units have rows.
 """
@@ -46,26 +64,38 @@ from typing import NamedTuple, Optional
 
 from pydantic import Field
 
-from agents.ai_terminal import DATA_PORT, NACK_PORT, UnitTiming, flow_name, nack_messages
-from agents.common import (POLL_S, Agent, FlowStats, MalformedLog, percentile,
+from agents.ai_terminal import (DATA_PORT, NACK_PORT, WIRE_OVERHEAD, UnitTiming, flow_name,
+                                nack_messages)
+from agents.common import (DATAGRAM_BUFFER, POLL_S, Agent, FlowStats, MalformedLog,
+                           ProcessingBudget, ProcessingParams, epoch_seconds, listen,
+                           percentile,
                            waiting_datagrams)
+from agents.control import LoadReporter, ReportingParams
 from agents.formats import AI_DATA, MAGIC, VERSION
-from agents.common import DATAGRAM_BUFFER, listen
 from topologies.model import Duration
 
 TABLES = {
     # One row per AI data unit whose outcome is known.
     "ai_units": ("node", "agent", "stream", "unit", "fragments", "received", "missing_at_end",
                  "nacks_sent", "retransmissions_received", "complete", "completion_ms"),
+    # One row per receive port and load report: what the report said and what the period saw.
+    "ai_load": ("node", "agent", "time_s", "port", "bw_in_bps", "memory_bytes", "cpu",
+                "received", "over_budget"),
 }
 
 MIN_GRACE_NS = 10_000_000  # scheduling noise of sender and receiver, on a path of no delay
 
 
-class Params(UnitTiming):
-    """Where the receiver listens, when it asks for retransmissions, when it stops."""
+class Params(UnitTiming, ReportingParams, ProcessingParams):
+    """Where the receiver listens, what it can process, when it asks for retransmissions,
+    when it stops, and what it reports."""
 
     port: int = Field(DATA_PORT, ge=0, le=65535, description="data port; 0: any free port")
+    ports: list[int] = Field([], description="receive ports, each a socket of its own "
+                                             "(default: port alone)")
+    report_host: bool = Field(False, description="add the host meter's figures to the reports "
+                                                 "(its port.<interface> metrics are no "
+                                                 "receive ports)")
     nack_port: int = Field(NACK_PORT, ge=1, le=65535, description="the terminals' NACK port")
     nack_after: Optional[Duration] = Field(
         None, description="wait after a unit's send window before the first NACK, and between "
@@ -89,6 +119,8 @@ class UnitReceiving:
     next_nack_ns: int | None = None
     retransmissions: int = 0
     completed_ns: int | None = None
+    payloads: list = field(default_factory=list)  # what arrived of each fragment, held
+    held_bytes: int = 0
 
     @property
     def fragments(self) -> int:
@@ -129,14 +161,24 @@ class StreamReceiving:
 class AiReceiver:
     """The units arriving on one socket, their NACKs and their rows."""
 
-    def __init__(self, agent: Agent, params: Params, sock: socket.socket):
+    def __init__(self, agent: Agent, params: Params, sock: socket.socket,
+                 budget: ProcessingBudget | None = None):
         self.agent, self.params, self.sock = agent, params, sock
+        self.budget = budget if budget is not None else params.worker()
         self.port = sock.getsockname()[1]
         self.buffer = bytearray(DATAGRAM_BUFFER)
         self.streams: dict[int, StreamReceiving] = {}
         self.malformed = MalformedLog()
-        self.duplicates = self.late = self.nack_send_errors = 0
+        self.duplicates = self.late = self.nack_send_errors = self.over_budget = 0
         self.written: list[UnitOutcome] = []
+        self.taken = 0  # datagrams the worker took
+        self.first_copy_bits = 0  # on the wire, of first copies taken (the load reports')
+        self.held_bytes = 0  # payloads of open units
+
+    @property
+    def received(self) -> int:
+        """Datagrams that reached the socket: taken or dropped over budget."""
+        return self.taken + self.over_budget
 
     def grace_ns(self, arrival: UnitReceiving) -> int:
         if self.params.nack_after is not None:
@@ -154,7 +196,13 @@ class AiReceiver:
             self.add(*arrival)
 
     def add(self, size: int, received_ns: int, address: tuple) -> None:
-        """Account for the datagram of ``size`` bytes in the buffer."""
+        """Account for the datagram of ``size`` bytes in the buffer, if the worker takes it."""
+        processed_ns = self.budget.admit(received_ns, size)
+        if processed_ns is None:
+            self.over_budget += 1
+            return
+        self.taken += 1
+        received_ns = processed_ns
         if size < AI_DATA.header_size:
             self.malformed.add(self.port, memoryview(self.buffer)[:size])
             return
@@ -176,7 +224,8 @@ class AiReceiver:
             if unit <= receiving.last_written or unit < receiving.first_unit:
                 self.late += 1
                 return
-            arrival = receiving.units[unit] = UnitReceiving(unit, bytearray(fragments), send_ns)
+            arrival = receiving.units[unit] = UnitReceiving(unit, bytearray(fragments), send_ns,
+                                                            payloads=[None] * fragments)
         arrival.delay_max_ns = max(arrival.delay_max_ns, received_ns - send_ns)
         if arrival.first_nack_ns is not None and send_ns >= arrival.first_nack_ns:
             arrival.retransmissions += 1
@@ -185,11 +234,15 @@ class AiReceiver:
                 fragment * self.params.gap_ns(fragments)))
             receiving.flow.add((unit - receiving.first_unit) * fragments + fragment, send_ns,
                                received_ns, size)
+            self.first_copy_bits += (size + WIRE_OVERHEAD) * 8
         if arrival.have[fragment]:
             self.duplicates += 1
             return
         arrival.have[fragment] = 1
         arrival.received += 1
+        arrival.payloads[fragment] = bytes(memoryview(self.buffer)[AI_DATA.header_size:size])
+        arrival.held_bytes += length
+        self.held_bytes += length
         if arrival.received == fragments:
             arrival.completed_ns = received_ns
 
@@ -248,6 +301,7 @@ class AiReceiver:
         self.written.append(UnitOutcome(arrival.fragments, missing, complete, completion_ms))
         receiving.rows += 1
         receiving.last_written = max(receiving.last_written, arrival.unit)
+        self.held_bytes -= arrival.held_bytes  # handed on (to a GPU server, not emulated)
         del receiving.units[arrival.unit]
 
     def finish(self, now_ns: int) -> dict:
@@ -277,28 +331,110 @@ class AiReceiver:
             "units_missing": sum(receiving.units_missing for receiving in self.streams.values()),
             "duplicates": self.duplicates, "late": self.late,
             "nack_send_errors": self.nack_send_errors, "malformed": self.malformed.count,
+            "received": self.received, "over_budget": self.over_budget,
             "flows": flows}
+
+
+class AccessServer:
+    """The receivers of a server's receive ports, one processing budget, one load reporter."""
+
+    def __init__(self, agent: Agent, params: Params, socks: list[socket.socket],
+                 reporter: LoadReporter | None = None):
+        self.agent, self.params = agent, params
+        self.budget = params.worker()
+        self.receivers = [AiReceiver(agent, params, sock, self.budget) for sock in socks]
+        self.reporter = reporter or LoadReporter.for_agent(agent.node, params)
+        self._last = None  # (time ns, busy ns, per receiver (first-copy bits, taken, dropped))
+
+    @property
+    def written(self) -> int:
+        return sum(len(receiver.written) for receiver in self.receivers)
+
+    def drain(self, until_ns: int) -> None:
+        """Every port's datagrams that arrived by ``until_ns``, to the worker in the order the
+        kernel stamped them (one worker serves all ports, so their queues interleave)."""
+        if len(self.receivers) == 1:
+            self.receivers[0].drain(until_ns)
+            return
+        arrivals = []
+        for receiver in self.receivers:
+            for size, received_ns, address in waiting_datagrams(receiver.sock, receiver.buffer,
+                                                                until_ns):
+                arrivals.append((received_ns, len(arrivals), receiver,
+                                 bytes(memoryview(receiver.buffer)[:size]), address))
+        for received_ns, _, receiver, data, address in sorted(arrivals, key=lambda a: a[:2]):
+            receiver.buffer[:len(data)] = data
+            receiver.add(len(data), received_ns, address)
+
+    def step(self, now_ns: int) -> int:
+        """Read what arrived, send what is due; returns when something is due next."""
+        self.drain(now_ns)  # what arrived counts before any NACK is decided
+        due_ns = min(receiver.tick(now_ns) for receiver in self.receivers)
+        self.report(now_ns)
+        return due_ns
+
+    def counters(self, now_ns: int) -> tuple:
+        return now_ns, self.budget.busy_ns, [
+            (receiver.first_copy_bits, receiver.taken, receiver.over_budget)
+            for receiver in self.receivers]
+
+    def report(self, now_ns: int) -> None:
+        """The load report, when one is due: each port's figures over the time since the last."""
+        if self._last is None:
+            self._last = self.counters(now_ns)
+        then_ns, busy_then, ports_then = self._last
+        elapsed_ns = max(1, now_ns - then_ns)
+        metrics, rows = {}, []
+        for receiver, (bits_then, taken_then, dropped_then) in zip(self.receivers, ports_then):
+            bw_in = (receiver.first_copy_bits - bits_then) * 1e9 / elapsed_ns \
+                / self.params.send_window
+            metrics[f"port.{receiver.port}.bw_in"] = bw_in
+            metrics[f"port.{receiver.port}.memory"] = float(receiver.held_bytes)
+            rows.append((receiver.port, bw_in, receiver.held_bytes,
+                         receiver.taken - taken_then, receiver.over_budget - dropped_then))
+        # The worker's busy time is booked when a packet is taken, up to a queue ahead.
+        metrics["cpu"] = min(1.0, (self.budget.busy_ns - busy_then) / elapsed_ns)
+        load = sum(row[1] for row in rows)
+        if not self.reporter.tick(load, metrics):
+            return
+        self._last = self.counters(now_ns)
+        for port, bw_in, memory, taken, dropped in rows:
+            self.agent.row("ai_load", epoch_seconds(now_ns), port, bw_in, memory,
+                           metrics["cpu"], taken, dropped)
+
+    def finish(self, now_ns: int) -> dict:
+        self.drain(now_ns)  # what arrived before the stop is measured too
+        summaries = [receiver.finish(now_ns) for receiver in self.receivers]
+        summary = summaries[0] if len(summaries) == 1 else {
+            "ports": summaries,
+            "units": sum(part["units"] for part in summaries),
+            "complete": sum(part["complete"] for part in summaries),
+            "received": sum(part["received"] for part in summaries),
+            "over_budget": sum(part["over_budget"] for part in summaries),
+            "malformed": sum(part["malformed"] for part in summaries)}
+        return summary | {"load_reports": self.reporter.close()}
 
 
 def main(argv: list[str] | None = None) -> int:
     agent = Agent("ai_receiver", argv, TABLES)
     params = Params.model_validate(agent.params)
-    sock = listen(params.port)
-    sock.setblocking(False)  # select() does the waiting, with the NACK timers in view
-    receiver = AiReceiver(agent, params, sock)
-    ends = math.inf if params.duration is None else time.monotonic() + params.duration
+    socks = []
     try:
+        for port in params.ports or [params.port]:
+            sock = listen(port)
+            sock.setblocking(False)  # select() does the waiting, with the NACK timers in view
+            socks.append(sock)
+        server = AccessServer(agent, params, socks)
+        ends = math.inf if params.duration is None else time.monotonic() + params.duration
         while (not agent.stopping and time.monotonic() < ends
-               and (params.units is None or len(receiver.written) < params.units)):
+               and (params.units is None or server.written < params.units)):
             now_ns = time.time_ns()
-            receiver.drain(now_ns)  # what arrived counts before any NACK is decided
-            wait_s = (receiver.tick(now_ns) - now_ns) / 1e9
-            select.select([sock], [], [], min(POLL_S, max(0.0, wait_s)))
-        now_ns = time.time_ns()
-        receiver.drain(now_ns)  # what arrived before the stop is measured too
-        summary = receiver.finish(now_ns)
+            wait_s = (server.step(now_ns) - now_ns) / 1e9
+            select.select(socks, [], [], min(POLL_S, max(0.0, wait_s)))
+        summary = server.finish(time.time_ns())
     finally:
-        sock.close()
+        for sock in socks:
+            sock.close()
     agent.finish(summary)
     return 0
 

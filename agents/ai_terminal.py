@@ -17,10 +17,27 @@ paced at the unit's own packet gap, for as long as the unit's period is open. Wh
 ends the unit is abandoned: what still waits for retransmission is dropped, and later NACKs for
 it are only counted. With ``retransmit: false`` NACKs are counted and ignored.
 
+**Several flows.** One terminal host may run many terminal flows (``streams``: stream ids, each
+a flow of its own with its own data socket and source port, all sharing the NACK port, since a
+NACK names its stream); flow k of K opens its units ``k * period / K`` after the first, as
+terminals that started at different times do. One thread paces them all, each packet on its own
+absolute deadline.
+
+**Access through the controller** (seed 003; ``service``): each flow joins the service with
+the shared :class:`agents.follower.DecisionFollower`, from its source port, with its demand, the
+bandwidth it needs while its units are sent (its packets on the wire, Ethernet to payload, over
+``send_window * period``: what a port must carry). Its packets go to ``to`` (write the service:
+its address, which the controller steers to the decided server) at the receive port the
+decision's ``port`` attribute names (``port`` without one). Decisions pushed later (a migration
+by load prediction) are followed from the next packet on; a flow the controller rejects (no
+server has a port with room for it) sends nothing, and its refusal is in the summary. The
+decisions followed are rows of ``decisions_followed``.
+
 Each unit gets a row of ``ai_units_sent`` when its period ends (or the terminal stops): fragments,
 packets sent the first time, retransmissions, NACKs received. Every send's lateness goes to
-``sender_lateness``. Datagrams on the NACK port that are not well-formed NACKs for this stream
-are counted in ``malformed``. The terminal stops after ``units`` units or on SIGTERM or SIGINT.
+``sender_lateness``. Datagrams on the NACK port that are not well-formed NACKs for one of its
+streams are counted in ``malformed``. The terminal stops after ``units`` units of every flow or
+on SIGTERM or SIGINT.
 
 This module also holds what the terminal and :mod:`agents.ai_receiver` must agree on: the
 ports, the unit's timing, the flow name and the NACK messages.
@@ -40,13 +57,16 @@ from typing import Optional
 
 from pydantic import Field, model_validator
 
-from agents.common import (POLL_S, WAKE_EARLY_NS, Agent, AgentParams, MalformedLog, NodeRef,
-                           Pacer, receive)
+from agents.common import (DATAGRAM_BUFFER, POLL_S, WAKE_EARLY_NS, Agent, AgentParams,
+                           MalformedLog, NodeRef, Pacer, listen, receive)
+from agents.control import ControlClient, controller_client
+from agents.follower import FOLLOWER_TABLES, DecisionFollower, Followed
 from agents.formats import AI_DATA, AI_NACK, MAGIC, VERSION, pack_u16_list, unpack_u16_list
-from agents.common import DATAGRAM_BUFFER, listen
+from controller import protocol
 from topologies.model import Fraction, PositiveDuration, Size
 
 TABLES = {
+    **FOLLOWER_TABLES,
     # One row per AI data unit sent.
     "ai_units_sent": ("node", "agent", "stream", "unit", "fragments", "sent", "retransmitted",
                       "nacks_received"),
@@ -55,6 +75,8 @@ TABLES = {
 DATA_PORT = 6100
 NACK_PORT = 6101
 MAX_DATAGRAM = 1500 - 20 - 8  # the UDP payload of one Ethernet frame, IPv4 without options
+WIRE_OVERHEAD = 8 + 20 + 14  # UDP, IPv4, Ethernet around each datagram
+PORT_ATTRIBUTE = "port"  # the decision attribute naming the receive port (seed 003's policies)
 MAX_FRAGMENT_PAYLOAD = MAX_DATAGRAM - AI_DATA.header_size
 # Fragment indexes one NACK carries without leaving its Ethernet frame.
 NACK_CAPACITY = (MAX_DATAGRAM - AI_NACK.header_size) // 2
@@ -118,6 +140,11 @@ class Params(UnitTiming):
     nack_port: int = Field(NACK_PORT, ge=1, le=65535, description="where this terminal "
                                                                   "listens for NACKs")
     stream: int = Field(0, ge=0, lt=2**32, description="stream id, carried in every packet")
+    streams: list[int] = Field([], description="stream ids of the flows this host sends, each "
+                                               "its own flow (default: stream alone)")
+    service: Optional[protocol.Name] = Field(None, description="join this controller service "
+                                                              "for each flow and follow its "
+                                                              "decisions")
     unit_bytes: Size = Field(SPEC_FRAGMENTS * SPEC_FRAGMENT_PAYLOAD,
                             description="bytes of one AI data unit (the spec's 672 KB)")
     fragment_payload: int = Field(SPEC_FRAGMENT_PAYLOAD, ge=1, le=MAX_FRAGMENT_PAYLOAD,
@@ -131,7 +158,21 @@ class Params(UnitTiming):
         if self.fragments > 2**16 - 1:
             raise ValueError(f"a unit of {self.unit_bytes:g} bytes takes {self.fragments} "
                              f"fragments, more than a u16 index counts: raise fragment_payload")
+        if len(set(self.stream_ids)) != len(self.stream_ids) or not all(
+                0 <= stream < 2**32 for stream in self.stream_ids):
+            raise ValueError("streams must be distinct stream ids (0 to 2**32 - 1)")
         return self
+
+    @property
+    def stream_ids(self) -> list[int]:
+        return list(self.streams) or [self.stream]
+
+    @property
+    def demand(self) -> float:
+        """Bit/s a flow needs while its units are sent: its packets on the wire over the send
+        window."""
+        wire = round(self.unit_bytes) + self.fragments * (AI_DATA.header_size + WIRE_OVERHEAD)
+        return wire * 8 / (self.send_window * self.period)
 
     @property
     def fragments(self) -> int:
@@ -149,31 +190,57 @@ class UnitSending:
     """One unit while its period is open: what was sent, what waits for retransmission."""
 
     unit: int
+    opens_ns: int
     closes_ns: int
+    next_fragment: int = 0  # the next first copy to send
     sent: int = 0
     retransmitted: int = 0
     nacks_received: int = 0
+    retransmission_due_ns: int = 0
     waiting: deque = field(default_factory=deque)  # fragment indexes to retransmit, in order
     waiting_set: set = field(default_factory=set)
 
 
-class Terminal:
-    """The sending side: the data socket, the NACK socket and the packet being built."""
+@dataclass
+class Totals:
+    units: int = 0
+    sent: int = 0
+    retransmitted: int = 0
+    nacks_received: int = 0
 
-    def __init__(self, agent: Agent, params: Params, nacks: socket.socket):
-        self.agent, self.params, self.nacks = agent, params, nacks
-        self.nack_port = nacks.getsockname()[1]
+
+class StreamSender:
+    """One flow: its data socket and packet, where it sends, the unit open now."""
+
+    def __init__(self, agent: Agent, params: Params, stream: int):
+        self.agent, self.params, self.stream = agent, params, stream
+        self.first_opens_ns = 0  # set when the flows start
         self.data = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.data.connect((params.to, params.port))
+        self.data.bind(("", 0))
+        self.source_port = self.data.getsockname()[1]
+        self.destination: tuple[str, int] | None = None
+        self.follower: DecisionFollower | None = None
         self.packet = bytearray(AI_DATA.header_size + params.fragment_payload)
-        AI_DATA.struct.pack_into(self.packet, 0, MAGIC, VERSION, AI_DATA.type, params.stream,
+        AI_DATA.struct.pack_into(self.packet, 0, MAGIC, VERSION, AI_DATA.type, stream,
                                  0, 0, 0, 0, 0)
         self.packet_view = memoryview(self.packet)
-        self.buffer = bytearray(DATAGRAM_BUFFER)
         self.pacer = Pacer()
-        self.malformed = MalformedLog()
         self.send_errors = self.stale_nacks = 0
         self.current: UnitSending | None = None
+        self.totals = Totals()
+        self.gap_ns = params.gap_ns(params.fragments)
+
+    def aim(self, decision: Followed | None) -> None:
+        """Send to ``to`` at the port ``decision`` names (None: ``port``)."""
+        port = self.params.port
+        if decision is not None and decision.attributes.get(PORT_ATTRIBUTE) is not None:
+            port = int(decision.attributes[PORT_ATTRIBUTE])
+        self.destination = (self.params.to, port)
+        self.data.connect(self.destination)
+
+    def open(self, unit: int) -> None:
+        opens_ns = self.first_opens_ns + unit * self.params.period_ns
+        self.current = UnitSending(unit, opens_ns, opens_ns + self.params.period_ns)
 
     def send(self, fragment: int) -> bool:
         """Send one packet of the current unit now; False when the socket refused it."""
@@ -189,87 +256,173 @@ class Terminal:
             return False
         return True
 
+    def take_nack(self, unit: int, fragments: list[int]) -> None:
+        """Queue the fragments of the current unit a NACK lists that are not queued already."""
+        sending = self.current
+        if sending is None or unit != sending.unit:
+            self.stale_nacks += 1  # for a unit already abandoned (or never sent)
+            return
+        sending.nacks_received += 1
+        if not self.params.retransmit:
+            return
+        for index in fragments:
+            if index not in sending.waiting_set:
+                sending.waiting_set.add(index)
+                sending.waiting.append(index)
+
+    def next_due(self, now_ns: int) -> tuple[int, str]:
+        """When this flow acts next and how: ``first`` (a first copy), ``again`` (a
+        retransmission, paced at the unit's packet gap from the first NACK's arrival on, so a
+        long NACK does not become a burst) or ``close`` (its period ends)."""
+        sending = self.current
+        if sending.next_fragment < self.params.fragments:
+            return sending.opens_ns + round(sending.next_fragment * self.gap_ns), "first"
+        if sending.waiting:
+            due_ns = max(sending.retransmission_due_ns + round(self.gap_ns), now_ns)
+            if due_ns < sending.closes_ns:
+                return due_ns, "again"
+            return now_ns, "close"
+        return sending.closes_ns - WAKE_EARLY_NS, "close"
+
+    def act(self, due_ns: int, kind: str) -> None:
+        sending = self.current
+        if kind == "first":
+            self.pacer.wait_until(due_ns)
+            sending.sent += self.send(sending.next_fragment)
+            sending.next_fragment += 1
+        elif kind == "again":
+            self.pacer.wait_until(due_ns)
+            sending.retransmission_due_ns = due_ns
+            index = sending.waiting.popleft()
+            sending.waiting_set.discard(index)
+            sending.retransmitted += self.send(index)
+        else:
+            self.close()
+            if self.params.units is None or self.totals.units < self.params.units:
+                self.open(sending.unit + 1)
+
+    def close(self) -> None:
+        """The unit's row; what still waits for retransmission is dropped."""
+        sending, self.current = self.current, None
+        self.agent.row("ai_units_sent", self.stream, sending.unit, self.params.fragments,
+                       sending.sent, sending.retransmitted, sending.nacks_received)
+        totals = self.totals
+        totals.units += 1
+        totals.sent += sending.sent
+        totals.retransmitted += sending.retransmitted
+        totals.nacks_received += sending.nacks_received
+
+    def summary(self) -> dict:
+        totals = self.totals
+        return {"stream": self.stream, "units": totals.units,
+                "fragments": self.params.fragments, "unit_bytes": round(self.params.unit_bytes),
+                "sent": totals.sent, "retransmitted": totals.retransmitted,
+                "nacks_received": totals.nacks_received, "stale_nacks": self.stale_nacks,
+                "send_errors": self.send_errors,
+                "lateness": self.pacer.report(self.agent, flow_name(self.stream))}
+
+
+class Terminal:
+    """The terminal host's flows, its NACK socket and its control client."""
+
+    def __init__(self, agent: Agent, params: Params, nacks: socket.socket,
+                 control: ControlClient | None = None):
+        self.agent, self.params, self.nacks, self.control = agent, params, nacks, control
+        self.nack_port = nacks.getsockname()[1]
+        self.buffer = bytearray(DATAGRAM_BUFFER)
+        self.malformed = MalformedLog()
+        self.senders = {stream: StreamSender(agent, params, stream)
+                        for stream in params.stream_ids}
+        self.refused: dict[int, str | None] = {}
+
+    def join(self) -> None:
+        """Each flow's destination: joined through the controller (``service``), or ``to``."""
+        for stream, sender in list(self.senders.items()):
+            if self.params.service is None or self.control is None:
+                sender.aim(None)
+                continue
+            sender.follower = DecisionFollower(
+                self.control, self.params.service, demand=self.params.demand,
+                port=sender.source_port, probe=None)
+            decision = sender.follower.join()
+            if decision is None:
+                self.refused[stream] = sender.follower.refusal
+                continue
+            sender.aim(decision)
+        # The flows start their schedules now that every one knows where to send.
+        start_ns = time.monotonic_ns()
+        for index, sender in enumerate(self.senders.values()):
+            sender.first_opens_ns = start_ns + index * self.params.period_ns // len(self.senders)
+            if sender.destination is not None:
+                sender.open(0)
+
+    def follow_decisions(self) -> None:
+        """Point each flow where the decisions pushed since the last look send it."""
+        by_flow = {sender.follower.flow: sender for sender in self.senders.values()
+                   if sender.follower is not None}
+        for pushed in self.control.pending():
+            sender = by_flow.get(pushed.flow)
+            if sender is not None and (changed := sender.follower.take(pushed)) is not None:
+                sender.aim(changed)
+
     def read_nacks(self) -> None:
-        """Take every NACK waiting on the socket: queue the fragments of the current unit it
-        lists that are not queued already."""
+        """Take every NACK waiting on the socket, each to its flow."""
         while (arrival := receive(self.nacks, self.buffer)) is not None:
             message = memoryview(self.buffer)[:arrival[0]]
             try:
                 stream, unit, fragments = read_nack(message)
-                if stream != self.params.stream or not all(
+                if stream not in self.senders or not all(
                         index < self.params.fragments for index in fragments):
-                    raise ValueError("not a NACK for this stream's units")
+                    raise ValueError("not a NACK for this terminal's streams")
             except ValueError:
                 self.malformed.add(self.nack_port, message)
                 continue
-            sending = self.current
-            if sending is None or unit != sending.unit:
-                self.stale_nacks += 1  # for a unit already abandoned (or never sent)
-                continue
-            sending.nacks_received += 1
-            if not self.params.retransmit:
-                continue
-            for index in fragments:
-                if index not in sending.waiting_set:
-                    sending.waiting_set.add(index)
-                    sending.waiting.append(index)
-
-    def send_unit(self, unit: int, opens_ns: int) -> None:
-        """Send unit ``unit`` and repair it until its period closes (or the agent stops)."""
-        params = self.params
-        sending = self.current = UnitSending(unit, opens_ns + params.period_ns)
-        gap_ns = params.gap_ns(params.fragments)
-        for fragment in range(params.fragments):
-            if self.agent.stopping:
-                return
-            self.pacer.wait_until(opens_ns + round(fragment * gap_ns))
-            sending.sent += self.send(fragment)
-            self.read_nacks()
-        retransmission_due_ns = 0
-        while not self.agent.stopping:
-            now_ns = time.monotonic_ns()
-            if sending.waiting:
-                # Retransmissions leave at the unit's own packet rate, from the first NACK's
-                # arrival on, so a long NACK does not become a burst.
-                retransmission_due_ns = max(retransmission_due_ns + round(gap_ns), now_ns)
-                if retransmission_due_ns >= sending.closes_ns:
-                    return
-                self.pacer.wait_until(retransmission_due_ns)
-                index = sending.waiting.popleft()
-                sending.waiting_set.discard(index)
-                sending.retransmitted += self.send(index)
-            elif now_ns >= sending.closes_ns - WAKE_EARLY_NS:
-                return
-            else:
-                select.select([self.nacks], [], [],
-                              min(POLL_S, (sending.closes_ns - WAKE_EARLY_NS - now_ns) / 1e9))
-            self.read_nacks()
+            self.senders[stream].take_nack(unit, fragments)
 
     def run(self) -> dict:
-        """Send unit after unit until ``units`` are done or the agent stops; returns the
+        """Send every flow's units until ``units`` are done or the agent stops; returns the
         summary."""
-        params = self.params
-        start_ns = time.monotonic_ns()
-        units = sent = retransmitted = nacks = 0
+        watched = [self.nacks] + ([self.control] if self.control is not None else [])
         try:
-            while not self.agent.stopping and (params.units is None or units < params.units):
-                self.send_unit(units, start_ns + units * params.period_ns)
-                sending = self.current
-                self.agent.row("ai_units_sent", params.stream, sending.unit, params.fragments,
-                               sending.sent, sending.retransmitted, sending.nacks_received)
-                units += 1
-                sent += sending.sent
-                retransmitted += sending.retransmitted
-                nacks += sending.nacks_received
+            while not self.agent.stopping:
+                active = [sender for sender in self.senders.values()
+                          if sender.current is not None]
+                if not active:
+                    break
+                now_ns = time.monotonic_ns()
+                due_ns, kind, sender = min(
+                    ((*sender.next_due(now_ns), sender) for sender in active),
+                    key=lambda event: event[0])
+                if due_ns - now_ns > WAKE_EARLY_NS:
+                    # Nothing due yet: wait for NACKs and decisions meanwhile.
+                    select.select(watched, [], [], min(POLL_S,
+                                                       (due_ns - now_ns - WAKE_EARLY_NS) / 1e9))
+                else:
+                    sender.act(due_ns, kind)
+                self.read_nacks()
+                if self.control is not None:
+                    self.follow_decisions()
+            for sender in self.senders.values():
+                if sender.current is not None:
+                    sender.close()  # stopped: the open unit's row
         finally:
-            self.data.close()
+            for sender in self.senders.values():
+                sender.data.close()
         self.malformed.write(self.agent)
-        return {"stream": params.stream, "units": units, "fragments": params.fragments,
-                "unit_bytes": round(params.unit_bytes), "sent": sent,
-                "retransmitted": retransmitted, "nacks_received": nacks,
-                "stale_nacks": self.stale_nacks, "send_errors": self.send_errors,
-                "malformed": self.malformed.count,
-                "lateness": self.pacer.report(self.agent, flow_name(params.stream))}
+        flows = [sender.summary() for sender in self.senders.values()]
+        followed = {stream: sender.follower.write(self.agent)
+                    for stream, sender in self.senders.items() if sender.follower is not None}
+        totals = {"malformed": self.malformed.count,
+                  "refused": {str(stream): why for stream, why in self.refused.items()}}
+        if followed:
+            totals["followed"] = {str(stream): summary for stream, summary in followed.items()}
+        if len(flows) == 1:
+            return flows[0] | totals
+        return {"streams": flows, "units": sum(flow["units"] for flow in flows),
+                "sent": sum(flow["sent"] for flow in flows),
+                "retransmitted": sum(flow["retransmitted"] for flow in flows),
+                "nacks_received": sum(flow["nacks_received"] for flow in flows),
+                "send_errors": sum(flow["send_errors"] for flow in flows)} | totals
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -277,10 +430,18 @@ def main(argv: list[str] | None = None) -> int:
     params = Params.model_validate(agent.params)
     nacks = listen(params.nack_port)
     nacks.setblocking(False)  # read between packets without waiting; select() does the waiting
+    control = controller_client(agent.node) if params.service is not None else None
+    if params.service is not None and control is None:
+        raise SystemExit("ai_terminal: service needs the run's controller "
+                         "($EDGEBED_CONTROLLER is not set)")
     try:
-        summary = Terminal(agent, params, nacks).run()
+        terminal = Terminal(agent, params, nacks, control)
+        terminal.join()
+        summary = terminal.run()
     finally:
         nacks.close()
+        if control is not None:
+            control.close()
     agent.finish(summary)
     return 0
 

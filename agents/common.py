@@ -42,11 +42,14 @@ import statistics
 import struct
 import sys
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Callable, Iterator
+from typing import Annotated, Callable, Iterator, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from topologies.model import Rate
 
 # A parameter naming another node of the scenario (``to: edge1``) or a controller service
 # (``to: video``). The scenario's checks make sure it exists; the runner hands the agent its IP
@@ -257,6 +260,54 @@ class Pacer:
                                               / len(values)) if values else None}
         agent.row("sender_lateness", flow, *figures.values())
         return figures
+
+
+class ProcessingParams(BaseModel):
+    """What a receiver with a processing budget takes (its ``Params`` derive from this too):
+    the budget of its single worker and the packets it holds (:class:`ProcessingBudget`)."""
+
+    budget: Optional[Rate] = Field(None, gt=0, description="UDP payload bits per second the "
+                                                           "node can process")
+    budget_packets: Optional[float] = Field(None, gt=0, description="packets per second the "
+                                                                    "node can process")
+    queue: int = Field(100, ge=1, description="packets held for processing at most, the one "
+                                              "being processed included; more are dropped")
+
+    def worker(self) -> "ProcessingBudget":
+        return ProcessingBudget(self.budget, self.budget_packets, self.queue)
+
+
+class ProcessingBudget:
+    """A receiver's single worker (an edge's, an access server's): each packet takes
+    ``1 / packets_per_s`` seconds or its UDP payload bits over ``bits_per_s`` seconds, whichever
+    is longer (neither: no time), in arrival order; at most ``queue`` packets are held, the one
+    being processed included, and one arriving to a full queue is dropped (the caller counts
+    it). An overloaded worker thus first delays, then drops what exceeds its capacity, as a
+    real one does; nothing is left to chance. ``busy_ns`` is the processing time taken so far,
+    so the worker's utilisation over a stretch is its growth over the stretch's length."""
+
+    def __init__(self, bits_per_s: float | None, packets_per_s: float | None, queue: int):
+        self.ns_per_bit = 1e9 / bits_per_s if bits_per_s else 0.0
+        self.ns_per_packet = 1e9 / packets_per_s if packets_per_s else 0.0
+        self.queue = queue
+        self.held: deque[int] = deque()  # processing end times of the packets held
+        self.free_ns = 0
+        self.busy_ns = 0
+
+    def admit(self, now_ns: int, size: int) -> int | None:
+        """When processing of a packet of ``size`` bytes arriving at ``now_ns`` ends, or None
+        when the queue is full and the packet is dropped."""
+        if not (self.ns_per_packet or self.ns_per_bit):
+            return now_ns  # no budget: processing takes no time, nothing waits
+        while self.held and self.held[0] <= now_ns:
+            self.held.popleft()
+        if len(self.held) >= self.queue:
+            return None
+        cost_ns = round(max(self.ns_per_packet, size * 8 * self.ns_per_bit))
+        self.free_ns = max(now_ns, self.free_ns) + cost_ns
+        self.busy_ns += cost_ns
+        self.held.append(self.free_ns)
+        return self.free_ns
 
 
 def receiving_socket(port: int, kind: int = socket.SOCK_DGRAM,

@@ -54,7 +54,7 @@ from pydantic import Field
 from pydantic import model_validator
 
 from agents.common import (DATAGRAM_BUFFER, SPIN_NS, Agent, AgentParams, NodeRef, Pacer,
-                           epoch_seconds, listen, receive)
+                           ProcessingParams, epoch_seconds, listen, receive)
 from agents.control import ControlClient, controller_client
 from agents.follower import FOLLOWER_TABLES, DecisionFollower, Followed
 from agents.formats import MEDIA
@@ -78,7 +78,7 @@ BITRATE_OFFSET = MEDIA.field_offset("bitrate_kbps")
 IDLE_WAIT_S = 0.1  # how often an edge with nothing to send looks at its stop flag
 
 
-class Params(AgentParams):
+class Params(AgentParams, ProcessingParams):
     """Where the edge listens and forwards to, and what it can process."""
 
     port: int = Field(5004, ge=0, le=65535, description="media port; 0: any free port")
@@ -89,12 +89,6 @@ class Params(AgentParams):
                         "it carries ([]: every stream no other flow names)")
     to_port: int = Field(5004, ge=1, le=65535)
     processing_delay: Duration = Field(0.0, description="latency added to every packet")
-    budget: Optional[Rate] = Field(None, gt=0, description="UDP payload bits per second the "
-                                                           "edge can process")
-    budget_packets: Optional[float] = Field(None, gt=0, description="packets per second the "
-                                                                    "edge can process")
-    queue: int = Field(100, ge=1, description="packets held for processing at most, the one "
-                                              "being processed included; more are dropped")
     rung: Optional[int] = Field(None, ge=0, le=255, description="rewrite the rung field")
     bitrate: Optional[Rate] = Field(None, gt=0, description="rewrite the bitrate field")
     duration: Optional[Duration] = Field(None, description="default: until stopped")
@@ -109,29 +103,6 @@ class Params(AgentParams):
         if sum(not streams for streams in self.follow.values()) > 1:
             raise ValueError("at most one followed flow takes every other stream ([])")
         return self
-
-
-class ProcessingBudget:
-    """The edge's worker: when each packet's processing ends, or that it is dropped."""
-
-    def __init__(self, bits_per_s: float | None, packets_per_s: float | None, queue: int):
-        self.ns_per_bit = 1e9 / bits_per_s if bits_per_s else 0.0
-        self.ns_per_packet = 1e9 / packets_per_s if packets_per_s else 0.0
-        self.queue = queue
-        self.held: deque[int] = deque()  # processing end times of the packets held
-        self.free_ns = 0
-
-    def admit(self, now_ns: int, size: int) -> int | None:
-        """When processing of a packet of ``size`` bytes arriving at ``now_ns`` ends, or None
-        when the queue is full and the packet is dropped."""
-        while self.held and self.held[0] <= now_ns:
-            self.held.popleft()
-        if len(self.held) >= self.queue:
-            return None
-        self.free_ns = max(now_ns, self.free_ns) + round(max(self.ns_per_packet,
-                                                             size * 8 * self.ns_per_bit))
-        self.held.append(self.free_ns)
-        return self.free_ns
 
 
 def next_hop(node: str, decision: protocol.Decision) -> str:
@@ -220,7 +191,7 @@ class ForwardedStream:
 def forward(agent: Agent, params: Params, sock: socket.socket, meter: MediaMeter,
             routes: Routes) -> dict:
     """Receive, measure and forward until stopped; returns the summary."""
-    budget = ProcessingBudget(params.budget, params.budget_packets, params.queue)
+    budget = params.worker()
     processing_delay_ns = round(params.processing_delay * 1e9)
     watched = [sock] if routes.control is None else [sock, routes.control]
     streams: dict[int, ForwardedStream] = {}
