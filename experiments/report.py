@@ -79,13 +79,21 @@ def cell_means(experiment: Experiment, results: pd.DataFrame) -> pd.DataFrame:
     return cells.iloc[order].reset_index(drop=True)
 
 
+ROUNDING = 1e-9  # relative spread below which equal results differ only by float rounding
+
+
 def summarize(cells: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
     """Per sweep, value, policy and metric: n, mean, std, ``ci95`` (the half-width of the
     Student-t 95% interval of the mean over the cells, NaN for fewer than two), low, high."""
     long = cells.melt(id_vars=[*GROUP, "repetition"], value_vars=metrics, var_name="metric",
                       value_name="x")
     summary = (long.groupby([*GROUP, "metric"], sort=False)["x"]
-               .agg(n="count", mean="mean", std="std").reset_index())
+               .agg(n="count", mean="mean", std="std", low="min", high="max").reset_index())
+    # Cells that agree but for the last bits of a float sum (the same allocation's objective
+    # added up in another order) have no spread: their std is rounding, not variation.
+    rounding = (summary["n"] > 1) & ((summary["high"] - summary["low"]) <= ROUNDING * np.maximum(
+        summary["high"].abs(), summary["low"].abs()))
+    summary.loc[rounding, "std"] = 0.0
     with np.errstate(invalid="ignore", divide="ignore"):
         sem = summary["std"] / np.sqrt(summary["n"])
         summary["ci95"] = stats.t.ppf((1 + CONFIDENCE) / 2, summary["n"] - 1) * sem

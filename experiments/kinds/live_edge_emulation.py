@@ -337,12 +337,15 @@ def run_cell(cell: Cell) -> list[dict[str, object]]:
     environment = dict(os.environ, EDGEBED_POLICY=cell.policy,
                        EDGEBED_SEED=str(cell.seed % 2**32), EDGEBED_G_MS=f"{parameters.G:g}",
                        EDGEBED_G_SI=f"{parameters.G * 1e-9:g}")
+    # A cell run again (after a failure, or by --fresh into another report) finds its earlier
+    # runs beside it: its run is the directory this call made.
+    earlier = set(runs.iterdir()) if runs.is_dir() else set()
     result = subprocess.run([sys.executable, "-m", "experiments.cli", "run", parameters.scenario,
                              "--duration", f"{parameters.duration:g}s", "--runs-dir", str(runs)],
                             cwd=ROOT, env=environment, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"the run of {cell.policy} failed:\n{result.stdout}{result.stderr}")
-    [run_dir] = [path for path in runs.iterdir() if path.is_dir()]
+    [run_dir] = [path for path in runs.iterdir() if path.is_dir() and path not in earlier]
     summary = json.loads((run_dir / "summary.json").read_text())
     return [run_totals(viewer_qoe(run_dir)) | {"fidelity_ok": int(summary["fidelity"]["ok"])}]
 

@@ -283,6 +283,17 @@ def test_confidence_interval_by_hand():
     assert summary.loc["2", "n"] == 1 and math.isnan(summary.loc["2", "ci95"])
 
 
+def test_cells_equal_but_for_float_rounding_have_no_spread():
+    # The same allocation's objective summed in two orders: 47.966413846993369 and ...37.
+    same = 47.96641384699337
+    cells = pd.DataFrame({"sweep": "s", "parameter": "x", "value": ["1"] * 3 + ["2"] * 2,
+                          "policy": "p", "repetition": [0, 1, 2, 0, 1],
+                          "y": [same, same + 7e-15, same, 1.0, 1.0 + 1e-6]})
+    summary = report.summarize(cells, ["y"]).set_index("value")
+    assert summary.loc["1", ["std", "ci95"]].tolist() == [0.0, 0.0]
+    assert summary.loc["2", "ci95"] > 0  # a real spread, however small, is kept
+
+
 def test_compare_and_agreement():
     assert report.compare(1.2, 1.0, relative=True) == pytest.approx(20)
     assert report.compare(-0.5, -1.0, relative=True) == pytest.approx(50)  # a rise
@@ -386,3 +397,30 @@ def test_a_model_line_is_drawn_beside_the_measured_points(fake, tmp_path):
     report.write(experiment, tmp_path)
     svg = (tmp_path / "plots" / "along-x-y.svg").read_text()
     assert "p, z" in svg and "q, z" in svg
+
+
+def test_an_emulated_cell_run_again_reads_its_new_run_not_an_earlier_one(tmp_path, monkeypatch):
+    # `edgebed run` needs root and Mininet (tests/integration/test_live_edge_runs.py runs it);
+    # here a stand-in makes the run directory each real run makes, numbered by call.
+    from experiments.kinds import live_edge_emulation as emulation
+
+    made = []
+
+    def edgebed_run(command, **_):
+        run_dir = Path(command[command.index("--runs-dir") + 1]) / f"run-{len(made)}"
+        run_dir.mkdir(parents=True)
+        (run_dir / "summary.json").write_text('{"fidelity": {"ok": %s}}'
+                                              % ("true" if made else "false"))
+        made.append(run_dir)
+        return emulation.subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(emulation.subprocess, "run", edgebed_run)
+    monkeypatch.setattr(emulation, "viewer_qoe", lambda run_dir: [run_dir])
+    monkeypatch.setattr(emulation, "run_totals", lambda rows: {"run": rows[0]})
+    cell = next(experiments.Experiment(
+        "t.yaml", "t", emulation.KIND, 3, 1, emulation.Parameters(runs_dir=str(tmp_path)),
+        (experiments.Sweep("s", "G", (5,), ("5",), ("lua",),
+                           (emulation.Parameters(runs_dir=str(tmp_path)),), {}),), {}).cells())
+    first, again = emulation.run_cell(cell), emulation.run_cell(cell)
+    assert first == [{"run": made[0], "fidelity_ok": 0}]
+    assert again == [{"run": made[1], "fidelity_ok": 1}]
