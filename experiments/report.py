@@ -88,11 +88,12 @@ def summarize(cells: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
     long = cells.melt(id_vars=[*GROUP, "repetition"], value_vars=metrics, var_name="metric",
                       value_name="x")
     summary = (long.groupby([*GROUP, "metric"], sort=False)["x"]
-               .agg(n="count", mean="mean", std="std", low="min", high="max").reset_index())
+               .agg(n="count", mean="mean", std="std", least="min", most="max").reset_index())
     # Cells that agree but for the last bits of a float sum (the same allocation's objective
     # added up in another order) have no spread: their std is rounding, not variation.
-    rounding = (summary["n"] > 1) & ((summary["high"] - summary["low"]) <= ROUNDING * np.maximum(
-        summary["high"].abs(), summary["low"].abs()))
+    least, most = summary.pop("least"), summary.pop("most")
+    rounding = (summary["n"] > 1) & (most - least <= ROUNDING * np.maximum(most.abs(),
+                                                                           least.abs()))
     summary.loc[rounding, "std"] = 0.0
     with np.errstate(invalid="ignore", divide="ignore"):
         sem = summary["std"] / np.sqrt(summary["n"])

@@ -124,8 +124,7 @@ def rows_of(run: Run) -> list[dict[str, object]]:
     for period in run.periods:
         loads = list(period.load.values())
         packets = sum(period.packets.values())
-        row = {"period": period.period,
-               "loss": sum(period.lost.values()) / packets if packets else 0.0,
+        row = {"loss": sum(period.lost.values()) / packets if packets else 0.0,
                "residual_loss": sum(period.residual.values()) / packets if packets else 0.0,
                "load_max": max(loads), "load_cv": statistics.pstdev(loads) /
                statistics.fmean(loads) if statistics.fmean(loads) > 0 else 0.0,
@@ -144,7 +143,6 @@ def rows_of(run: Run) -> list[dict[str, object]]:
 
 
 METRICS = (
-    Metric("period", "period"),
     Metric("loss", "loss rate DPR (first transmissions)"),
     Metric("residual_loss", "loss after retransmission"),
     Metric("load_max", "highest server load degree L_i"),

@@ -53,6 +53,12 @@ class Outcome:
 
 
 def columns(kind: Kind) -> list[str]:
+    """The header of ``kind``'s results: :data:`KEYS`, then its metrics. A metric named like a
+    key would write that column twice and the table could not be read back (resumed)."""
+    taken = sorted(set(KEYS) & {metric.name for metric in kind.metrics})
+    if taken:
+        raise ValueError(f"kind {kind.name}: metric(s) {', '.join(taken)} take the names of "
+                         f"the runner's own columns ({', '.join(KEYS)}); rename them")
     return [*KEYS, *(metric.name for metric in kind.metrics)]
 
 

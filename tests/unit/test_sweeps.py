@@ -424,3 +424,33 @@ def test_an_emulated_cell_run_again_reads_its_new_run_not_an_earlier_one(tmp_pat
     first, again = emulation.run_cell(cell), emulation.run_cell(cell)
     assert first == [{"run": made[0], "fidelity_ok": 0}]
     assert again == [{"run": made[1], "fidelity_ok": 1}]
+
+
+def test_a_metric_named_like_a_runner_column_is_refused_and_no_kind_has_one():
+    from experiments.sweeps.runner import columns
+    clash = dataclasses.replace(FAKE, metrics=(Metric("period", "period"), Metric("y", "y")))
+    with pytest.raises(ValueError, match="kind fake: metric.s. period take the names"):
+        columns(clash)
+    for kind in experiments.registered_kinds().values():
+        header = columns(kind)
+        assert len(header) == len(set(header)), kind.name
+
+
+def test_a_decision_whose_stream_never_arrived_has_no_measured_latency_and_no_qoe():
+    # From a real run on a saturated machine: viewer1's first decision (stream-1, 2.5 Mbit/s)
+    # was replaced 90 ms later, before any of its packets came; the run's tables stopped the
+    # experiment with a KeyError.
+    from experiments.kinds.live_edge_emulation import decision_qoe, run_totals, viewer_qoe
+
+    run_dir = Path(__file__).parent / "recorded" / "live_edge-unserved"
+    rows = decision_qoe(run_dir)
+    [replaced] = [row for row in rows if (row["viewer"], row["flow"]) == ("viewer1", "stream-1")]
+    assert replaced["goodput_bps"] == 0 and replaced["qoe_measured"] == 0
+    assert math.isnan(replaced["latency_measured_ms"]) and replaced["qoe_model"] != 0
+    last = {row["viewer"]: row for row in viewer_qoe(run_dir)}
+    assert last["viewer1"]["flow"] == "stream-5" and last["viewer1"]["goodput_bps"] > 0
+    served = dict(last["viewer1"])
+    unserved = served | {"latency_measured_ms": math.nan, "goodput_bps": 0.0, "qoe_measured": 0.0}
+    totals = run_totals([served, unserved])
+    assert totals["latency_measured_ms"] == served["latency_measured_ms"]
+    assert totals["goodput_mbps"] == served["goodput_bps"] / 2e6
