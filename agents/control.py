@@ -42,6 +42,8 @@ from typing import Optional
 
 from pydantic import BaseModel, Field
 
+from agents.common import NodeRef
+from agents.echo import PathMeter
 from controller import protocol
 from topologies.model import PositiveDuration
 from topologies.naming import MANAGEMENT_INTERFACE
@@ -333,6 +335,9 @@ class ReportingParams(BaseModel):
                         "crosses the level, either way, besides the periodic ones")
     report_host: bool = Field(True, description="add what the host measures: process CPU, "
                                                 "memory, interface traffic")
+    report_paths: list[NodeRef] = Field(
+        [], description="peers whose paths every report gives, probed by echo all along: "
+                        "path.<peer address, dashes for dots>.rtt, .loss, .jitter")
 
 
 class LoadReporter:
@@ -345,12 +350,13 @@ class LoadReporter:
     host's figures to every report and, when thresholds name them, is read every
     ``check_period``. Urgent reports are at least ``min_gap`` apart, so a value hovering at a
     level cannot flood the controller. A send that fails (the management network down) is
-    counted; the next report may pass."""
+    counted; the next report may pass. A ``paths`` meter adds the paths to the node's peers
+    as it last measured them (:class:`agents.echo.PathMeter`)."""
 
     def __init__(self, client: ControlClient | None, *, service: str | None = None,
                  period: float = 1.0, thresholds: Mapping[str, float] | None = None,
                  host: HostMeter | None = None, check_period: float | None = None,
-                 min_gap: float | None = None):
+                 min_gap: float | None = None, paths: PathMeter | None = None):
         if period <= 0:
             raise ValueError("the report period must be positive")
         self.client = client
@@ -358,6 +364,7 @@ class LoadReporter:
         self.period = period
         self.thresholds = dict(thresholds or {})
         self.host = host
+        self.paths = paths
         self.check_period = period / 10 if check_period is None else check_period
         self.min_gap = period / 10 if min_gap is None else min_gap
         self.sent = self.urgent = self.errors = 0
@@ -372,7 +379,8 @@ class LoadReporter:
         """The reporter of an agent on ``node`` with ``params``, to ``$EDGEBED_CONTROLLER``."""
         return cls(controller_client(node), service=params.service,
                    period=params.report_period, thresholds=params.report_thresholds,
-                   host=HostMeter() if params.report_host else None)
+                   host=HostMeter() if params.report_host else None,
+                   paths=PathMeter(params.report_paths) if params.report_paths else None)
 
     def tick(self, load: float = 0.0, metrics: Mapping[str, float] | None = None,
              now: float | None = None) -> bool:
@@ -387,7 +395,8 @@ class LoadReporter:
                 self.thresholds and now - self._host_read >= self.check_period)):
             self._host_figures = self.host.read(now)
             self._host_read = now
-        figures = self._host_figures | dict(metrics or {})
+        figures = self._host_figures | (self.paths.figures() if self.paths else {}) | dict(
+            metrics or {})
         crossed = [name for name, side in self._sides_of(load, figures).items()
                    if self._sides.get(name, side) != side]
         urgent = bool(crossed) and now - self._last_sent >= self.min_gap
@@ -417,7 +426,18 @@ class LoadReporter:
                 if name in values}
 
     def close(self) -> dict:
-        """Close the client; returns the summary: reports sent, of them urgent, failed."""
+        """Close the client; returns the summary: reports sent, of them urgent, failed, and
+        the paths as last measured (with a path meter)."""
+        paths = {}
+        if self.paths is not None:
+            self.paths.close()
+            paths = {"paths": self.paths.figures()}
         if self.client is not None:
             self.client.close()
-        return {"sent": self.sent, "urgent": self.urgent, "errors": self.errors}
+        return {"sent": self.sent, "urgent": self.urgent, "errors": self.errors} | paths
+
+    def write(self, agent) -> None:
+        """The path meter's rows (``path_probes``: the agent's ``TABLES`` add
+        :data:`agents.echo.PATH_TABLES`), after :meth:`close`."""
+        if self.paths is not None:
+            self.paths.write(agent)

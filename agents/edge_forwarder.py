@@ -25,7 +25,10 @@ what still reaches it straight to the server. The control socket is watched in t
 the media socket, so a decision that moves a downstream takes effect from the next packet to
 leave, packets already waiting for their departure included: a switch splits no frame across
 a gap. Every decision followed is a row of ``decisions_followed``; until the first one, and for
-streams no followed flow claims, the forwarder sends to ``to``.
+streams no followed flow claims, the forwarder sends to ``to``. With ``fan_out`` a decision
+changes only how the stream reaches the decision's server (the next hop on its chain instead of
+the server itself) and the stream still goes to every other next hop of ``to``: an origin that
+fans a stream out to the media nodes and back-sources one of them through a relay (seed 001).
 
 The input is measured like a viewer's (:class:`agents.media.MediaMeter`: ``flows``,
 ``flow_seconds``, ``frames``, ``malformed``). Per stream, ``forwarding`` counts packets
@@ -87,6 +90,8 @@ class Params(AgentParams, ProcessingParams):
     follow: dict[protocol.Flow, list[int]] = Field(
         {}, description="flows whose pushed decisions route streams: flow -> the stream ids "
                         "it carries ([]: every stream no other flow names)")
+    fan_out: bool = Field(False, description="with follow: a decision reroutes only the copy "
+                                             "for its server; the other next hops of to stay")
     to_port: int = Field(5004, ge=1, le=65535)
     processing_delay: Duration = Field(0.0, description="latency added to every packet")
     rung: Optional[int] = Field(None, ge=0, le=255, description="rewrite the rung field")
@@ -119,8 +124,10 @@ class Routes:
     to the static next hops."""
 
     def __init__(self, node: str, static: list[str], port: int,
-                 follow: dict[str, list[int]], control: ControlClient | None):
+                 follow: dict[str, list[int]], control: ControlClient | None,
+                 fan_out: bool = False):
         self.node = node
+        self.fan_out = fan_out
         self.static = tuple((address, port) for address in static)
         self.port = port
         self.control = control
@@ -158,10 +165,14 @@ class Routes:
     def _route(self, followed: Followed) -> bool:
         decision = followed.decision
         hop = (next_hop(self.node, decision), self.port)
+        hops = (hop,)
+        if self.fan_out:
+            hops = tuple(other for other in self.static
+                         if other != (decision.address, self.port)) + hops
         before = self.hops.get(decision.flow, self.static)
-        if before == (hop,):
+        if before == hops:
             return False
-        self.hops[decision.flow] = (hop,)
+        self.hops[decision.flow] = hops
         self.switches.append({"time_s": epoch_seconds(followed.heard_ns),
                               "flow": decision.flow, "version": decision.version,
                               "from": [address for address, _ in before], "to": hop[0]})
@@ -280,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
                              "($EDGEBED_CONTROLLER is not set)")
         # Before the media socket, so no decision pushed for a stream it forwards is missed.
         control.subscribe()
-    routes = Routes(agent.node, params.to, params.to_port, params.follow, control)
+    routes = Routes(agent.node, params.to, params.to_port, params.follow, control,
+                    params.fan_out)
     sock = listen(params.port)
     meter = MediaMeter(sock.getsockname()[1])
     try:

@@ -6,7 +6,7 @@ for one flow (optionally from one transport port, when a host stands for many te
 cameras), and from then on takes every decision about that flow the controller pushes (a new
 period, a migration, a steer). When a decision ranks ``candidates`` (seed 001: access by
 probing), the follower probes each with real packets, ICMP echo requests that every host's
-kernel answers (:func:`echo_probe`: round-trip time and loss), confirms the best (lowest loss,
+kernel answers (:func:`agents.echo.echo_probe`: round-trip time and loss), confirms the best (lowest loss,
 then lowest median round trip, then the controller's rank) with ``steer`` when it is not the
 server decided, and follows the answer; a decision naming the same candidates again is not
 probed again. What the agent does with a decision (pull from it, send to it, forward along its
@@ -43,25 +43,16 @@ answered, median and worst round trip).
 from __future__ import annotations
 
 import json
-import os
-import select
-import socket
-import statistics
-import struct
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from agents.control import ControlClient, ControlError
+from agents.echo import ProbeResult, echo_probe
 from agents.common import epoch_seconds
 from controller import protocol
 
-ICMP_ECHO_REQUEST, ICMP_ECHO_REPLY = 8, 0
-ECHO = struct.Struct("!BBHHHQ")  # type, code, checksum, identifier, sequence, send time ns
-PROBES = 5
-PROBE_INTERVAL = 0.02  # seconds between a candidate's echo requests
-PROBE_TIMEOUT = 0.5  # how long after the last request an answer still counts
 # Written by every agent that follows decisions with a DecisionFollower.
 FOLLOWER_TABLES = {
     "decisions_followed": ("node", "agent", "time_s", "flow", "version", "server",
@@ -70,77 +61,6 @@ FOLLOWER_TABLES = {
     "candidate_probes": ("node", "agent", "time_s", "flow", "candidate", "address", "sent",
                          "answered", "rtt_p50_ms", "rtt_max_ms"),
 }
-
-
-@dataclass(frozen=True)
-class ProbeResult:
-    """What probing one address measured: echo requests sent and answered, and the round trips
-    (milliseconds) of the answered ones."""
-
-    address: str
-    sent: int
-    answered: int
-    rtts_ms: tuple[float, ...] = ()
-
-    @property
-    def loss(self) -> float:
-        return 1 - self.answered / self.sent if self.sent else 1.0
-
-    @property
-    def rtt_p50_ms(self) -> float | None:
-        return statistics.median(self.rtts_ms) if self.rtts_ms else None
-
-
-def _checksum(data: bytes) -> int:
-    """The Internet checksum (RFC 1071)."""
-    if len(data) % 2:
-        data += b"\0"
-    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while total >> 16:
-        total = (total & 0xFFFF) + (total >> 16)
-    return ~total & 0xFFFF
-
-
-def echo_probe(address: str, count: int = PROBES, interval: float = PROBE_INTERVAL,
-               timeout: float = PROBE_TIMEOUT) -> ProbeResult:
-    """Round trips to ``address`` by ``count`` ICMP echo requests ``interval`` apart (a raw
-    socket: agents run as root in their hosts). The kernel of any host answers, so a
-    candidate needs no agent of its own to be probed; answers are matched by this socket's
-    identifier and the sequence, and timed by the send time they echo back."""
-    identifier = int.from_bytes(os.urandom(2), "big")
-    with socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP) as sock:
-        sock.setblocking(False)
-        rtts: dict[int, float] = {}
-        sent = 0
-        deadline = time.monotonic()
-        next_send = time.monotonic()
-        while sent < count or time.monotonic() < deadline:
-            now = time.monotonic()
-            if sent < count and now >= next_send:
-                send_ns = time.time_ns()
-                header = ECHO.pack(ICMP_ECHO_REQUEST, 0, 0, identifier, sent, send_ns)
-                packet = ECHO.pack(ICMP_ECHO_REQUEST, 0, _checksum(header), identifier, sent,
-                                   send_ns)
-                try:
-                    sock.sendto(packet, (address, 0))
-                except OSError:
-                    pass  # unreachable now: counted as lost
-                sent += 1
-                next_send = now + interval
-                deadline = now + timeout
-                continue
-            wait = (next_send if sent < count else deadline) - now
-            if not select.select([sock], [], [], max(0.0, wait))[0]:
-                continue
-            data, (source, _) = sock.recvfrom(2048)
-            received_ns = time.time_ns()
-            offset = (data[0] & 0x0F) * 4  # a raw socket hands over the IP header too
-            if source != address or len(data) < offset + ECHO.size:
-                continue
-            kind, _, _, ident, sequence, send_ns = ECHO.unpack_from(data, offset)
-            if kind == ICMP_ECHO_REPLY and ident == identifier and sequence < sent:
-                rtts.setdefault(sequence, (received_ns - send_ns) / 1e6)
-    return ProbeResult(address, sent, len(rtts), tuple(rtts[s] for s in sorted(rtts)))
 
 
 def best_candidate(candidates: Sequence[protocol.Hop],

@@ -42,7 +42,9 @@ pull after the stream's bitrate is known; until the first source packet it waits
 ``report_period`` (and at once when a ``report_thresholds`` level is crossed:
 :class:`agents.control.LoadReporter`) the bitrates it serves as its load (bit/s, the sum over
 admitted sessions), with the metrics ``sessions``, ``streams`` (source streams seen), ``cpu``
-(the compute used as a fraction of ``vcpu``) and what the host measures.
+(the compute used as a fraction of ``vcpu``) and what the host measures, and with
+``report_paths`` its paths to those peers as echo probes measure them (``path_probes``, one row
+per round of echoes to a peer).
 
 **Tables.** ``live_sessions``, one row per session: the viewer's address and port, the flow
 its media arrive as (``stream-<delivered stream>``), R_v, when it started (first pull) and
@@ -75,11 +77,13 @@ from agents.streamer import (MAX_PAYLOAD, MIN_FRAME_SIZE, PER_PACKET, PER_PACKET
                              flow_name, fragment_sizes)
 from agents.control import LoadReporter, ReportingParams
 from agents.common import DATAGRAM_BUFFER, epoch_seconds, listen
+from agents.echo import PATH_TABLES
 from agents.media import MEDIA_TABLES, MediaMeter
 from topologies.model import Duration, PositiveDuration, Size
 
 TABLES = {
     **MEDIA_TABLES,
+    **PATH_TABLES,
     # One row per session (a viewer's pulls of one stream at one bitrate).
     "live_sessions": ("node", "agent", "viewer", "port", "flow", "bitrate_bps", "started_s",
                       "ended_s", "frames", "packets", "refused"),
@@ -409,6 +413,7 @@ def serve(agent: Agent, params: Params, service: socket.socket, source: socket.s
                     edge.source_packet(buffer, arrival[0], arrival[1])
     finally:
         control = reports.close()
+    reports.write(agent)
     return edge.write(agent, time.time_ns()) | {"load_reports": control}
 
 

@@ -246,6 +246,27 @@ class Decision:
     rejections: list[Rejection] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Host:
+    """A host of a scenario as a policy's scenario check sees it: its role and labels."""
+
+    name: str
+    role: str
+    labels: Mapping[str, Any] = field(default_factory=dict, hash=False)
+
+
+@dataclass(frozen=True)
+class ScenarioProblem:
+    """What a policy finds wrong with the scenario it is to run, before anything is built:
+    ``message`` (and a ``hint``) about a key of its ``policy_params`` (``param``, a path into
+    them) or about host ``node``."""
+
+    message: str
+    param: tuple[str | int, ...] = ()
+    node: str | None = None
+    hint: str = ""
+
+
 OnLoad = Literal["redecide", "rebalance", "nothing"]
 ON_LOAD: tuple[OnLoad, ...] = ("redecide", "rebalance", "nothing")
 
@@ -283,6 +304,14 @@ class Policy(Protocol):
         """Why placed ``flow`` may not move to ``server`` when a client confirms one of its
         candidates or an operator steers it, or None to let it. Optional: a policy that does
         not define it lets every steer to a server of the flow's service through."""
+
+    @classmethod
+    def scenario_problems(cls, params: PolicyParams, hosts: Mapping[str, Host],
+                          servers: Mapping[str, tuple[str, ...]]) -> list[ScenarioProblem]:
+        """What is wrong with a scenario for this policy with ``params``: its ``hosts`` by
+        name and each service's ``servers``; the scenario check reports each problem at the
+        file, line and key it is about. Optional: a policy that does not define it takes any
+        scenario its parameters and labels validate for."""
 
 
 class ModelPolicy:

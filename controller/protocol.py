@@ -132,7 +132,16 @@ METRIC_KINDS = {
     "bw_in": "amount", "bw_out": "amount",  # bit/s received and sent
     "packets_in": "amount", "packets_out": "amount",  # packets/s received and sent
     "sessions": "count", "streams": "count",
+    # A path to a peer as the sender probes it (``path.<peer>.rtt`` ...): round trip and
+    # jitter in seconds, loss 0 to 1 (seed 001's relay choice reads them).
+    "rtt": "amount", "jitter": "amount", "loss": "fraction",
 }
+
+
+def path_metric(address: str, figure: str) -> str:
+    """The metric of ``figure`` (rtt, loss, jitter) of the sender's path to ``address``:
+    ``path.10-0-0-2.loss`` (a segment of a metric name has no dots)."""
+    return f"path.{address.replace('.', '-')}.{figure}"
 
 
 def _metrics(values: dict[str, float]) -> dict[str, float]:

@@ -874,7 +874,32 @@ class _Resolver:
                                      servers)
         if controller.policy in policies.available():
             self._check_policy_labels(controller.policy, services)
+            self._check_policy_scenario(controller.policy, controller.policy_params, services)
         return services
+
+    def _check_policy_scenario(self, policy: str, params: dict,
+                               services: dict[str, Service]) -> None:
+        """The policy's own checks of the scenario (``scenario_problems``), once its
+        parameters are valid, each problem at the parameter or host it is about."""
+        from controller import policies
+        from controller.policy import Host
+
+        check = getattr(policies.policy_class(policy), "scenario_problems", None)
+        try:
+            validated = policies.params_model(policy).model_validate(params)
+        except ValidationError:
+            return  # reported by _check_policy_params
+        if check is None:
+            return
+        hosts = {node.name: Host(node.name, node.role.value if node.role else "",
+                                 dict(node.labels)) for node in self.hosts_in_order()}
+        servers = {name: tuple(service.servers) for name, service in services.items()}
+        for found in check(validated, hosts, servers):
+            # A parameter the file leaves at its default is reported at the nearest key the
+            # file writes (the source map's nearest ancestor).
+            where = self.origin[found.node] if found.node is not None else (
+                "controller", "policy_params", *found.param)
+            self.problem(where, found.message, found.hint, key=found.node is not None)
 
     def _check_policy_params(self, policy: str, params: dict) -> None:
         """``params`` against the policy's ``Params``, each problem at the key it is about: an

@@ -8,6 +8,7 @@ import pytest
 
 from controller.policies.dispatch.policies import Dispatch, DispatchParams
 from controller.policy import LoadReport, Placement, Request, Server, State, Client
+from controller.protocol import path_metric
 
 MS = 1e-3
 
@@ -168,3 +169,39 @@ def test_a_confirmed_candidate_needs_room_in_the_centers_view():
     full = {"b1": (LoadReport("b1", 0.0, 2e6, {"sessions": 2}),)}
     assert shared().refuse_steer(state(placements=placed, loads=full), "v1/live", "b1") == (
         "b1 has no room for v1 at cn")
+
+
+def test_a_relay_goes_on_a_back_source_path_that_probes_poor_and_comes_off_again():
+    """Origin o1 at sz back-sources u1 (ny); relay r1 hangs off gz. u1 reports its paths to o1
+    and r1, a1 (at the origin's site) its path to r1: a lossy direct path gets the relay, a
+    clean one takes it off; a flow with no chain on a clean path is left alone."""
+    g = graph()
+    for host, switch in (("o1", "sz"), ("r1", "gz")):
+        g.add_edge(host, switch, delay=0.5 * MS, up=True)
+        g.add_edge(switch, host, delay=0.5 * MS, up=True)
+    clients = CLIENTS + (Client("o1", "10.0.3.1"), Client("r1", "10.0.3.2"))
+
+    def path(address, rtt, loss):
+        return {path_metric(address, "rtt"): rtt, path_metric(address, "loss"): loss,
+                path_metric(address, "jitter"): 0.001}
+
+    def loads(direct_loss):
+        return {"u1": (LoadReport("u1", 1.0, 1e6, path("10.0.3.1", 0.2, direct_loss)
+                                  | path("10.0.3.2", 0.19, 0.0) | {"sessions": 1}),),
+                "a1": (LoadReport("a1", 1.0, 0.0, path("10.0.3.2", 0.02, 0.0)),)}
+
+    policy = Dispatch(DispatchParams(centers=CENTERS, origin="o1", relays=["r1"]))
+    direct = Placement(request("w1"), "u1")
+    lossy = policy.decide(State(g, SERVERS, clients, (direct,), (), 1.0, loads=loads(0.1)))
+    assert [(m.flow, m.server, m.via) for m in lossy.migrations] == [
+        ("w1/live", "u1", ("o1", "r1"))]
+    relayed = Placement(request("w1"), "u1", via=("o1", "r1"))
+    clean = policy.decide(State(g, SERVERS, clients, (relayed,), (), 2.0, loads=loads(0.0)))
+    assert [(m.flow, m.via) for m in clean.migrations] == [("w1/live", ("o1",))]
+    assert not policy.decide(State(g, SERVERS, clients, (direct,), (), 3.0,
+                                   loads=loads(0.0))).migrations
+    # No probe of the relay's leg from the origin's site: nothing to judge the relay by.
+    no_leg = loads(0.1)
+    del no_leg["a1"]
+    assert not policy.decide(State(g, SERVERS, clients, (direct,), (), 4.0,
+                                   loads=no_leg)).migrations

@@ -10,7 +10,8 @@ import threading
 import pytest
 
 from agents.control import ControlClient
-from agents.follower import (DecisionFollower, ProbeResult, best_candidate, echo_probe)
+from agents.echo import ProbeResult, echo_probe
+from agents.follower import DecisionFollower, best_candidate
 from controller import netns, protocol
 from controller.control_server import ControlServer
 from controller.core import ControllerCore

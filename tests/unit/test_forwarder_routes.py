@@ -124,6 +124,23 @@ def test_streams_go_by_the_flow_that_names_them(pusher):
         assert routes.of(2) == ((ADDRESSES["vw"], 6000),) and routes.of(3) == ()
 
 
+def test_a_fanning_origin_reroutes_only_the_copy_for_the_decisions_server(pusher):
+    """Seed 001's origin sends the stream to every media node; a decision that back-sources the
+    server vw through relay r2 (chain: origin r1, then r2) moves vw's copy to r2 and keeps the
+    others; the relay taken off again sends vw's copy straight to vw."""
+    others = ["10.0.0.8", "10.0.0.9"]
+    with ControlClient(pusher.address, node="r1") as control:
+        control.subscribe()
+        routes = Routes("r1", others + [ADDRESSES["vw"]], 5008, {FLOW: []}, control,
+                        fan_out=True)
+        pusher.push("r1", decision(1, "r1", "r2"))
+        assert wait_for_push(routes) == [FLOW]
+        assert routes.of(7) == tuple((a, 5008) for a in others + [ADDRESSES["r2"]])
+        pusher.push("r1", decision(2, "r1"))
+        assert wait_for_push(routes) == [FLOW]
+        assert routes.of(7) == tuple((a, 5008) for a in others + [ADDRESSES["vw"]])
+
+
 def test_params_need_somewhere_to_send_and_one_flow_per_stream():
     with pytest.raises(ValueError, match="to\\) or flows"):
         Params.model_validate({})

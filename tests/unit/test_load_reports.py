@@ -12,6 +12,8 @@ import time
 import pytest
 
 from agents.control import ControlClient, HostMeter, LoadReporter
+from agents.echo import PathMeter
+from controller.protocol import path_metric
 from controller import protocol
 from controller.core import LOAD_HISTORY, ControllerCore
 from controller.policies import create
@@ -301,3 +303,23 @@ def test_the_host_meter_reads_this_process_and_namespace():
     assert figures["memory"] > 10e6  # a Python process with pydantic loaded
     assert figures["bw_in"] >= 0 and figures["packets_out"] >= 0
     assert not any(name.startswith("port.lo.") for name in figures)
+
+
+def test_the_reports_give_the_paths_to_the_peers_as_probed(controller):
+    """A reporter with a path meter adds each peer's round trip, loss and jitter from echo
+    probes, as metrics the protocol takes (here the one peer is loopback: nothing lost)."""
+    meter = PathMeter(["127.0.0.1"], count=3, interval=0.005, rounds=2)
+    reporter = reporter_to(controller, period=0.05, paths=meter)
+    rtt = path_metric("127.0.0.1", "rtt")
+    assert rtt == "path.127-0-0-1.rtt"
+    deadline = time.monotonic() + 10
+    while rtt not in meter.figures() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert reporter.tick(1.0, {"sessions": 1})
+    reporter.close()
+    assert not meter._thread.is_alive()  # closing the reporter stops the probing
+    [report] = received(controller)
+    figures = {name: value for name, value in report.metrics.items() if name.startswith("path.")}
+    assert set(figures) == {rtt, path_metric("127.0.0.1", "loss"),
+                            path_metric("127.0.0.1", "jitter")}
+    assert figures[path_metric("127.0.0.1", "loss")] == 0 and 0 < figures[rtt] < 0.5

@@ -16,7 +16,16 @@ request it:
    among the centers) or a ``shared`` capacity figure (last load report plus the center's own
    admissions since);
 4. after a load report shows a node oversold anyway (``on_load`` is ``rebalance``), redirects
-   the latest flows beyond its capacity to the next ranked node with room.
+   the latest flows beyond its capacity to the next ranked node with room;
+5. on every load report, puts a relay on the path a media node back-sources the stream over
+   from the ``origin`` (the ingest node) when the direct path is poor and a relayed one is
+   better (:func:`~.routing.choose_relay`), judged from live probes between nodes: the node's
+   report gives its path to the origin and to each of ``relays`` (``path.<address>.rtt``,
+   ``.loss``, ``.jitter``: :class:`agents.echo.PathMeter`), and a media node at the origin's
+   site gives the relay's other leg (the origin forwards and does not report). The flows placed
+   on the node get the chain ``(origin, relay)`` as their ``via`` (the origin sends the node's
+   copy to the relay, the relay on to the node), or ``(origin,)`` once the direct path is the
+   better again.
 
 **Labels.** Servers and clients carry ``region``; servers optionally ``room`` (machine room,
 default their site), ``cost`` and ``preference`` (numbers); clients ``center`` (the dispatch
@@ -29,17 +38,20 @@ downstream streams it serves), else the report's load over the demand.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import Field, model_validator
 
-from controller.policy import (Assignment, Decision, Migration, ModelPolicy, Placement,
-                               PolicyParams, Rejection, Request, State)
+from controller.policy import (Assignment, Decision, Host, LoadReport, Migration, ModelPolicy,
+                               PolicyParams, Rejection, Request, ScenarioProblem, State)
+from controller.protocol import path_metric
 
 from .access import Geography, LocationDatabase, MediaNode, candidates, rank
 from .capacity import SharedCapacity, Tickets
+from .quality import PathQuality
+from .routing import choose_relay
 
 
 class DispatchParams(PolicyParams):
@@ -60,6 +72,10 @@ class DispatchParams(PolicyParams):
                                      description="wrong answers that stay in the region")
     seed: int = Field(0, description="seed of the location database")
     near_band: float = Field(0.020, gt=0, description="delays this close (s) rank as equal")
+    origin: str | None = Field(None, description="the ingest host media nodes back-source "
+                                                 "the stream from (relay chains start there)")
+    relays: list[str] = Field([], description="relay/BGP hosts a back-source path may go "
+                                              "through when the direct one probes poor")
 
     @model_validator(mode="after")
     def _some_center(self) -> DispatchParams:
@@ -95,6 +111,54 @@ class Dispatch(ModelPolicy):
         self._labels: dict[str, dict] = {}  # client -> its labels, this call's
         self._shared: SharedCapacity | None = None
         self._reports_seen: dict[str, float] = {}
+
+    @classmethod
+    def scenario_problems(cls, params: DispatchParams, hosts: Mapping[str, Host],
+                          servers: Mapping[str, tuple[str, ...]]) -> list[ScenarioProblem]:
+        """A dispatch scenario needs its dispatch centers as hosts of role ``dispatch``, every
+        viewer a region some media node serves (and a center that is one of them), and its
+        origin and relays as hosts: what the policy would otherwise reject request by request
+        at run time."""
+        problems = []
+        centers = [name for name, host in hosts.items() if host.role == "dispatch"]
+        hint = (f"hosts of role dispatch: {', '.join(centers)}" if centers
+                else "add a host of role dispatch for each region")
+        if not centers:  # one problem, not one per center named
+            problems.append(ScenarioProblem("a dispatch scenario needs a dispatch center: no "
+                                            "host has role dispatch", ("centers",), hint=hint))
+        for name in params.centers if centers else ():
+            host = hosts.get(name)
+            if host is None or host.role != "dispatch":
+                what = "is not a host of the scenario" if host is None else \
+                    f"is a host of role {host.role or 'none'}, not dispatch"
+                problems.append(ScenarioProblem(f"dispatch center {name!r} {what}",
+                                                ("centers", name), hint=hint))
+        served = {hosts[server].labels.get("region") for names in servers.values()
+                  for server in names if server in hosts}
+        for name, host in hosts.items():
+            if host.role != "viewer":
+                continue
+            region, center = host.labels.get("region"), host.labels.get("center")
+            if region is None:
+                problems.append(ScenarioProblem(f"viewer {name} has no region label",
+                                                node=name, hint="the dispatch policy places "
+                                                                "viewers by their region"))
+            elif region not in served:
+                problems.append(ScenarioProblem(
+                    f"region {region!r} of viewer {name} has no media node", node=name,
+                    hint=f"regions with media nodes: {', '.join(sorted(map(str, served - {None})))}"))
+            if center is not None and center not in params.centers:
+                problems.append(ScenarioProblem(
+                    f"center {center!r} of viewer {name} is not a dispatch center", node=name,
+                    hint=f"policy_params.centers: {', '.join(params.centers)}"))
+        named = [(("relays", i), relay) for i, relay in enumerate(params.relays)]
+        if params.origin is not None:
+            named.insert(0, (("origin",), params.origin))
+        for param, name in named:
+            if name not in hosts:
+                problems.append(ScenarioProblem(f"{name!r} is not a host of the scenario",
+                                                param))
+        return problems
 
     # what the state says
 
@@ -280,8 +344,44 @@ class Dispatch(ModelPolicy):
         if requests:
             return []
         round = self.instance(state, service, nodes, requests)
-        return self._redirects(state, nodes, round.geography, round.database, round.book,
-                               self._labels)
+        redirects = self._redirects(state, nodes, round.geography, round.database, round.book,
+                                    self._labels)
+        redirected = {move.flow for move in redirects}
+        return redirects + [move for move in self._relayed(state, nodes)
+                            if move.flow not in redirected]
+
+    def _relayed(self, state: State, nodes: list[MediaNode]) -> list[Migration]:
+        """The flows whose back-source chain changes: through the relay that
+        :func:`~.routing.choose_relay` picks from the probed paths, or direct (step 5 of the
+        module docstring)."""
+        origin, relays = self.params.origin, self.params.relays
+        addresses = {host.name: host.address for host in (*state.clients, *state.servers)}
+        if origin is None or origin not in addresses:
+            return []
+        origin_site = self._site(state, origin)
+        at_origin = [state.latest_load(node.name) for node in nodes if node.site == origin_site]
+        moves = []
+        for node in nodes:
+            report = state.latest_load(node.name)
+            direct = probed_path(report, addresses[origin])
+            if direct is None:
+                continue
+            relayed = {}
+            for relay in relays:
+                if relay not in addresses:
+                    continue
+                second = probed_path(report, addresses[relay])
+                first = next((quality for near in sorted(
+                    (r for r in at_origin if r is not None), key=lambda r: -r.received)
+                    if (quality := probed_path(near, addresses[relay])) is not None), None)
+                if first is not None and second is not None:
+                    relayed[relay] = (first, second)
+            relay = choose_relay(direct, relayed)
+            chain = (origin, relay) if relay else (origin,)
+            for placement in state.placements:
+                if placement.server == node.name and (placement.via or (origin,)) != chain:
+                    moves.append(Migration(placement.request.flow, node.name, via=chain))
+        return moves
 
     def _offer(self, nodes, believed, geography, book, center) -> list[MediaNode]:
         ranked = rank(nodes, believed, geography,
@@ -312,6 +412,19 @@ class Dispatch(ModelPolicy):
                     book.release(center, node.name)
                     moves.append(Migration(placement.request.flow, target.name))
         return moves
+
+
+def probed_path(report: LoadReport | None, address: str) -> PathQuality | None:
+    """The path to ``address`` as ``report`` gives it (:class:`agents.echo.PathMeter`'s
+    metrics), None when it gives none. A path nothing answered on has no round trip: it is
+    taken as lost entirely at no delay, poor by its loss alone."""
+    if report is None:
+        return None
+    loss = report.value(path_metric(address, "loss"))
+    if loss is None:
+        return None
+    return PathQuality(report.value(path_metric(address, "rtt")) or 0.0, loss,
+                       report.value(path_metric(address, "jitter")) or 0.0)
 
 
 POLICIES = (Dispatch,)

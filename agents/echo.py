@@ -1,0 +1,176 @@
+"""Round trips by ICMP echo, as a client probes its candidates (seed 001's access by probing)
+and as a node watches its paths to its peers (seed 001's relay choice).
+
+:func:`echo_probe` sends a few echo requests from a raw socket (agents run as root in their
+hosts) and times the answers; the kernel of any host answers, so a peer needs no agent of its
+own. :class:`PathMeter` keeps probing a node's peers in a background thread and gives the
+figures of a sliding window, which :class:`agents.control.LoadReporter` adds to every load
+report as ``path.<peer>.rtt``, ``.loss`` and ``.jitter`` (the peer's address with dashes:
+``path.10-0-0-2.loss``).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import statistics
+import struct
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from controller.protocol import path_metric
+
+ICMP_ECHO_REQUEST, ICMP_ECHO_REPLY = 8, 0
+ECHO = struct.Struct("!BBHHHQ")  # type, code, checksum, identifier, sequence, send time ns
+PROBES = 5
+PROBE_INTERVAL = 0.02  # seconds between a candidate's echo requests
+PROBE_TIMEOUT = 0.5  # how long after the last request an answer still counts
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What probing one address measured: echo requests sent and answered, and the round trips
+    (milliseconds) of the answered ones."""
+
+    address: str
+    sent: int
+    answered: int
+    rtts_ms: tuple[float, ...] = ()
+
+    @property
+    def loss(self) -> float:
+        return 1 - self.answered / self.sent if self.sent else 1.0
+
+    @property
+    def rtt_p50_ms(self) -> float | None:
+        return statistics.median(self.rtts_ms) if self.rtts_ms else None
+
+
+def _checksum(data: bytes) -> int:
+    """The Internet checksum (RFC 1071)."""
+    if len(data) % 2:
+        data += b"\0"
+    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+def echo_probe(address: str, count: int = PROBES, interval: float = PROBE_INTERVAL,
+               timeout: float = PROBE_TIMEOUT) -> ProbeResult:
+    """Round trips to ``address`` by ``count`` ICMP echo requests ``interval`` apart (a raw
+    socket: agents run as root in their hosts). The kernel of any host answers, so a
+    candidate needs no agent of its own to be probed; answers are matched by this socket's
+    identifier and the sequence, and timed by the send time they echo back."""
+    identifier = int.from_bytes(os.urandom(2), "big")
+    with socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP) as sock:
+        sock.setblocking(False)
+        rtts: dict[int, float] = {}
+        sent = 0
+        deadline = time.monotonic()
+        next_send = time.monotonic()
+        # Done once every request sent is answered: waiting out the timeout then would add
+        # half a second per candidate to a viewer's startup.
+        while sent < count or (len(rtts) < sent and time.monotonic() < deadline):
+            now = time.monotonic()
+            if sent < count and now >= next_send:
+                send_ns = time.time_ns()
+                header = ECHO.pack(ICMP_ECHO_REQUEST, 0, 0, identifier, sent, send_ns)
+                packet = ECHO.pack(ICMP_ECHO_REQUEST, 0, _checksum(header), identifier, sent,
+                                   send_ns)
+                try:
+                    sock.sendto(packet, (address, 0))
+                except OSError:
+                    pass  # unreachable now: counted as lost
+                sent += 1
+                next_send = now + interval
+                deadline = now + timeout
+                continue
+            wait = (next_send if sent < count else deadline) - now
+            if not select.select([sock], [], [], max(0.0, wait))[0]:
+                continue
+            data, (source, _) = sock.recvfrom(2048)
+            received_ns = time.time_ns()
+            offset = (data[0] & 0x0F) * 4  # a raw socket hands over the IP header too
+            if source != address or len(data) < offset + ECHO.size:
+                continue
+            kind, _, _, ident, sequence, send_ns = ECHO.unpack_from(data, offset)
+            if kind == ICMP_ECHO_REPLY and ident == identifier and sequence < sent:
+                rtts.setdefault(sequence, (received_ns - send_ns) / 1e6)
+    return ProbeResult(address, sent, len(rtts), tuple(rtts[s] for s in sorted(rtts)))
+
+
+# Written by an agent whose load reports carry its paths (:class:`PathMeter`): one row per
+# round of echoes to a peer, as candidate_probes has one per candidate probed.
+PATH_TABLES = {
+    "path_probes": ("node", "agent", "time_s", "peer", "sent", "answered", "rtt_p50_ms",
+                    "rtt_max_ms"),
+}
+
+
+class PathMeter:
+    """The paths to ``peers`` (addresses) as echo probes measure them, kept up to date by a
+    daemon thread: rounds of ``count`` echo requests ``interval`` apart to each peer in turn,
+    an answer later than ``timeout`` counting as lost. :meth:`figures` gives, per peer whose
+    first round is done, the median round trip (s), the loss (0..1) and the jitter (mean
+    absolute difference of consecutive round trips within a round, s) over its last ``rounds``
+    rounds. A node probing a few peers sends ``count`` small packets per peer per round: next
+    to the media it forwards, nothing. Every round is kept for :meth:`write`."""
+
+    def __init__(self, peers: Sequence[str], *, count: int = 10, interval: float = 0.02,
+                 timeout: float = PROBE_TIMEOUT, rounds: int = 10):
+        self.peers = tuple(peers)
+        self.count, self.interval, self.timeout = count, interval, timeout
+        self._results = {peer: deque(maxlen=rounds) for peer in self.peers}
+        self.history: list[tuple[int, ProbeResult]] = []  # (ended, ns since the epoch), round
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="path-meter", daemon=True)
+        if self.peers:
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for peer in self.peers:
+                result = echo_probe(peer, self.count, self.interval, self.timeout)
+                with self._lock:
+                    self._results[peer].append(result)
+                    self.history.append((time.time_ns(), result))
+                if self._stop.is_set():
+                    return
+
+    def figures(self) -> dict[str, float]:
+        with self._lock:
+            kept = {peer: tuple(results) for peer, results in self._results.items()}
+        figures = {}
+        for peer, results in kept.items():
+            sent = sum(result.sent for result in results)
+            if not sent:
+                continue
+            rtts = [rtt for result in results for rtt in result.rtts_ms]
+            steps = [abs(b - a) for result in results
+                     for a, b in zip(result.rtts_ms, result.rtts_ms[1:])]
+            figures[path_metric(peer, "loss")] = 1 - len(rtts) / sent
+            if rtts:
+                figures[path_metric(peer, "rtt")] = statistics.median(rtts) / 1e3
+                figures[path_metric(peer, "jitter")] = (statistics.fmean(steps) / 1e3
+                                                        if steps else 0.0)
+        return figures
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=self.timeout + self.count * self.interval + 1)
+
+    def write(self, agent) -> None:
+        """The rows of ``path_probes`` (after :meth:`close`)."""
+        with self._lock:
+            history = list(self.history)
+        for ended_ns, result in history:
+            agent.row("path_probes", ended_ns / 1e9, result.address, result.sent,
+                      result.answered, result.rtt_p50_ms,
+                      max(result.rtts_ms) if result.rtts_ms else None)
