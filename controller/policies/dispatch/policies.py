@@ -360,11 +360,14 @@ class Dispatch(ModelPolicy):
             return []
         origin_site = self._site(state, origin)
         at_origin = [state.latest_load(node.name) for node in nodes if node.site == origin_site]
+        placed: dict[str, list] = {}
+        for placement in state.placements:
+            placed.setdefault(placement.server, []).append(placement)
         moves = []
         for node in nodes:
             report = state.latest_load(node.name)
             direct = probed_path(report, addresses[origin])
-            if direct is None:
+            if direct is None or node.name not in placed:
                 continue
             relayed = {}
             for relay in relays:
@@ -378,9 +381,9 @@ class Dispatch(ModelPolicy):
                     relayed[relay] = (first, second)
             relay = choose_relay(direct, relayed)
             chain = (origin, relay) if relay else (origin,)
-            for placement in state.placements:
-                if placement.server == node.name and (placement.via or (origin,)) != chain:
-                    moves.append(Migration(placement.request.flow, node.name, via=chain))
+            moves += [Migration(placement.request.flow, node.name, via=chain)
+                      for placement in placed.get(node.name, ())
+                      if (placement.via or (origin,)) != chain]
         return moves
 
     def _offer(self, nodes, believed, geography, book, center) -> list[MediaNode]:
