@@ -24,11 +24,17 @@ ai_data                   4  stream u32, unit u32, fragment u16, fragments u16, 
 ai_nack                   7  stream u32, unit u32, count u16 (Rtr_Pkt_N), then count
                              fragment indexes u16
 request                   8  request u32, client u32, content u32, send_ns u64,
-                             response_bytes u32
+                             response_bytes u32, then padding (seed 002's 60 B requests)
 response                  9  request u32, server u32, content u32, request_send_ns u64,
                              service_ns u64, then padding to the size asked for
 pull                     10  stream u32, delivered_stream u32, user u32, send_ns u64,
                              bitrate_kbps u32, rung u8
+cdn                      11  kind u8 (1 route, 2 fetch, 3 item), flags u8, hops u8,
+                             entry u8, request u32, client u32, client_port u16, content
+                             u32, send_ns u64, deliver u32, deliver_port u16, copy_to u32,
+                             copy_port u16, then padding or the item's bytes
+filter_update            12  node u16, filter_version u32, then the deflated XOR of the filter's
+                             bits since the previous version
 =====================  ====  ===========================================================
 
 A tail whose size a fixed field gives (text_length, length, count) ends there; bytes after it
@@ -41,6 +47,13 @@ A pull is a viewer asking an edge for a live stream (:mod:`agents.live_edge`), s
 every few hundred milliseconds for as long as it wants it: source ``stream`` transcoded to
 ``bitrate_kbps`` (ladder index ``rung``), its media packets carrying ``delivered_stream`` as
 their stream id, so that a viewer can measure each of its decisions as a flow of its own.
+
+A cdn message is seed 002's traffic between content nodes and the data center
+(:mod:`agents.bloom_cdn_node`): a user's request routed over the Chord ring toward its home node
+(``route``), a fetch from the data center (``fetch``: the item goes to ``deliver``, and a second
+copy to ``copy_to`` when it is not zero) and an item sent to a node (``item``); ``client`` and
+``client_port`` say whose request it is and ``send_ns`` when the user sent it. A filter update
+is a node's Bloom-filter synchronisation to another node.
 """
 
 from __future__ import annotations
@@ -111,7 +124,7 @@ AI_NACK = MessageFormat("ai_nack", 7, (("stream", "I"), ("unit", "I"), ("count",
                         "u16 list", "indexes", "count")
 REQUEST = MessageFormat("request", 8, (
     ("request", "I"), ("client", "I"), ("content", "I"), ("send_ns", "Q"),
-    ("response_bytes", "I")))
+    ("response_bytes", "I")), "payload", "padding")
 RESPONSE = MessageFormat("response", 9, (
     ("request", "I"), ("server", "I"), ("content", "I"), ("request_send_ns", "Q"),
     ("service_ns", "Q")), "payload", "payload")
@@ -119,13 +132,22 @@ PULL = MessageFormat("pull", 10, (
     ("stream", "I"), ("delivered_stream", "I"), ("user", "I"), ("send_ns", "Q"),
     ("bitrate_kbps", "I"), ("rung", "B")))
 
+CDN = MessageFormat("cdn", 11, (
+    ("kind", "B"), ("flags", "B"), ("hops", "B"), ("entry", "B"), ("request", "I"),
+    ("client", "I"), ("client_port", "H"), ("content", "I"), ("send_ns", "Q"),
+    ("deliver", "I"), ("deliver_port", "H"), ("copy_to", "I"), ("copy_port", "H")), "payload",
+    "payload")
+FILTER_UPDATE = MessageFormat("filter_update", 12, (("node", "H"), ("filter_version", "I")),
+                              "payload", "delta")
+
 FORMATS = {f.type: f for f in (MEDIA, DANMAKU, GIFT, AI_DATA, AI_NACK, REQUEST, RESPONSE,
-                               PULL)}
+                               PULL, CDN, FILTER_UPDATE)}
+CDN_KINDS = {1: "route", 2: "fetch", 3: "item"}
 FRAME_TYPES = {1: "I", 2: "P"}
 # What a field means beyond its size, for the Wireshark dissector (agents/dissector.py):
 # timestamps (CLOCK_REALTIME ns, shown with their date and age) and fields with named values.
 TIMESTAMP_FIELDS = frozenset({"send_ns", "request_send_ns"})
-NAMED_VALUES = {"frame_type": FRAME_TYPES}
+NAMED_VALUES = {"frame_type": FRAME_TYPES, "kind": CDN_KINDS}
 
 
 def message_type(data) -> MessageFormat | None:

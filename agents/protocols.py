@@ -28,7 +28,7 @@ from scapy.packet import Packet, fuzz
 from agents import formats
 
 FIXED_FIELDS = {"I": IntField, "H": ShortField, "B": ByteField, "Q": LongField}
-ENUMERATIONS = {"frame_type": formats.FRAME_TYPES}
+ENUMERATIONS = formats.NAMED_VALUES
 MESSAGE_NAMES = {code: message.name for code, message in formats.FORMATS.items()}
 # The tails whose size a fixed field gives: the tail's Scapy field and that size field (media
 # and response payloads have no size: they run to the end).
@@ -89,7 +89,7 @@ def message_layer(message: formats.MessageFormat) -> type[Packet]:
 
 LAYERS: dict[int, type[Packet]] = {code: message_layer(message)
                                    for code, message in formats.FORMATS.items()}
-Media, Danmaku, Gift, AiData, AiNack, Request, Response, Pull = LAYERS.values()
+Media, Danmaku, Gift, AiData, AiNack, Request, Response, Pull, Cdn, FilterUpdate = LAYERS.values()
 
 
 def dissect(data: bytes) -> Packet | None:

@@ -5,8 +5,11 @@ process and measures how long each takes to be answered.
 
 Request k (``agents.formats.REQUEST``, ids from 0) is due at the k-th point of a Poisson process
 of ``rate`` per second (exponential gaps, seeded by ``--seed``), on absolute deadlines
-(:class:`~agents.common.Pacer`), for ``count`` requests or ``duration``, or until stopped. Its
-response time runs from its send time to the kernel receive timestamp of its response. A request
+(:class:`~agents.common.Pacer`), for ``count`` requests or ``duration``, or until stopped, padded
+to ``request_bytes``; it asks for ``content``, or with ``items`` for one of that many contents
+drawn uniformly. Its response time runs from its send time to the kernel receive timestamp of
+its response, which comes from the server asked or, with ``any_responder``, from any host
+(seed 002's cut-through, where the data center answers the user directly). A request
 whose response has not arrived ``timeout`` after it was sent has timed out; a response arriving
 later is counted as late and otherwise ignored.
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 import ipaddress
 import math
 import random
+import socket
 import statistics
 import sys
 import time
@@ -34,7 +38,8 @@ from pydantic import Field
 from agents.common import (WAKE_EARLY_NS, Agent, AgentParams, MalformedLog, NodeRef, Pacer,
                            percentile, receive, receiving_socket)
 from agents.formats import REQUEST, RESPONSE
-from agents.request_server import MAX_RESPONSE_BYTES, REQUEST_PORT, readable_before
+from agents.queues import readable_before
+from agents.request_server import MAX_RESPONSE_BYTES, REQUEST_PORT
 from agents.common import DATAGRAM_BUFFER
 from topologies.model import Duration, PositiveDuration, Size
 
@@ -53,7 +58,16 @@ class Params(AgentParams):
     count: Optional[int] = Field(None, ge=1, description="requests to send")
     duration: Optional[Duration] = Field(None, description="how long to send requests; "
                                                            "default: until count, or stopped")
-    content: int = Field(0, ge=0, lt=2**32, description="content id every request asks for")
+    content: int = Field(0, ge=0, lt=2**32, description="content id every request asks for "
+                                                        "(the first, with items)")
+    items: Optional[int] = Field(None, ge=1, description="each request asks for one of this "
+                                 "many contents from content on, uniformly at random")
+    request_bytes: Size = Field(REQUEST.header_size, ge=REQUEST.header_size,
+                                le=MAX_RESPONSE_BYTES, description="each request's size, "
+                                                                   "padded")
+    any_responder: bool = Field(False, description="take responses from any host (a request "
+                                                   "answered by another than it went to, as a "
+                                                   "CDN's data center answering directly)")
     response_bytes: Size = Field(RESPONSE.header_size, le=MAX_RESPONSE_BYTES,
                                  description="size of the response each request asks for")
     timeout: PositiveDuration = Field(1.0, description="a request unanswered this long after "
@@ -68,27 +82,34 @@ class RequestClient:
     def __init__(self, agent: Agent, params: Params):
         self.agent, self.params = agent, params
         self.sock = receiving_socket(0)
-        self.sock.connect((params.to, params.port))
+        # Connected, the kernel takes only the server's datagrams and reports its ICMP errors.
+        self.server = (params.to, params.port)
+        if not params.any_responder:
+            self.sock.connect(self.server)
         self.sock.setblocking(False)  # select() does the waiting, with the next request in view
         self.port = self.sock.getsockname()[1]
         self.client = (params.client if params.client is not None
-                       else int(ipaddress.IPv4Address(self.sock.getsockname()[0])))
+                       else int(ipaddress.IPv4Address(source_address(params.to))))
+        self.padding = bytes(round(params.request_bytes) - REQUEST.header_size)
         self.buffer = bytearray(DATAGRAM_BUFFER)
         self.rng = random.Random(agent.seed)
         self.pacer = Pacer()
         self.malformed = MalformedLog()
         self.outstanding: dict[int, int] = {}  # request id -> send time (realtime ns)
+        self.contents: dict[int, int] = {}  # request id -> content asked for
         self.expiring: deque[tuple[int, int]] = deque()  # (send time, request id), in order
         self.response_ms: list[float] = []
         self.sent = self.timeouts = self.late = self.send_errors = 0
 
     def send(self, request: int) -> None:
+        params = self.params
+        content = params.content + (self.rng.randrange(params.items) if params.items else 0)
+        self.contents[request] = content
         send_ns = time.time_ns()
-        message = REQUEST.pack(request=request, client=self.client,
-                               content=self.params.content, send_ns=send_ns,
-                               response_bytes=round(self.params.response_bytes))
+        message = REQUEST.pack(request=request, client=self.client, content=content,
+                               send_ns=send_ns, response_bytes=round(params.response_bytes))
         try:
-            self.sock.send(message)
+            self.sock.sendto(message + self.padding, self.server)
         except OSError:
             # An ICMP error from an earlier request (no server yet): this one times out.
             self.send_errors += 1
@@ -113,16 +134,17 @@ class RequestClient:
             send_ns = self.outstanding.pop(request, None)
             if send_ns is None or received_ns - send_ns > self.params.timeout * 1e9:
                 self.late += 1
+                self.contents.pop(request, None)
                 continue
             response_ms = (received_ns - send_ns) / 1e6
             self.response_ms.append(response_ms)
-            self.agent.row("responses", request, self.params.content, response_ms, size)
+            self.agent.row("responses", request, self.contents.pop(request), response_ms, size)
         timeout_ns = round(self.params.timeout * 1e9)
         while self.expiring and self.expiring[0][0] + timeout_ns <= now_ns:
             _, request = self.expiring.popleft()
             if self.outstanding.pop(request, None) is not None:
                 self.timeouts += 1
-                self.agent.row("responses", request, self.params.content, None, None)
+                self.agent.row("responses", request, self.contents.pop(request), None, None)
 
     def run(self) -> dict:
         """Send the requests and collect their answers; returns the summary."""
@@ -154,6 +176,13 @@ class RequestClient:
             "response_max_ms": times[-1] if times else None,
             "malformed": self.malformed.count,
             "lateness": self.pacer.report(self.agent, f"requests-{self.client}")}
+
+
+def source_address(destination: str) -> str:
+    """The address this host sends from toward ``destination`` (no packet is sent)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((destination, 9))
+        return probe.getsockname()[0]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,13 +3,11 @@ clients send Poisson arrivals (:mod:`agents.request_client`).
 
     python -m agents.request_server --node NAME --out RUN_DIR --params JSON [--seed N]
 
-Requests (``agents.formats.REQUEST``) are served one at a time in the order they arrived, each
-for a service time drawn from the exponential distribution of rate ``service_rate`` (seeded by
-``--seed``). Service is a schedule, not work: request k arriving at a_k (its kernel receive
-timestamp) starts at ``s_k = max(a_k, d_(k-1))`` and departs at ``d_k = s_k + service_k``, and
-its response leaves at d_k on an absolute deadline (:class:`~agents.common.Pacer`). A response
-sent late does not delay the next one, so the queue follows the model whatever the server's own
-scheduling noise, which shows up only in ``sender_lateness``.
+Requests (``agents.formats.REQUEST``, padding after the header ignored) are served one at a
+time in the order they arrived, each for a service time drawn from the exponential distribution
+of rate ``service_rate`` (seeded by ``--seed``): an :class:`agents.queues.FifoQueue`, a schedule
+whose responses leave at their departure times on absolute deadlines, so the queue follows the
+model whatever the server's own scheduling noise, which shows up only in ``sender_lateness``.
 
 The response (``agents.formats.RESPONSE``: request, server, content, the request's send time,
 the service time) goes back to the address the request came from, padded to the
@@ -25,23 +23,17 @@ stops on SIGTERM or SIGINT or after ``duration``; requests still queued then are
 
 from __future__ import annotations
 
-import math
 import random
-import select
 import socket
-import statistics
 import sys
-import time
-from collections import deque
 from dataclasses import dataclass
 from typing import Optional
 
 from pydantic import Field
 
-from agents.common import (POLL_S, WAKE_EARLY_NS, Agent, AgentParams, MalformedLog, Pacer,
-                           receive)
+from agents.common import DATAGRAM_BUFFER, Agent, AgentParams, MalformedLog, receive
 from agents.formats import REQUEST, RESPONSE
-from agents.common import DATAGRAM_BUFFER, listen
+from agents.queues import FifoQueue, Job, QueueLoop, serve
 from topologies.model import Duration
 
 TABLES = {
@@ -51,13 +43,6 @@ TABLES = {
 
 REQUEST_PORT = 7100
 MAX_RESPONSE_BYTES = 65000
-
-
-def readable_before(sock: socket.socket, deadline_ns: float) -> bool:
-    """Wait until ``sock`` has something to read, but no later than WAKE_EARLY_NS before
-    ``deadline_ns`` (monotonic clock) nor longer than POLL_S; whether it has."""
-    timeout_s = min(POLL_S, (deadline_ns - WAKE_EARLY_NS - time.monotonic_ns()) / 1e9)
-    return bool(select.select([sock], [], [], max(0.0, timeout_s))[0])
 
 
 class Params(AgentParams):
@@ -73,133 +58,69 @@ class Params(AgentParams):
 
 @dataclass(slots=True)
 class Request:
-    """A request received, and once it is in service, its schedule (realtime ns)."""
+    """A request received."""
 
     request: int
     content: int
     send_ns: int
     response_bytes: int
     client: tuple
-    arrival_ns: int
-    start_ns: int = 0
-    service_ns: int = 0
-
-    @property
-    def departure_ns(self) -> int:
-        return self.start_ns + self.service_ns
 
 
 class QueueServer:
-    """The server's socket, queue and schedule."""
+    """The server's socket and its one queue (:class:`agents.queues.FifoQueue`)."""
 
     def __init__(self, agent: Agent, params: Params, sock: socket.socket):
         self.agent, self.params, self.sock = agent, params, sock
         self.port = sock.getsockname()[1]
         self.buffer = bytearray(DATAGRAM_BUFFER)
         self.padding = bytes(MAX_RESPONSE_BYTES)
-        self.rng = random.Random(agent.seed)
-        self.pacer = Pacer()
+        self.queue = FifoQueue("requests", params.service_rate, random.Random(agent.seed))
+        self.loop = QueueLoop(agent, sock, (self.queue,), self.read_requests, self.depart)
         self.malformed = MalformedLog()
-        self.queue: deque[Request] = deque()
-        self.serving: Request | None = None
-        self.free_from_ns = 0  # the last departure
-        self.first_arrival_ns: int | None = None
-        self.last_arrival_ns = 0
-        self.arrivals = self.served = self.busy_ns = self.send_errors = 0
-        self.queued_ms: list[float] = []
-        self.service_ms: list[float] = []
-        # Arrivals are kernel timestamps on the realtime clock, the pacer runs on the monotonic.
-        self.realtime_ahead_ns = time.time_ns() - time.monotonic_ns()
+        self.send_errors = 0
 
     def read_requests(self) -> None:
-        """Queue every request waiting on the socket, and start serving if idle."""
-        while (arrival := receive(self.sock, self.buffer)) is not None:
+        """Queue every request waiting on the socket."""
+        while (arrival := receive(self.sock, self.buffer, wait=False)) is not None:
             size, received_ns, address = arrival
             message = memoryview(self.buffer)[:size]
             try:
-                if size != REQUEST.header_size:
-                    raise ValueError(f"{size} bytes, not a request's {REQUEST.header_size}")
+                if size < REQUEST.header_size:
+                    raise ValueError(f"{size} bytes, shorter than a request's "
+                                     f"{REQUEST.header_size}")
                 fields = REQUEST.unpack(message)
             except ValueError:
                 self.malformed.add(self.port, message)
                 continue
-            self.arrivals += 1
-            if self.first_arrival_ns is None:
-                self.first_arrival_ns = received_ns
-            self.last_arrival_ns = received_ns
-            self.queue.append(Request(fields["request"], fields["content"], fields["send_ns"],
-                                      fields["response_bytes"], address, received_ns))
-        self.start_next()
+            self.queue.arrive(Request(fields["request"], fields["content"], fields["send_ns"],
+                                      fields["response_bytes"], address), received_ns)
 
-    def start_next(self) -> None:
-        if self.serving is not None or not self.queue:
-            return
-        request = self.serving = self.queue.popleft()
-        request.start_ns = max(request.arrival_ns, self.free_from_ns)
-        request.service_ns = round(self.rng.expovariate(self.params.service_rate) * 1e9)
-
-    def depart(self) -> None:
-        """Send the response of the request in service at its departure time, and go on with
-        the next."""
-        request = self.serving
-        self.pacer.wait_until(request.departure_ns - self.realtime_ahead_ns)
+    def depart(self, _queue: FifoQueue, job: Job) -> None:
+        """Send the response of the request whose service ended."""
+        request: Request = job.item
         size = min(max(request.response_bytes, RESPONSE.header_size), MAX_RESPONSE_BYTES)
         header = RESPONSE.pack(request=request.request, server=self.params.server,
                                content=request.content, request_send_ns=request.send_ns,
-                               service_ns=request.service_ns)
+                               service_ns=job.service_ns)
         try:
             self.sock.sendto(header + self.padding[:size - len(header)], request.client)
         except OSError:
             self.send_errors += 1  # the client counts a timeout
-        queued_ms = (request.start_ns - request.arrival_ns) / 1e6
-        service_ms = request.service_ns / 1e6
         self.agent.row("requests_served", request.request, f"{request.client[0]}:"
-                       f"{request.client[1]}", queued_ms, service_ms)
-        self.queued_ms.append(queued_ms)
-        self.service_ms.append(service_ms)
-        self.served += 1
-        self.busy_ns += request.service_ns
-        self.free_from_ns = request.departure_ns
-        self.serving = None
-        self.start_next()
+                       f"{request.client[1]}", job.queued_ms, job.service_ns / 1e6)
 
-    def run(self, duration_s: float | None) -> dict:
-        """Serve until stopped or ``duration_s`` has passed; returns the summary."""
-        ends_ns = math.inf if duration_s is None else time.monotonic_ns() + duration_s * 1e9
-        while not self.agent.stopping and time.monotonic_ns() < ends_ns:
-            departure_ns = (math.inf if self.serving is None
-                            else self.serving.departure_ns - self.realtime_ahead_ns)
-            if time.monotonic_ns() >= departure_ns - WAKE_EARLY_NS:
-                self.depart()
-            elif readable_before(self.sock, departure_ns):
-                self.read_requests()
+    def run(self) -> dict:
+        """Serve until stopped or for the duration; returns the summary."""
+        self.loop.run(self.params.duration)
         self.malformed.write(self.agent)
-        span_ns = self.free_from_ns - (self.first_arrival_ns or 0)
-        arrival_span_ns = self.last_arrival_ns - (self.first_arrival_ns or 0)
-        return {
-            "port": self.port, "service_rate": self.params.service_rate,
-            "arrivals": self.arrivals, "served": self.served,
-            "unserved_at_stop": len(self.queue) + (self.serving is not None),
-            "arrival_rate": (self.arrivals - 1) / arrival_span_ns * 1e9
-            if arrival_span_ns > 0 else None,
-            "utilisation": self.busy_ns / span_ns if self.served and span_ns > 0 else None,
-            "queued_mean_ms": statistics.fmean(self.queued_ms) if self.queued_ms else None,
-            "service_mean_ms": statistics.fmean(self.service_ms) if self.service_ms else None,
+        return {"port": self.port} | self.queue.summary() | {
             "send_errors": self.send_errors, "malformed": self.malformed.count,
-            "lateness": self.pacer.report(self.agent, f"responses-{self.params.server}")}
+            "lateness": self.loop.pacer.report(self.agent, f"responses-{self.params.server}")}
 
 
 def main(argv: list[str] | None = None) -> int:
-    agent = Agent("request_server", argv, TABLES)
-    params = Params.model_validate(agent.params)
-    sock = listen(params.port)
-    sock.setblocking(False)  # select() does the waiting, with the next departure in view
-    try:
-        summary = QueueServer(agent, params, sock).run(params.duration)
-    finally:
-        sock.close()
-    agent.finish(summary)
-    return 0
+    return serve("request_server", argv, TABLES, Params, QueueServer)
 
 
 if __name__ == "__main__":

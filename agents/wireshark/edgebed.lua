@@ -26,7 +26,7 @@ local edgebed = Proto("edgebed", "edgebed testbed message")
 
 local MAGIC, PROBE_MAGIC, VERSION = "EB", "EBPR", 1
 -- Fields whose values have names (agents/formats.py NAMED_VALUES).
-local VALUE_NAMES = {frame_type = {[1] = "I", [2] = "P"}}
+local VALUE_NAMES = {frame_type = {[1] = "I", [2] = "P"}, kind = {[1] = "route", [2] = "fetch", [3] = "item"}}
 
 -- How each kind of fixed field is shown: its size, its ProtoField, and how to add it to a tree.
 -- ``add`` returns the value other fields need (a tail's size) and the Info column shows. A
@@ -97,12 +97,20 @@ local MESSAGES = {
     [7] = {name = "ai_nack", fields = {{"stream", "u32"}, {"unit", "u32"}, {"count", "u16"}},
         tail = {"indexes", "u16_list", size = "count"}},
     [8] = {name = "request", fields = {{"request", "u32"}, {"client", "u32"},
-            {"content", "u32"}, {"send_ns", "time"}, {"response_bytes", "u32"}}},
+            {"content", "u32"}, {"send_ns", "time"}, {"response_bytes", "u32"}},
+        tail = {"padding", "bytes"}},
     [9] = {name = "response", fields = {{"request", "u32"}, {"server", "u32"},
             {"content", "u32"}, {"request_send_ns", "time"}, {"service_ns", "u64"}},
         tail = {"payload", "bytes"}},
     [10] = {name = "pull", fields = {{"stream", "u32"}, {"delivered_stream", "u32"},
             {"user", "u32"}, {"send_ns", "time"}, {"bitrate_kbps", "u32"}, {"rung", "u8"}}},
+    [11] = {name = "cdn", fields = {{"kind", "u8", values = VALUE_NAMES.kind}, {"flags", "u8"},
+            {"hops", "u8"}, {"entry", "u8"}, {"request", "u32"}, {"client", "u32"},
+            {"client_port", "u16"}, {"content", "u32"}, {"send_ns", "time"}, {"deliver", "u32"},
+            {"deliver_port", "u16"}, {"copy_to", "u32"}, {"copy_port", "u16"}},
+        tail = {"payload", "bytes"}},
+    [12] = {name = "filter_update", fields = {{"node", "u16"}, {"filter_version", "u32"}},
+        tail = {"delta", "bytes"}},
 }
 -- The probe's packets (magic "EBPR" instead of the common four bytes), zero padding after.
 local PROBE = {name = "probe", fields = {{"flow", "u32"}, {"sequence", "u64"},

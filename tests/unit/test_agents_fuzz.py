@@ -28,6 +28,9 @@ LISTENERS = [
     ("ai_terminal", {"to": "127.0.0.1", "port": 47998, "nack_port": 47005, "unit_bytes": 7110},
      [47005]),
     ("request_server", {"port": 47006}, [47006]),
+    # Fetches name where their item goes: the DC serves its content nodes' only (127.0.0.2
+    # here), so no fuzzed fetch makes it send anywhere.
+    ("bloom_cdn_dc", {"port": 47007, "nodes": ["127.0.0.2"]}, [47007]),
 ]
 
 

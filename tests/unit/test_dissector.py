@@ -24,15 +24,16 @@ def test_every_field_of_every_format_is_in_the_dissector():
             assert f'tail = {{"{message.tail_name}", "{dissector.TAILS[message.tail]}"' in text
     assert '{"send_ns", "time"}' in text and '{"service_ns", "u64"}' in text
     assert '{"frame_type", "u8", values = VALUE_NAMES.frame_type}' in text
-    assert 'local VALUE_NAMES = {frame_type = {[1] = "I", [2] = "P"}}' in text
+    assert ('local VALUE_NAMES = {frame_type = {[1] = "I", [2] = "P"}, kind = {[1] = "route", '
+            '[2] = "fetch", [3] = "item"}}' in text)
 
 
 def test_a_format_added_in_python_appears_in_the_lua(monkeypatch):
-    extra = formats.MessageFormat("beacon", 11, (("node", "I"), ("send_ns", "Q")), "payload",
+    extra = formats.MessageFormat("beacon", 13, (("node", "I"), ("send_ns", "Q")), "payload",
                                   "padding")
-    monkeypatch.setattr(formats, "FORMATS", formats.FORMATS | {11: extra})
+    monkeypatch.setattr(formats, "FORMATS", formats.FORMATS | {13: extra})
     text = dissector.lua()
-    assert ('[11] = {name = "beacon", fields = {{"node", "u32"}, {"send_ns", "time"}},'
+    assert ('[13] = {name = "beacon", fields = {{"node", "u32"}, {"send_ns", "time"}},'
             in text)
     assert dissector.main(["--check"]) == 1
 

@@ -1,6 +1,8 @@
 """Seed 002: Bloom-filter content routing in a media cloud (slug ``bloom_cdn``).
 
-:mod:`.model` is the analytic queueing model of the routing strategies, :mod:`.bloom` the
-Bloom filters and their synchronisation, :mod:`.chord` the Chord ring, :mod:`.simulation` the
-discrete-event simulation of the whole CDN.
+:mod:`.model` is the analytic queueing model of the routing strategies, :mod:`.simulation` the
+discrete-event simulation of the whole CDN. The Bloom filters and their synchronisation
+(:mod:`agents.bloom`) and the Chord ring (:mod:`agents.chord`) are the content nodes' own data
+structures, shared by the simulation and the emulated nodes (:mod:`agents.bloom_cdn_node`),
+which as agents reach nothing of the controller's.
 """

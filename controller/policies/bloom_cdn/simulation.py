@@ -1,10 +1,10 @@
 """A discrete-event simulation (SimPy) of the media-cloud CDN of seed 002 at the paper's scale.
 
-What is simulated: N content nodes on a Chord ring (:mod:`.chord`), each with single-server FIFO
+What is simulated: N content nodes on a Chord ring (:mod:`agents.chord`), each with single-server FIFO
 routing, lookup and response queues with exponential service; the DC's fetch queue, also
 exponential; 100 user groups sending Poisson requests for Zipf-popular items, each group entering
 at its nearest node; an LRU cache per node for the items it is home to; real Bloom filters
-(:mod:`.bloom`) synchronised every ``sync_every`` requests a node serves or every
+(:mod:`agents.bloom`) synchronised every ``sync_every`` requests a node serves or every
 ``sync_period`` seconds, with delta-compressed updates whose bytes are counted. Filter errors
 are measured at every filter check: a false positive (the filter says the home node caches the
 item, it does not), split into Bloom collisions and stale entries; a false miss (it caches the
@@ -27,15 +27,15 @@ Strategies: ``linear``, ``parallel``, ``cut_through`` (see :mod:`.model`) and ``
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import simpy
 
-from .bloom import (HASHES, NODE_FILTER_BYTES, CountingFilter, GlobalFilter, SyncLog,
-                    bit_positions, delta_update)
-from .chord import ChordRing, identifier
+from agents.bloom import (HASHES, NODE_FILTER_BYTES, FilteredCache, GlobalFilter, SyncLog,
+                          bit_positions, delta_update)
+from agents.chord import ChordRing, identifier
+
 from .model import ADAPTIVE_HIGH, ADAPTIVE_LOW, Setting, characteristic_time, false_positive_rate, stale_share
 
 STRATEGIES = ("linear", "parallel", "cut_through", "adaptive")
@@ -176,14 +176,13 @@ class _Node:
     """A content node: its queues, its LRU cache of the items it is home to, its exact
     counting filter and the bitmap it last sent."""
 
-    def __init__(self, env, setting: Setting, draws: _Exponentials, capacity: int):
+    def __init__(self, env, setting: Setting, draws: _Exponentials, capacity: int,
+                 positions: np.ndarray):
         self.routing = _Server(env, setting.routing_rate, draws)
         self.lookup = _Server(env, setting.lookup_rate, draws)
         self.response = _Server(env, setting.response_rate, draws)
-        self.cache: OrderedDict[int, None] = OrderedDict()
-        self.capacity = capacity
-        self.filter = CountingFilter()
-        self.sent = self.filter.bitmap()
+        self.cache = FilteredCache(capacity, positions)
+        self.sent = self.cache.filter.bitmap()
         self.served = 0
 
 
@@ -256,7 +255,8 @@ class Simulation:
         self.capacity = capacity_for_hit_rate(self.popularity, self.homes, n,
                                               setting.arrival_rate, config.hit_rate)
         draws = _Exponentials(self.rng)
-        self.nodes = [_Node(self.env, setting, draws, self.capacity) for _ in range(n)]
+        self.nodes = [_Node(self.env, setting, draws, self.capacity, self.positions)
+                      for _ in range(n)]
         self.fetch = _Server(self.env, setting.fetch_rate, draws)
         self.global_filter = GlobalFilter(n)
         self.sync = SyncLog()
@@ -277,29 +277,12 @@ class Simulation:
         """Every cache starts with its most popular items, the filters synchronised."""
         for item in np.argsort(-self.popularity):
             node = self.nodes[self.homes[item]]
-            if len(node.cache) < node.capacity:
-                node.cache[int(item)] = None
-                node.filter.add(self.positions[item])
+            if len(node.cache) < node.cache.capacity:
+                node.cache.insert(int(item))
         for index in range(len(self.nodes)):
             self._synchronise(index, count=False)
 
     # --- the cache and the filters
-
-    def _cached(self, node: _Node, item: int) -> bool:
-        if item in node.cache:
-            node.cache.move_to_end(item)
-            return True
-        return False
-
-    def _insert(self, home: int, item: int) -> None:
-        node = self.nodes[home]
-        if node.capacity == 0 or item in node.cache:
-            return
-        node.cache[item] = None
-        node.filter.add(self.positions[item])
-        if len(node.cache) > node.capacity:
-            evicted, _ = node.cache.popitem(last=False)
-            node.filter.remove(self.positions[evicted])
 
     def _served(self, home: int) -> None:
         node = self.nodes[home]
@@ -309,7 +292,7 @@ class Simulation:
 
     def _synchronise(self, index: int, count: bool = True) -> None:
         node = self.nodes[index]
-        current = node.filter.bitmap()
+        current = node.cache.filter.bitmap()
         if count:
             message = delta_update(node.sent, current)
             # One update to each of the other nodes.
@@ -381,9 +364,9 @@ class Simulation:
         hops = yield from self._route(entry, item)
         yield from self.nodes[home].lookup.serve()
         self._served(home)
-        if not self._cached(self.nodes[home], item):
+        if not self.nodes[home].cache.hit(item):
             yield from self._fetch(item, 1)
-            self._insert(home, item)
+            self.nodes[home].cache.insert(item)
         yield from self.nodes[home].response.serve()
         return hops
 
@@ -391,9 +374,9 @@ class Simulation:
         hops = yield from self._route(entry, item)
         yield from self.nodes[home].lookup.serve()
         self._served(home)
-        if not self._cached(self.nodes[home], item):
+        if not self.nodes[home].cache.hit(item):
             yield fetched
-            self._insert(home, item)
+            self.nodes[home].cache.insert(item)
         self._count_hops(hops)
 
     def _count_hops(self, hops: int) -> None:
@@ -417,7 +400,7 @@ class Simulation:
                 self.counts["checks"] += 1
                 self.counts["hit"] += cached
                 if judged and not cached:
-                    exact = self.nodes[home].filter.bitmap()[self.positions[item]].all()
+                    exact = self.nodes[home].cache.filter.bitmap()[self.positions[item]].all()
                     self.counts["fp_stale" if not exact else "fp_bloom"] += 1
                 elif cached and not judged:
                     self.counts["fn"] += 1
@@ -461,9 +444,9 @@ class Simulation:
         for index, node in enumerate(self.nodes):
             rates = self.popularity[self.homes == index] * setting.arrival_rate
             share = rates.sum() / setting.arrival_rate
-            t = characteristic_time(rates, node.capacity)
+            t = characteristic_time(rates, node.cache.capacity)
             hit = 1.0 if math.isinf(t) else np.sum(rates * -np.expm1(-rates * t)) / rates.sum()
-            collision = false_positive_rate(NODE_FILTER_BYTES * 8, HASHES, node.capacity)
+            collision = false_positive_rate(NODE_FILTER_BYTES * 8, HASHES, node.cache.capacity)
             interval = (config.sync_period if config.sync_period
                         else config.sync_every / rates.sum())
             fp += share * (1 - hit) * collision

@@ -6,7 +6,7 @@ own cache (5 kB, about 1,000 items); the global filter every node holds is the n
 by side (50 x 5 kB = 250 kB). Since a key's home node is known from the Chord ring, a lookup
 tests the home node's slice: the false-positive rate of a lookup is one node filter's.
 
-A node's cache filter is kept exact with a counting array (an evicted key's bits clear once no
+A node's cache (:class:`FilteredCache`, LRU) keeps its filter exact with a counting array (an evicted key's bits clear once no
 other cached key sets them); what the other nodes see is the copy sent at the last
 synchronisation. A synchronisation sends the bits that changed since the previous one: the XOR
 of the two bit arrays, deflate-compressed (zlib); :class:`SyncLog` counts the messages and the
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import zlib
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,6 +52,39 @@ class CountingFilter:
 
     def bitmap(self) -> np.ndarray:
         return self.counts > 0
+
+
+class FilteredCache:
+    """A node's LRU cache of item numbers, at most ``capacity``, and the exact counting filter
+    of what it holds; ``positions[item]`` are an item's bit positions."""
+
+    def __init__(self, capacity: int, positions: np.ndarray, bits: int = NODE_FILTER_BYTES * 8):
+        self.capacity, self.positions = capacity, positions
+        self.items: OrderedDict[int, None] = OrderedDict()
+        self.filter = CountingFilter(bits)
+
+    def __contains__(self, item: int) -> bool:
+        return item in self.items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def hit(self, item: int) -> bool:
+        """Whether ``item`` is cached; a hit makes it the most recently used."""
+        if item in self.items:
+            self.items.move_to_end(item)
+            return True
+        return False
+
+    def insert(self, item: int) -> None:
+        """Cache ``item``, evicting the least recently used when full."""
+        if self.capacity == 0 or item in self.items:
+            return
+        self.items[item] = None
+        self.filter.add(self.positions[item])
+        if len(self.items) > self.capacity:
+            evicted, _ = self.items.popitem(last=False)
+            self.filter.remove(self.positions[evicted])
 
 
 class GlobalFilter:
