@@ -41,8 +41,9 @@ other node (``filter_update``: the deflated XOR of the bits, :func:`agents.bloom
 
 Tables: ``cdn_queues`` (per job a queue served: the queue, the request, time queued and in
 service, and whether a user waited for it), ``cdn_lookups`` (per lookup at the home: hops so
-far, whether a filter was tested, what it said and whether the item was cached: the measured
-false positives and false misses) and ``filter_syncs`` (per update sent: its bytes against the
+far, whether a filter was tested, what it said and whether the item was cached when the entry
+tested the filter, before its own fetched copy arrived: the measured false positives and false
+misses) and ``filter_syncs`` (per update sent: its bytes against the
 whole filter's). Datagrams that are not well-formed are counted in ``malformed``.
 """
 
@@ -221,6 +222,10 @@ class ContentNode:
             if node == self.index:
                 self.cache = cache
         self.sent_bitmap = self.cache.filter.bitmap()
+        # A filter-judged miss is fetched at once and routed to its home to be cached there; its
+        # item may reach the home before the request does (see _filled).
+        self.cached_before_fill: dict[str, bool] = {}
+        self.looked_up_unfilled: set[str] = set()
         self.counts = dict.fromkeys(("requests", "lookups", "hits", "fetches", "items_in",
                                      "fills_sent", "answered", "updates_sent",
                                      "updates_applied", "update_gaps", "send_errors"), 0)
@@ -320,6 +325,8 @@ class ContentNode:
         self.counts["items_in"] += 1
         home = self.homes[message.content]
         if home == self.index:
+            if message.flags & FILTERED and not message.flags & JUDGED:
+                self._filled(message)  # a filter-judged miss's copy
             self.cache.insert(message.content)
         elif not message.flags & CACHE_ONLY:
             fill = Message(**message.fields())
@@ -328,6 +335,15 @@ class ContentNode:
             self.send(pack(ITEM, fill, self.size_of(message.content)), self.addresses[home])
         if not message.flags & CACHE_ONLY:
             self.responses.arrive(message, received_ns)
+
+    def _filled(self, message: Message) -> None:
+        """A filter-judged miss's item reached its home: if its own routed request has not been
+        looked up yet, that lookup is to count whether the item was cached before the fill
+        (what the entry's filter was judged against), not after."""
+        if message.key in self.looked_up_unfilled:
+            self.looked_up_unfilled.discard(message.key)
+        else:
+            self.cached_before_fill[message.key] = message.content in self.cache
 
     def size_of(self, content: int) -> int:
         return item_bytes(content, self.params.item_bytes, self.params.item_sigma)
@@ -387,8 +403,13 @@ class ContentNode:
         said against what the cache holds."""
         self.counts["lookups"] += 1
         cached = self.cache.hit(message.content)
-        self.counts["hits"] += cached
         waited = not message.flags & CACHE_ONLY
+        if not waited:
+            if message.key in self.cached_before_fill:
+                cached = self.cached_before_fill.pop(message.key)
+            else:
+                self.looked_up_unfilled.add(message.key)
+        self.counts["hits"] += cached
         self.agent.row("cdn_lookups", message.key, message.content, message.hops,
                        int(bool(message.flags & FILTERED)), int(bool(message.flags & JUDGED)),
                        int(cached), int(waited))
