@@ -265,16 +265,22 @@ class HostMeter:
     network namespace (/proc/self/net/dev, which shows the reader's namespace): each as
     ``port.<interface>.bw_in`` / ``bw_out`` (bit/s), summed as ``bw_in`` / ``bw_out`` and
     ``packets_in`` / ``packets_out`` (packets/s). Loopback and the management interface carry
-    no data-plane traffic and are left out; per-interface figures stop at PER_PORT_LIMIT
+    no data-plane traffic and are left out. With a ``cpu_budget`` (cores the node may use) it
+    also gives ``cpu``, the process CPU over it, at most 1 (the protocol's fraction; a budget is
+    what the node is sized for, not a limit the kernel enforces, so the process may use more);
+    per-interface figures stop at PER_PORT_LIMIT
     interfaces (in name order) so a report stays within the protocol's metric count. Rates are
     over the time since the previous :meth:`read` (the first read gives none)."""
 
     PER_PORT_LIMIT = 24
 
     def __init__(self, exclude: Sequence[str] = ("lo", MANAGEMENT_INTERFACE),
-                 proc: str = "/proc/self"):
+                 proc: str = "/proc/self", cpu_budget: float | None = None):
+        if cpu_budget is not None and cpu_budget <= 0:
+            raise ValueError("a CPU budget must be positive")
         self.exclude = frozenset(exclude)
         self.proc = proc
+        self.cpu_budget = cpu_budget
         self._page = os.sysconf("SC_PAGE_SIZE")
         self._previous: tuple[float, float, dict[str, tuple[int, ...]]] | None = None
 
@@ -303,6 +309,8 @@ class HostMeter:
             then, cpu_then, counters_then = self._previous
             elapsed = now - then
             figures["process_cpu"] = max(0.0, (cpu - cpu_then) / elapsed)
+            if self.cpu_budget is not None:
+                figures["cpu"] = min(1.0, figures["process_cpu"] / self.cpu_budget)
             totals = [0.0] * 4
             ports = 0
             for name, values in sorted(counters.items()):
@@ -338,6 +346,11 @@ class ReportingParams(BaseModel):
     report_paths: list[NodeRef] = Field(
         [], description="peers whose paths every report gives, probed by echo all along: "
                         "path.<peer address, dashes for dots>.rtt, .loss, .jitter")
+    cpu_budget: Optional[float] = Field(None, gt=0, description="cores the node may use: "
+                                                                "with report_host, cpu is the "
+                                                                "process CPU over it")
+    report_load: bool = Field(True, description="false: send no load reports (an agent that "
+                                                "serves no controller service)")
 
 
 class LoadReporter:
@@ -377,9 +390,10 @@ class LoadReporter:
     @classmethod
     def for_agent(cls, node: str, params: ReportingParams) -> LoadReporter:
         """The reporter of an agent on ``node`` with ``params``, to ``$EDGEBED_CONTROLLER``."""
-        return cls(controller_client(node), service=params.service,
-                   period=params.report_period, thresholds=params.report_thresholds,
-                   host=HostMeter() if params.report_host else None,
+        return cls(controller_client(node) if params.report_load else None,
+                   service=params.service, period=params.report_period,
+                   thresholds=params.report_thresholds,
+                   host=HostMeter(cpu_budget=params.cpu_budget) if params.report_host else None,
                    paths=PathMeter(params.report_paths) if params.report_paths else None)
 
     def tick(self, load: float = 0.0, metrics: Mapping[str, float] | None = None,

@@ -59,7 +59,7 @@ from pydantic import model_validator
 from agents.common import (DATAGRAM_BUFFER, SPIN_NS, Agent, AgentParams, NodeRef, Pacer,
                            ProcessingParams, epoch_seconds, listen, receive)
 from agents.control import ControlClient, controller_client
-from agents.follower import FOLLOWER_TABLES, DecisionFollower, Followed
+from agents.follower import FOLLOWER_TABLES, Followed, follow_pushed
 from agents.formats import MEDIA
 from agents.media import MEDIA_TABLES, MediaMeter
 from agents.streamer import flow_name
@@ -151,13 +151,7 @@ class Routes:
         for pushed in self.control.pending():
             if pushed.flow not in self.followers:
                 continue  # a flow this node serves or relays without following it here
-            follower = self.followers[pushed.flow]
-            if follower is None:
-                if isinstance(pushed, protocol.Rejected):
-                    continue
-                follower = self.followers[pushed.flow] = DecisionFollower(
-                    self.control, pushed.service, flow=pushed.flow, probe=None)
-            followed = follower.take(pushed)
+            followed = follow_pushed(self.followers, self.control, pushed)
             if followed is not None and self._route(followed):
                 changed.append(pushed.flow)
         return changed

@@ -226,3 +226,17 @@ class DecisionFollower:
                 "migrations": sum(item.migrated for item in self.followed),
                 "steers": self.steers, "rejections": self.rejections, "stale": self.stale,
                 "refusal": self.refusal}
+
+
+def follow_pushed(followers: dict[str, DecisionFollower | None], control: ControlClient,
+                  pushed: protocol.Decision | protocol.Rejected) -> Followed | None:
+    """Hand ``pushed`` to its flow's follower in ``followers`` (flow -> follower, or None until
+    the flow's first decision creates one: no join, no probing, as a relay or a server follows
+    a flow that is a client's); the decision followed if it changes anything."""
+    follower = followers.get(pushed.flow)
+    if follower is None:
+        if isinstance(pushed, protocol.Rejected):
+            return None
+        follower = followers[pushed.flow] = DecisionFollower(control, pushed.service,
+                                                             flow=pushed.flow, probe=None)
+    return follower.take(pushed)

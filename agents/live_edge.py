@@ -52,6 +52,20 @@ ended (seconds since the epoch, CLOCK_REALTIME, which every host of a run shares
 packets sent, and pulls refused. ``sender_lateness`` says per session how late packets left.
 Datagrams on either port that are not what it listens for are counted in ``malformed``.
 
+**Back-source** (``back_source``, seed 004's node servers and their cascades): the edge pulls
+each stream its sessions ask for from the stream's upstream, as a viewer pulls (a
+:data:`~agents.formats.PULL` every ``back_source_interval`` from its source socket to the
+upstream's ``upstream_port``, so the media come back to ``source_port``, under the same stream
+id); the upstream is another edge (a cascade) or a camera host's pull server. It learns the
+upstream from the controller: it subscribes and follows, with the shared
+:class:`agents.follower.DecisionFollower` (no join, no probing), the decision of every flow
+placed on it, whose attributes ``stream`` (the stream id) and ``upstream`` (an address) say
+where that stream comes from; the latest decision heard for a stream wins. It stops pulling a
+stream once no session asks for it, and the upstream's session for it ends a pull timeout
+later, so a cascade nobody watches any more collapses by itself. Every decision followed is a
+row of ``decisions_followed``; the summary's ``back_source`` counts pulls per stream and lists
+each change of upstream.
+
 It announces its ports like the viewer (``listening on PORT`` on stderr, the service port
 first) and stops on SIGTERM or SIGINT or after ``duration``.
 """
@@ -75,15 +89,17 @@ from agents.common import (POLL_S, SPIN_NS, Agent, AgentParams, MalformedLog, Pa
 from agents.formats import MAGIC, MEDIA, PULL, VERSION
 from agents.streamer import (MAX_PAYLOAD, MIN_FRAME_SIZE, PER_PACKET, PER_PACKET_OFFSET,
                              flow_name, fragment_sizes)
-from agents.control import LoadReporter, ReportingParams
+from agents.control import ControlClient, LoadReporter, ReportingParams, controller_client
 from agents.common import DATAGRAM_BUFFER, epoch_seconds, listen
 from agents.echo import PATH_TABLES
+from agents.follower import FOLLOWER_TABLES, DecisionFollower, follow_pushed
 from agents.media import MEDIA_TABLES, MediaMeter
 from topologies.model import Duration, PositiveDuration, Size
 
 TABLES = {
     **MEDIA_TABLES,
     **PATH_TABLES,
+    **FOLLOWER_TABLES,
     # One row per session (a viewer's pulls of one stream at one bitrate).
     "live_sessions": ("node", "agent", "viewer", "port", "flow", "bitrate_bps", "started_s",
                       "ended_s", "frames", "packets", "refused"),
@@ -112,6 +128,13 @@ class Params(ReportingParams, AgentParams):
     payload: Size = Field(1200, description=f"largest UDP payload of a packet sent, "
                                             f"{2 * MEDIA.header_size} to {MAX_PAYLOAD} bytes")
     duration: Optional[Duration] = Field(None, description="default: until stopped")
+    back_source: bool = Field(False, description="pull the streams sessions ask for from the "
+                                                 "upstream the controller's decisions name "
+                                                 "(attributes stream, upstream)")
+    upstream_port: int = Field(5004, ge=1, le=65535, description="back-source: the port "
+                                                                 "upstreams take pulls on")
+    back_source_interval: PositiveDuration = Field(0.2, description="back-source: how often "
+                                                                    "to pull a stream")
 
     @model_validator(mode="after")
     def _packets_fit(self) -> "Params":
@@ -273,6 +296,13 @@ class LiveEdge:
             if now_ns - session.last_pull_ns > self.timeout_ns:
                 self._end(session, session.last_pull_ns + self.timeout_ns)
 
+    def wanted(self) -> dict[int, float]:
+        """The streams the sessions ask for, each with the highest bitrate asked (bit/s)."""
+        wanted: dict[int, float] = {}
+        for session in self.sessions.values():
+            wanted[session.stream] = max(wanted.get(session.stream, 0.0), session.bitrate)
+        return wanted
+
     def load(self) -> tuple[float, int]:
         """The bitrates served (bit/s) and the sessions admitted."""
         served = [min(s.bitrate, self.source_bitrates[s.stream])
@@ -376,11 +406,85 @@ class LiveEdge:
                 "malformed_pulls": self.malformed_pulls.count}
 
 
+class BackSource:
+    """Where each stream comes from, as the controller's decisions about the flows placed on
+    this edge say, and the pulls that bring it (see the module's docstring)."""
+
+    def __init__(self, node: str, control: ControlClient, source: socket.socket,
+                 port: int, interval: float):
+        self.node = node
+        self.control = control
+        self.source = source
+        self.port = port
+        self.interval_ns = round(interval * 1e9)
+        self.followers: dict[str, DecisionFollower] = {}
+        self.upstreams: dict[int, str] = {}  # stream -> address
+        self.changes: list[dict] = []
+        self.due_ns: dict[int, int] = {}
+        self.pulls: dict[int, int] = {}
+        self.send_errors = 0
+
+    def take_pushed(self) -> None:
+        """Follow the decisions pushed since the last call about flows placed here."""
+        for pushed in self.control.pending():
+            followed = follow_pushed(self.followers, self.control, pushed)
+            if followed is None or followed.server != self.node:
+                continue
+            stream = followed.attributes.get("stream")
+            upstream = followed.attributes.get("upstream")
+            if (isinstance(stream, int) and not isinstance(stream, bool)
+                    and isinstance(upstream, str) and self.upstreams.get(stream) != upstream):
+                self.changes.append({"time_s": epoch_seconds(followed.heard_ns),
+                                     "stream": stream, "flow": pushed.flow,
+                                     "from": self.upstreams.get(stream), "to": upstream})
+                self.upstreams[stream] = upstream
+                self.due_ns[stream] = 0  # pull from the new upstream at once
+
+    def pull(self, wanted: dict[int, float], now_ns: int) -> None:
+        """Pull every wanted stream whose upstream is known and whose pull is due."""
+        for stream, bitrate in wanted.items():
+            upstream = self.upstreams.get(stream)
+            if upstream is None or now_ns < self.due_ns.get(stream, 0):
+                continue
+            self.due_ns[stream] = now_ns + self.interval_ns
+            pull = PULL.pack(stream=stream, delivered_stream=stream, user=0,
+                             send_ns=time.time_ns(),
+                             bitrate_kbps=max(1, round(bitrate / 1e3)), rung=0)
+            try:
+                self.source.sendto(pull, (upstream, self.port))
+                self.pulls[stream] = self.pulls.get(stream, 0) + 1
+            except OSError:
+                self.send_errors += 1  # the upstream's session outlives a lost pull or two
+
+    def write(self, agent: Agent) -> dict:
+        """The followers' ``decisions_followed`` rows; the summary of pulls and upstreams."""
+        for follower in self.followers.values():
+            follower.write(agent)
+        return {"pulls": {flow_name(stream): count for stream, count in self.pulls.items()},
+                "upstreams": self.changes, "send_errors": self.send_errors,
+                "decisions": sum(len(f.followed) for f in self.followers.values())}
+
+
+def back_source_for(agent: Agent, params: Params, source: socket.socket) -> BackSource | None:
+    """The edge's back-source when ``params`` ask for one (it needs the run's controller)."""
+    if not params.back_source:
+        return None
+    control = controller_client(agent.node)
+    if control is None:
+        raise SystemExit("live_edge: back_source needs the run's controller "
+                         "($EDGEBED_CONTROLLER)")
+    control.subscribe()
+    return BackSource(agent.node, control, source, params.upstream_port,
+                      params.back_source_interval)
+
+
 def serve(agent: Agent, params: Params, service: socket.socket, source: socket.socket,
           meter: MediaMeter) -> dict:
     """Serve until stopped; returns the summary."""
     edge = LiveEdge(params, service)
     reports = LoadReporter.for_agent(agent.node, params)
+    back = back_source_for(agent, params, source)
+    watched = [service, source] + ([back.control] if back is not None else [])
     buffer = bytearray(DATAGRAM_BUFFER)
     end = math.inf if params.duration is None else time.monotonic() + params.duration
     housekeeping_ns = time.monotonic_ns()
@@ -394,6 +498,8 @@ def serve(agent: Agent, params: Params, service: socket.socket, source: socket.s
                 reports.tick(served, {"sessions": sessions, "streams": len(edge.source_bitrates)}
                              | ({"cpu": min(1.0, edge.used_vcpu / params.vcpu)}
                                 if params.vcpu else {}))
+                if back is not None:
+                    back.pull(edge.wanted(), now_ns)
             wait_s = (housekeeping_ns - now_ns) / 1e9
             due_ns = edge.next_due_ns()
             if due_ns is not None:
@@ -403,7 +509,10 @@ def serve(agent: Agent, params: Params, service: socket.socket, source: socket.s
                     edge.send_next()
                     continue
                 wait_s = min(wait_s, (due_ns - now_ns - SPIN_NS) / 1e9)
-            for sock in select.select([service, source], [], [], wait_s)[0]:
+            for sock in select.select(watched, [], [], wait_s)[0]:
+                if back is not None and sock is back.control:
+                    back.take_pushed()
+                    continue
                 arrival = receive(sock, buffer)
                 if arrival is None:
                     continue
@@ -413,8 +522,11 @@ def serve(agent: Agent, params: Params, service: socket.socket, source: socket.s
                     edge.source_packet(buffer, arrival[0], arrival[1])
     finally:
         control = reports.close()
+        if back is not None:
+            back.control.close()
     reports.write(agent)
-    return edge.write(agent, time.time_ns()) | {"load_reports": control}
+    return (edge.write(agent, time.time_ns()) | {"load_reports": control}
+            | ({"back_source": back.write(agent)} if back is not None else {}))
 
 
 def main(argv: list[str] | None = None) -> int:

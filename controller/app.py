@@ -47,7 +47,7 @@ TABLES = {
     # One row per load report that arrived, kept or not: its age is arrival minus the sender's
     # clock (the hosts of a run share CLOCK_REALTIME), gaps in seq are reports lost on the way.
     "load_reports": ("node", "agent", "time", "server", "service", "seq", "urgent", "load",
-                     "age_ms", "kept"),
+                     "age_ms", "kept", "metrics"),
 }
 """The tables the controller writes, as ``records/<table>/controller-controller.csv`` beside the
 agents' (:class:`agents.common.TableWriter`), merged with theirs after the run."""
@@ -406,7 +406,8 @@ class EdgebedController(App):
         self.tables["load_reports"].row(
             "controller", "controller", f"{arrived:.6f}", message.node, message.service,
             message.seq, int(message.urgent), f"{message.load:g}",
-            f"{(arrived - message.ts) * 1e3:.3f}", int(kept))
+            f"{(arrived - message.ts) * 1e3:.3f}", int(kept),
+            json.dumps(message.metrics, sort_keys=True, separators=(",", ":")))
         if not kept:
             return
         started = time.perf_counter_ns()

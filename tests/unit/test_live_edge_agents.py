@@ -518,3 +518,54 @@ def test_captures_summarize_pulls_per_user():
                                                   bitrate_kbps=2500, rung=1)))
     assert (name, fields[pcap.FLOW_KEYS[name]], fields["bitrate_kbps"]) == ("pull", 77, 2500)
     assert bytes(Pull(stream=1))[:4] == MAGIC + bytes([VERSION, PULL.type])
+
+
+class PushedOnly:
+    """A control client that only hands over what the test pushed."""
+
+    def __init__(self):
+        self.pushed = []
+
+    def pending(self):
+        taken, self.pushed = self.pushed, []
+        return taken
+
+
+def pushed(flow: str, server: str, version: int, **attributes) -> protocol.Decision:
+    return protocol.Decision(id=0, flow=flow, client=flow.split("/")[0], service="video",
+                             server=server, address="10.0.0.1", attributes=attributes,
+                             version=version)
+
+
+def test_back_source_pulls_a_wanted_stream_from_the_upstream_its_decisions_name():
+    upstream, source = (socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(2))
+    for sock in (upstream, source):
+        sock.bind((LOOPBACK, 0))
+        sock.settimeout(HANG_GUARD_S)
+    port = upstream.getsockname()[1]
+    control = PushedOnly()
+    back = live_edge.BackSource("node2", control, source, port, interval=0.2)
+    # A decision for another node, one without the attributes: nothing to pull from.
+    control.pushed = [pushed("c1/video", "node1", 1, stream=1, upstream=LOOPBACK),
+                      pushed("c2/video", "node2", 1, camera="1")]
+    back.take_pushed()
+    back.pull({1: 1e6}, now_ns=0)
+    assert back.pulls == {} and back.upstreams == {}
+    control.pushed = [pushed("c2/video", "node2", 2, stream=1, upstream=LOOPBACK, depth=1)]
+    back.take_pushed()
+    back.pull({1: 1e6, 2: 1e6}, now_ns=0)  # stream 2 has no upstream yet: not pulled
+    data, sender = upstream.recvfrom(2048)
+    fields = PULL.struct.unpack_from(data)
+    assert sender == source.getsockname()
+    assert (fields[3], fields[4], fields[7]) == (1, 1, 1000)  # stream, delivered, kbit/s
+    back.pull({1: 1e6}, now_ns=100_000_000)  # before the interval: no pull
+    back.pull({1: 1e6}, now_ns=200_000_000)
+    assert back.pulls == {1: 2}
+    # A late push (an older version) changes nothing; nobody wanting the stream stops pulls.
+    control.pushed = [pushed("c2/video", "node2", 1, stream=1, upstream="10.9.9.9")]
+    back.take_pushed()
+    back.pull({}, now_ns=10**10)
+    assert back.upstreams == {1: LOOPBACK} and back.pulls == {1: 2}
+    assert [c["to"] for c in back.changes] == [LOOPBACK]
+    upstream.close()
+    source.close()

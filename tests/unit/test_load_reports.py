@@ -323,3 +323,31 @@ def test_the_reports_give_the_paths_to_the_peers_as_probed(controller):
     assert set(figures) == {rtt, path_metric("127.0.0.1", "loss"),
                             path_metric("127.0.0.1", "jitter")}
     assert figures[path_metric("127.0.0.1", "loss")] == 0 and 0 < figures[rtt] < 0.5
+
+
+def test_with_a_cpu_budget_the_host_meter_gives_cpu_as_a_share_of_it(tmp_path):
+    proc = fake_proc(tmp_path, {"h1-eth0": (0, 0, 0, 0)}, pages=1)
+    meter = HostMeter(proc=proc, cpu_budget=0.05)
+    meter.read(now=100.0)
+    busy_until = time.process_time() + 0.02
+    while time.process_time() < busy_until:
+        pass
+    figures = meter.read(now=100.1)  # 0.02 CPU s or more in 0.1 s: 0.2 cores, 4x the budget
+    assert figures["cpu"] == min(1.0, figures["process_cpu"] / 0.05) == 1.0
+    protocol.Load(node="h1", load=0, ts=0, metrics=figures)  # a fraction, as the protocol says
+    idle = HostMeter(proc=proc, cpu_budget=1e6)
+    idle.read(now=100.0)
+    assert 0 <= idle.read(now=101.0)["cpu"] < 1e-3
+    with pytest.raises(ValueError, match="positive"):
+        HostMeter(cpu_budget=0)
+
+
+def test_an_agent_that_serves_no_service_can_send_no_reports(monkeypatch, controller):
+    from agents.control import ReportingParams
+    host, port = controller.getsockname()
+    monkeypatch.setenv("EDGEBED_CONTROLLER", f"{host}:{port}")
+    silent = LoadReporter.for_agent("cam1", ReportingParams(report_load=False))
+    assert not silent.tick(1.0, now=0.0) and silent.close()["sent"] == 0
+    reporting = LoadReporter.for_agent("edge1", ReportingParams(cpu_budget=2.0))
+    assert reporting.host.cpu_budget == 2.0 and reporting.tick(1.0, now=0.0)
+    reporting.close()

@@ -22,7 +22,7 @@ from controller.policies.surveillance.load import (Hardware, LoadWeights, Queue,
                                                    max_loads, node_load, node_weights, queue_of)
 from controller.policies.surveillance.model import Workload, draw_trace, simulate
 from controller.policies.surveillance.policies import reported_load
-from controller.policy import LoadReport, Placement, Request, Server, State
+from controller.policy import Client, LoadReport, Placement, Request, Server, State
 
 
 # --- load, maximum load, weights, queues -------------------------------------------------
@@ -398,7 +398,67 @@ def test_a_node_that_stops_reporting_is_removed_and_its_clients_go_elsewhere():
 
 
 def test_every_policy_says_how_it_reacts_to_a_report():
-    assert {policy.on_load for policy in POLICIES.values()} == {"nothing"}
+    # Every kept report asks the policy with no request: the node is re-queued, flows on dead
+    # nodes move.
+    assert {policy.on_load for policy in POLICIES.values()} == {"rebalance"}
+
+
+CAMERA_HOSTS = (Client("camA", "10.0.0.50", {"cameras": "1,2"}),
+                Client("camB", "10.0.0.51", {"cameras": 3}))
+
+
+def test_a_decision_says_where_the_serving_node_pulls_the_stream_from():
+    policy = POLICIES["sv_improved"]()
+    state = State(nx.MultiDiGraph(), servers(), CAMERA_HOSTS,
+                  requests=tuple(request(i, "1") for i in range(3)) + (request(3, "3"),))
+    decision = policy.decide(state)
+    terms = {a.flow: (a.server, dict(a.attributes)) for a in decision.assignments}
+    # The origin n1 pulls camera 1 from its host; the helper n2 pulls it from n1 (a cascade);
+    # camera 3 comes from camB.
+    assert terms["c0/video"] == ("n1", {"camera": "1", "stream": 1, "depth": 0,
+                                        "upstream": "10.0.0.50"})
+    assert terms["c2/video"] == ("n2", {"camera": "1", "stream": 1, "depth": 1,
+                                        "upstream": "10.0.0.1"})
+    assert terms["c3/video"][1]["upstream"] == "10.0.0.51"
+
+
+def test_a_camera_no_host_streams_is_unknown():
+    policy = POLICIES["sv_improved"]()
+    decision = policy.decide(State(nx.MultiDiGraph(), servers(), CAMERA_HOSTS,
+                                   requests=(request(0, "9"), request(1, "2"))))
+    assert [(r.flow, r.reason) for r in decision.rejections] == [
+        ("c0/video", "unknown camera '9': no camera host streams it")]
+    assert [a.flow for a in decision.assignments] == ["c1/video"]
+
+
+def test_repair_moves_the_flows_of_a_dead_node_and_re_feeds_the_cascade_it_fed():
+    policy = POLICIES["sv_improved"]()
+    three = servers() + (Server("n3", "video", "10.0.0.3", 40e6, 0.1,
+                                {"cpu_ghz": 8, "memory_gb": 8, "bandwidth_mbps": 20,
+                                 "disk_gb": 200}),)
+    first = policy.decide(State(nx.MultiDiGraph(), three, CAMERA_HOSTS,
+                                requests=tuple(request(i, "1") for i in range(8))))
+    placed = tuple(Placement(r, a.server, attributes=a.attributes)
+                   for r, a in zip((request(i, "1") for i in range(8)), first.assignments))
+    chain = policy.last_chains["c7/video"]
+    assert len(chain) == 3, chain  # origin, helper, helper of the helper
+    origin, middle, tail = chain
+    fresh = {"cpu": 0.1, "bw_out": 1e6}
+    # The middle node last reported at 1.0 and missed 3 periods by 4.5: dead.
+    loads = reports(4.5, **{name: (4.0 if name != middle else 1.0, fresh)
+                            for name in ("n1", "n2", "n3")})
+    repair = policy.decide(State(nx.MultiDiGraph(), three, CAMERA_HOSTS, placements=placed,
+                                 now=4.5, loads=loads))
+    on_middle = {p.request.flow for p in placed if p.server == middle}
+    on_tail = {p.request.flow for p in placed if p.server == tail}
+    moved = {m.flow: m for m in repair.migrations}
+    assert on_middle <= set(moved) and all(moved[f].server != middle for f in on_middle)
+    # The tail's clients keep their node, now fed by the origin.
+    for flow in on_tail:
+        assert moved[flow].server == tail
+        assert moved[flow].attributes["upstream"] == three[int(origin[1]) - 1].address
+    assert not any(m.server == middle for m in repair.migrations)
+    assert policy.stranded == 0
 
 
 @pytest.mark.parametrize("name", ["sv_feedback", "sv_improved"])

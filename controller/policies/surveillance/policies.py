@@ -22,8 +22,22 @@ the balancer. Each call keeps, per service, a :class:`~.balancer.Cluster` built 
   its ``camera`` label, else its client's; the order of a camera's chain (origin first) is what
   this policy decided before, since placements do not record it.
 
-A request whose camera is missing, or not among ``cameras`` when that parameter is given, is
-rejected saying so. A node takes no request whose demand would put its placed demand past its
+Cameras: a host streaming cameras says which with its label ``cameras`` (their stream ids,
+comma-separated: ``"1,2"``); a client's label ``camera`` (or its request's) is the stream id it
+wants. A request whose camera is missing, not among ``cameras`` when that parameter is given,
+or streamed by no host when some host has the label, is rejected saying so.
+
+**What a decision carries** (its ``attributes``, for the node server that follows it, see
+:mod:`agents.live_edge`'s back-source): ``camera``, ``stream`` (the camera as a stream id, when
+it is a number), ``depth`` (cascade hops from the origin to the serving node) and ``upstream``:
+the address the serving node pulls the stream from, the node before it in the camera's chain (a
+cascade) or, for the origin, the camera's host.
+
+**Health check and repair** (``on_load = "rebalance"``: every kept report asks the policy with
+no new request): the flows placed on a node that is no longer live are moved, each by the
+balancer as a request, onto a live node (a migration); a flow on a live node whose upstream
+changed because its chain was cut keeps its node with the new ``upstream`` (a migration to the
+same node). A flow no live node can take stays where it is and is counted in ``stranded``. A node takes no request whose demand would put its placed demand past its
 capacity (it could not send the stream), as in the model. The cascade a helper needs (the
 chain from the origin to it) is returned in :attr:`SurveillancePolicy.last_chains`.
 """
@@ -42,8 +56,8 @@ from controller.policies.surveillance.balancer import (BALANCERS, Balancer, Choi
                                                        Refusal)
 from controller.policies.surveillance.load import (HEAVY_ABOVE, LIGHT_BELOW, Hardware,
                                                    LoadWeights, Usage, node_load, node_weights)
-from controller.policy import (Assignment, Decision, ModelPolicy, PolicyParams, Rejection,
-                               Request, Server, State)
+from controller.policy import (Assignment, Decision, Migration, ModelPolicy, PolicyParams,
+                               Rejection, Request, Server, State)
 
 HARDWARE_LABELS = ("cpu_ghz", "memory_gb", "bandwidth_mbps", "disk_gb")
 
@@ -99,16 +113,29 @@ def camera_of(request: Request, state: State) -> str | None:
     return None if camera is None else str(camera)
 
 
+def camera_sources(state: State) -> dict[str, str]:
+    """Each camera a host streams (label ``cameras``) -> that host's address."""
+    sources = {}
+    for client in state.clients:
+        for camera in str(client.labels.get("cameras", "")).split(","):
+            if camera.strip():
+                sources[camera.strip()] = client.address
+    return sources
+
+
 @dataclass
 class Round:
     """One service's requests of a call with what the balancer sees: the cluster built from the
-    state, the live servers' capacities and the demand placed on them, each request's camera."""
+    state, the live servers' capacities, addresses and the demand placed on them, each request's
+    camera, and where each camera streams from."""
 
     cluster: Cluster
     capacity: dict[str, float]
     placed: Counter
     requests: list[Request]
     cameras: list[str | None]
+    addresses: dict[str, str]
+    sources: dict[str, str]
 
 
 class SurveillancePolicy(ModelPolicy):
@@ -117,7 +144,7 @@ class SurveillancePolicy(ModelPolicy):
     name: str
     Params = SurveillanceParams
     balancer_class: type[Balancer]
-    on_load = "nothing"  # a report re-queues the node for the next decision; nothing moves
+    on_load = "rebalance"  # a report re-queues the node; dead nodes' flows move (repair)
 
     def __init__(self, params: SurveillanceParams | None = None) -> None:
         super().__init__(params)
@@ -129,13 +156,15 @@ class SurveillancePolicy(ModelPolicy):
             self.balancer = self.balancer_class()
         self._chains: dict[str, dict[str, list[str]]] = {}  # service -> camera -> chain
         self.last_chains: dict[str, tuple[str, ...]] = {}  # flow -> origin .. serving node
+        self.stranded = 0  # flows on a dead node that no live node could take
 
     def decide(self, state: State) -> Decision:
         self.last_chains = {}
         return super().decide(state)
 
     def services(self, state: State, by_service) -> list[str]:
-        return sorted(by_service)
+        """Every service with servers (a call without requests repairs), and any requested."""
+        return sorted(set(by_service) | {server.service for server in state.servers})
 
     def view(self, state: State, service: str) -> list[Server]:
         """The service's live servers (a dead one has missed ``missed_reports`` periods)."""
@@ -156,7 +185,9 @@ class SurveillancePolicy(ModelPolicy):
             if placement.server in capacity:
                 placed[placement.server] += placement.request.demand
         return Round(self._cluster(state, service, servers), capacity, placed, requests,
-                     [camera_of(request, state) for request in requests])
+                     [camera_of(request, state) for request in requests],
+                     {server.name: server.address for server in servers},
+                     camera_sources(state))
 
     def allocate(self, round: Round) -> dict[str, str | Refusal]:
         """Each request's node, or why it has none; the cameras' chains as they end up."""
@@ -169,6 +200,10 @@ class SurveillancePolicy(ModelPolicy):
                 continue
             if self.params.cameras is not None and camera not in self.params.cameras:
                 answers[request.flow] = Refusal(f"unknown camera {camera!r}")
+                continue
+            if round.sources and camera not in round.sources:
+                answers[request.flow] = Refusal(f"unknown camera {camera!r}: no camera host "
+                                                f"streams it")
                 continue
             if self.balancer.active_notification:
                 for name, node in cluster.nodes.items():
@@ -188,12 +223,62 @@ class SurveillancePolicy(ModelPolicy):
 
     def outcomes(self, service: str, requests: list[Request], round: Round,
                  answers: dict[str, str | Refusal]) -> Iterator[Assignment | Rejection]:
-        self._chains[service] = {camera: list(chain)
-                                 for camera, chain in round.cluster.chains.items()}
-        for request in requests:
+        self._remember(service, round)
+        for request, camera in zip(requests, round.cameras):
             answer = answers[request.flow]
             yield (Rejection(request.flow, answer.reason) if isinstance(answer, Refusal)
-                   else Assignment(request.flow, answer))
+                   else Assignment(request.flow, answer,
+                                   attributes=self._attributes(round, camera,
+                                                               self.last_chains[request.flow])))
+
+    def migrations(self, state: State, service: str, servers: list[Server],
+                   requests: list[Request]) -> list[Migration]:
+        """Repair (see the module's docstring), in a call without new requests."""
+        if requests:
+            return []  # the next call without requests repairs; reports make one every period
+        live = {server.name for server in servers}
+        placed = [p for p in state.placements if p.request.service == service]
+        orphans = [p for p in placed if p.server not in live]
+        round = self.instance(state, service, servers, [p.request for p in orphans])
+        answers = self.allocate(round)
+        self._remember(service, round)
+        moves = []
+        for placement, camera in zip(orphans, round.cameras):
+            answer = answers[placement.request.flow]
+            if isinstance(answer, Refusal):
+                self.stranded += 1
+                continue
+            moves.append(Migration(placement.request.flow, answer, attributes=self._attributes(
+                round, camera, self.last_chains[placement.request.flow])))
+        for placement in placed:
+            camera = camera_of(placement.request, state)
+            if placement.server not in live or camera is None:
+                continue
+            chain = round.cluster.chain(camera)
+            if placement.server not in chain:
+                continue
+            terms = self._attributes(round, camera, chain[:chain.index(placement.server) + 1])
+            if terms.get("upstream") != placement.attributes.get("upstream"):
+                moves.append(Migration(placement.request.flow, placement.server,
+                                       attributes=terms))
+        return moves
+
+    def _remember(self, service: str, round: Round) -> None:
+        self._chains[service] = {camera: list(chain)
+                                 for camera, chain in round.cluster.chains.items()}
+
+    @staticmethod
+    def _attributes(round: Round, camera: str, chain) -> dict:
+        """A decision's attributes (see the module's docstring) for a client of ``camera``
+        served at the end of ``chain``."""
+        attributes = {"camera": camera, "depth": len(chain) - 1}
+        if camera.isdigit():
+            attributes["stream"] = int(camera)
+        upstream = (round.addresses.get(chain[-2]) if len(chain) > 1
+                    else round.sources.get(camera))
+        if upstream is not None:
+            attributes["upstream"] = upstream
+        return attributes
 
     def _cluster(self, state: State, service: str, servers: list[Server]) -> Cluster:
         weights = node_weights(hardware_of(servers), self.params.weights, self.params.shift)

@@ -1,0 +1,208 @@
+"""Seed 004's emulated scenario (topologies/surveillance.yaml) on a real Mininet network: the
+improved balancer with a hot camera whose clients exceed one node. Everything is checked on what
+the agents measured (the clients' streams, the nodes' inputs and sessions) and the controller's
+records (decisions, policy trace, load reports with their metrics).
+
+The run lowers the queue levels to light below 0.4 and heavy above 0.5 (the scenario's default
+is the paper's 0.6 and 0.9): L is a weighted mean of CPU, memory and link use, so passing 0.9
+needs all three near full, which a few 1 Mbit/s streams on a shared 2-core machine do not
+reach in a short run. The weak node (a 0.05-core CPU budget) passes 0.5 once it serves: its
+process CPU alone is past its budget.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import networkx as nx
+import pytest
+
+from controller.policies.surveillance.load import LoadWeights
+from controller.policies.surveillance.policies import reported_load
+from controller.policy import LoadReport, Server, State
+from experiments.measurements import read_table
+from tests.conftest import ROOT
+from tests.integration.conftest import SystemState, assert_nothing_left, edgebed, only_run_dir
+from tests.integration.test_controller_runs import addresses
+
+SCENARIO = ROOT / "topologies" / "surveillance.yaml"
+LIGHT, HEAVY = 0.4, 0.5
+HOT = [f"client{i}" for i in range(1, 7)]  # camera 1's clients, in the order they start
+NODES = ("node1", "node2", "node3")
+CAPACITY = {"node1": 4, "node2": 3, "node3": 2}  # streams: the capacity labels over 1 Mbit/s
+# A client's loss beyond what the emulator counted as its own: none is configured, so this is
+# only the slack for what a loaded machine's userspace switch may drop uncounted.
+LOSS_SLACK = 0.01
+
+
+NODE2 = "cpu_budget: 0.5,"
+DIES_AT = 8.0  # the dying run: node2's server process ends (its reports stop with it)
+PERIOD, MISSED = 1.0, 3  # the scenario's report period and missed reports for a health check
+
+
+def emulate(tmp_path_factory, name: str, text: str, **variables: str):
+    before = SystemState.now()
+    runs = tmp_path_factory.mktemp(name)
+    scenario = runs / "surveillance.yaml"
+    scenario.write_text(text)
+    env = {**os.environ, "EDGEBED_LIGHT_BELOW": str(LIGHT), "EDGEBED_HEAVY_ABOVE": str(HEAVY),
+           **variables}
+    result = edgebed("run", str(scenario), "--runs-dir", str(runs / "runs"), env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    run_dir = only_run_dir(runs / "runs")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert_nothing_left(before, summary["prefix"])
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    return emulate(tmp_path_factory, "surveillance", SCENARIO.read_text())
+
+
+@pytest.fixture(scope="module")
+def dying(tmp_path_factory):
+    """A run in which node2's server ends at DIES_AT: no more streams, no more reports."""
+    text = SCENARIO.read_text()
+    assert NODE2 in text
+    return emulate(tmp_path_factory, "dying",
+                   text.replace(NODE2, f"{NODE2} duration: {DIES_AT:g}s,"),
+                   EDGEBED_DURATION="18s")
+
+
+def first_servers(run_dir) -> dict[str, str]:
+    """Each client's first decided node, as the client heard it."""
+    servers = {}
+    for row in sorted(read_table(run_dir, "live_decisions"), key=lambda r: float(r["time_s"])):
+        servers.setdefault(row["node"], row["server"])
+    return servers
+
+
+def test_the_hot_camera_s_clients_beyond_the_origin_s_share_get_it_from_a_cascaded_helper(run):
+    address = addresses(run)
+    node_of = {address[node]: node for node in NODES}
+    servers = first_servers(run)
+    origin = servers["client1"]
+    on_origin = [c for c in HOT if servers.get(c) == origin]
+    beyond = [c for c in HOT if servers.get(c) not in (None, origin)]
+    print(f"origin {origin}: {on_origin}; helpers: "
+          + ", ".join(f"{c}@{servers[c]}" for c in beyond))
+    assert len(on_origin) <= CAPACITY[origin] and beyond, servers
+    inputs = {(row["node"], row["flow"]): row for row in read_table(run, "flows")
+              if row["agent"] == "live_edge"}
+    sessions = read_table(run, "live_sessions")
+    client_flows = {row["node"]: row for row in read_table(run, "flows")
+                    if row["agent"] == "viewer" and row["flow"] == "stream-1"}
+    # The origin pulled camera 1 from its host, once.
+    assert node_of.get(inputs[origin, "stream-1"]["peer"].split(":")[0]) is None
+    for client in beyond:
+        helper = servers[client]
+        # The helper received camera 1 from another node: a cascade copy, not the camera.
+        fed = inputs[helper, "stream-1"]
+        feeder = node_of.get(fed["peer"].split(":")[0])
+        assert feeder in NODES and feeder != helper and int(fed["unique"]) > 0, fed
+        copies = [s for s in sessions if s["node"] == feeder and s["viewer"] == address[helper]]
+        assert copies and sum(int(s["packets"]) for s in copies) > 0, copies
+        # ... and served the client from it: what the client measured against what the helper
+        # sent it.
+        sent = sum(int(s["packets"]) for s in sessions
+                   if s["node"] == helper and s["viewer"] == address[client])
+        got = client_flows[client]
+        print(f"{client} on {helper} fed by {feeder}: {got['unique']} of {sent} packets, "
+              f"lost {got['lost']}, goodput {float(got['goodput_bps'] or 0) / 1e6:.2f} Mbit/s")
+        assert sent > 0 and int(got["unique"]) >= sent * (1 - LOSS_SLACK), (got, sent)
+
+
+def load_of(row: dict, server: Server) -> float:
+    """L as the policy computes it from the report ``row`` of the load_reports table."""
+    report = LoadReport(server.name, float(row["time"]), float(row["load"]),
+                        json.loads(row["metrics"]))
+    state = State(nx.MultiDiGraph(), (server,), (), loads={server.name: (report,)})
+    return reported_load(state, server, LoadWeights())
+
+
+def test_a_node_turning_heavy_reports_at_once_and_gets_no_new_client(run):
+    resolved = __import__("yaml").safe_load((run / "scenario.yaml").read_text())
+    hosts = resolved["topology"]["nodes"]
+    turned = []  # (arrival of the urgent report, node, L before, L)
+    for node in NODES:
+        server = Server(node, "video", "", 0.0, labels=hosts[node].get("labels", {}))
+        rows = [row for row in read_table(run, "load_reports")
+                if row["server"] == node and row["kept"] == "1"]
+        loads = [load_of(row, server) for row in rows]
+        for i in range(1, len(rows)):
+            if rows[i]["urgent"] == "1" and loads[i] > HEAVY >= loads[i - 1]:
+                later = [float(r["time"]) for r in rows[i + 1:] if r["urgent"] == "0"]
+                # Within the period: before the node's next periodic report.
+                assert not later or float(rows[i]["time"]) < later[0]
+                turned.append((float(rows[i]["time"]), node, loads[i - 1], loads[i], i, rows,
+                               loads))
+    assert turned, "no node turned heavy within a period"
+    for at, node, before, after, i, rows, loads in turned:
+        print(f"{node} turned heavy: L {before:.2f} -> {after:.2f}, urgent report at {at:.3f}")
+        # Until it reports below the level again, no decision gives it a client.
+        until = next((float(r["time"]) for r, L in zip(rows[i + 1:], loads[i + 1:])
+                      if L <= HEAVY), float("inf"))
+        given = [moved for row in read_table(run, "policy_trace")
+                 if at <= float(row["time"]) < until
+                 for moved in (row["assigned"] or "").split(";") if moved]
+        assert not [g for g in given if g.split("@")[1] == node], given
+    # The late client (camera 2, after the hot camera's clients) was decided while some node
+    # was heavy: the check above had a decision to look at.
+    late = [row for row in read_table(run, "policy_trace")
+            if "client7/video@" in (row["assigned"] or "")]
+    assert late and any(at <= float(late[0]["time"]) for at, *_ in turned), late
+
+
+def test_a_request_for_a_camera_nobody_streams_is_refused(run):
+    refused = [row for row in read_table(run, "policy_trace")
+               if "client8/video" in (row["rejected"] or "")]
+    assert refused
+    log = (run / "logs" / "client8.log").read_text()
+    assert "unknown camera '9': no camera host streams it" in log, log[-2000:]
+    assert "client8" not in first_servers(run)
+
+
+def summary_of(run_dir, node: str, agent: str) -> dict:
+    """The JSON summary line ``agent`` printed on ``node`` when it ended."""
+    for line in (run_dir / "logs" / f"{node}.log").read_text().splitlines():
+        if line.startswith("{") and f'"agent": "{agent}"' in line:
+            return json.loads(line)
+    raise AssertionError(f"no summary of {agent} on {node}")
+
+
+def test_a_dead_node_s_clients_move_and_what_it_fed_is_fed_again(dying):
+    address = addresses(dying)
+    origin = json.loads((dying / "summary.json").read_text())["timeline_origin_s"]
+    reports = [row for row in read_table(dying, "load_reports")
+               if row["server"] == "node2" and row["kept"] == "1"]
+    last_report = max(float(row["time"]) for row in reports)
+    assert last_report < origin + DIES_AT + PERIOD  # its reports ended with it
+    placed = read_table(dying, "decisions")
+    on_node2 = {row["flow"] for row in placed if row["server"] == "node2"}
+    assert on_node2, "precondition: node2 served somebody before it ended"
+    # No client is left on the dead node: the controller's placements at the end ...
+    flows = json.loads((dying / "controller" / "state.json").read_text())["flows"]
+    assert not [f["flow"] for f in flows if f["server"] == "node2"], flows
+    # ... each moved after the health check took node2 out (MISSED periods without a report).
+    for flow in on_node2:
+        moves = [row for row in placed if row["flow"] == flow and row["kind"] != "place"
+                 and row["server"] != "node2"]
+        assert moves and float(moves[0]["time"]) >= last_report + MISSED * PERIOD - 0.5, moves
+        client = flow.split("/")[0]
+        # ... and the client measured the stream from its new node.
+        later = [row for row in read_table(dying, "flows")
+                 if row["node"] == client and row["agent"] == "viewer"
+                 and row["flow"] != "stream-1"]
+        print(f"{flow} moved to {moves[0]['server']} at "
+              f"{float(moves[0]['time']) - origin:.1f} s: "
+              + ", ".join(f"{r['flow']} {r['unique']} packets" for r in later))
+        assert sum(int(r["unique"]) for r in later) > 0, later
+    # A node node2 fed (a cascade) pulls from another node since.
+    for node in ("node1", "node3"):
+        changes = summary_of(dying, node, "live_edge")["back_source"]["upstreams"]
+        fed_by_node2 = [c for c in changes if c["to"] == address["node2"]]
+        if fed_by_node2:
+            after = [c for c in changes if c["time_s"] > fed_by_node2[-1]["time_s"]]
+            assert after and after[-1]["to"] != address["node2"], changes
