@@ -282,7 +282,8 @@ class HostMeter:
         self.proc = proc
         self.cpu_budget = cpu_budget
         self._page = os.sysconf("SC_PAGE_SIZE")
-        self._previous: tuple[float, float, dict[str, tuple[int, ...]]] | None = None
+        # Per baseline (what the rates are measured since): time, CPU time, interface counters.
+        self._previous: dict[str, tuple[float, float, dict[str, tuple[int, ...]]]] = {}
 
     def counters(self) -> dict[str, tuple[int, int, int, int]]:
         """Each interface's (bytes in, packets in, bytes out, packets out) since it came up."""
@@ -297,16 +298,19 @@ class HostMeter:
                 result[name] = (values[0], values[1], values[8], values[9])
         return result
 
-    def read(self, now: float | None = None) -> dict[str, float]:
-        """The figures now (``now``: time.monotonic(), for tests)."""
+    def read(self, now: float | None = None, baseline: str = "") -> dict[str, float]:
+        """The figures now (``now``: time.monotonic(), for tests), rates since the previous
+        read of the same ``baseline`` (a reporter measures its periodic reports over the
+        period and its threshold checks over the check interval)."""
         now = time.monotonic() if now is None else now
         cpu = time.process_time()
         with open(f"{self.proc}/statm") as statm:
             resident_pages = int(statm.read().split()[1])
         counters = self.counters()
         figures = {"memory": float(resident_pages * self._page)}
-        if self._previous is not None and now > self._previous[0]:
-            then, cpu_then, counters_then = self._previous
+        previous = self._previous.get(baseline)
+        if previous is not None and now > previous[0]:
+            then, cpu_then, counters_then = previous
             elapsed = now - then
             figures["process_cpu"] = max(0.0, (cpu - cpu_then) / elapsed)
             if self.cpu_budget is not None:
@@ -327,7 +331,7 @@ class HostMeter:
                     ports += 1
             figures |= {"bw_in": totals[0] * 8, "packets_in": totals[1],
                         "bw_out": totals[2] * 8, "packets_out": totals[3]}
-        self._previous = now, cpu, counters
+        self._previous[baseline] = now, cpu, counters
         return figures
 
 
@@ -360,8 +364,9 @@ class LoadReporter:
     the last report (seed 004's active notification: a node turning heavy says so without
     waiting). The agent calls :meth:`tick` often (every poll of its loop) with what it knows
     itself (``load`` in the service's demand unit and ``metrics``); a ``host`` meter adds the
-    host's figures to every report and, when thresholds name them, is read every
-    ``check_period``. Urgent reports are at least ``min_gap`` apart, so a value hovering at a
+    host's figures to every report (a periodic report's rates over the period) and, when
+    thresholds name them, is read every ``check_period`` (an urgent report's rates over that
+    check interval). Urgent reports are at least ``min_gap`` apart, so a value hovering at a
     level cannot flood the controller. A send that fails (the management network down) is
     counted; the next report may pass. A ``paths`` meter adds the paths to the node's peers
     as it last measured them (:class:`agents.echo.PathMeter`)."""
@@ -405,9 +410,14 @@ class LoadReporter:
         if self._due is None:
             self._due = now
         periodic = now >= self._due
-        if self.host is not None and (periodic or (
-                self.thresholds and now - self._host_read >= self.check_period)):
-            self._host_figures = self.host.read(now)
+        if self.host is not None and periodic:
+            # Over the period: a check's short window would make the report a burst's.
+            self._host_figures = self.host.read(now, baseline="period")
+            self.host.read(now, baseline="check")
+            self._host_read = now
+        elif self.host is not None and self.thresholds and (
+                now - self._host_read >= self.check_period):
+            self._host_figures = self.host.read(now, baseline="check")
             self._host_read = now
         figures = self._host_figures | (self.paths.figures() if self.paths else {}) | dict(
             metrics or {})

@@ -15,8 +15,10 @@ cannot wait for what never comes); fragments of frames already transcoded are no
 controller a viewer pulls from the service address and the controller steers its pulls here;
 what the edge sends from this same port goes back through the controller's reverse rewrite, so
 it reaches the viewer from the service address. A pull opens a session for its sender (address
-and port) or refreshes it; a pull asking for another stream, delivered stream, bitrate or rung
-ends that session and opens a new one. A session ends ``pull_timeout`` after its last pull.
+and port) and user id, or refreshes it; a pull asking for another stream, delivered stream,
+bitrate or rung ends that session and opens a new one (a back-sourcing edge pulls each stream
+from one socket as a user of its own, the stream id, so it holds a session per stream). A
+session ends ``pull_timeout`` after its last pull.
 
 **Transcoding.** For every source frame of S bytes and every admitted session of its stream at
 bitrate R_v, the edge sends a frame of S * R_v / R bytes (S when R_v >= R), cut into packets of
@@ -179,6 +181,7 @@ class Session:
     delivered: int
     bitrate: float  # R_v, bit/s
     rung: int
+    user: int
     started_ns: int
     last_pull_ns: int
     packet: bytearray  # the header template, then room for the payload
@@ -228,7 +231,7 @@ class LiveEdge:
         self.timeout_ns = round(params.pull_timeout * 1e9)
         self.source_bitrates: dict[int, float] = {}  # stream -> R, bit/s
         self.gathering: dict[int, SourceFrame] = {}  # stream -> its latest frame
-        self.sessions: dict[tuple, Session] = {}  # (viewer address, port) -> session
+        self.sessions: dict[tuple, Session] = {}  # (viewer address, port, user) -> session
         self.ended: list[Session] = []
         self.used_vcpu = 0.0
         self.departures: list[tuple[int, int, Transcoded]] = []  # heap: (due ns, order, frame)
@@ -243,21 +246,22 @@ class LiveEdge:
         if size < PULL.header_size:
             self.malformed_pulls.add(self.service_port, memoryview(buffer)[:size])
             return
-        (magic, version, kind, stream, delivered, _user, _send_ns, bitrate_kbps,
+        (magic, version, kind, stream, delivered, user, _send_ns, bitrate_kbps,
          rung) = PULL.struct.unpack_from(buffer)
         if magic != MAGIC or version != VERSION or kind != PULL.type or bitrate_kbps == 0:
             self.malformed_pulls.add(self.service_port, memoryview(buffer)[:size])
             return
         wants = (stream, delivered, bitrate_kbps * 1e3, rung)
-        session = self.sessions.get(address)
+        key = (address[0], address[1], user)
+        session = self.sessions.get(key)
         sequence = 0
         if session is not None and session.wants != wants:
             self._end(session, received_ns)
             sequence = session.sequence if session.delivered == delivered else 0
             session = None
         if session is None:
-            session = self.sessions[address] = Session(
-                address[0], address[1], *wants, started_ns=received_ns,
+            session = self.sessions[key] = Session(
+                address[0], address[1], *wants, user=user, started_ns=received_ns,
                 last_pull_ns=received_ns, packet=self._template(delivered, bitrate_kbps, rung),
                 sequence=sequence)
         session.last_pull_ns = received_ns
@@ -285,7 +289,7 @@ class LiveEdge:
 
     def _end(self, session: Session, at_ns: int) -> None:
         session.ended_ns = at_ns
-        del self.sessions[session.viewer, session.port]
+        del self.sessions[session.viewer, session.port, session.user]
         self.ended.append(session)
         if session.admitted:
             self.used_vcpu -= session.cost
@@ -447,7 +451,8 @@ class BackSource:
             if upstream is None or now_ns < self.due_ns.get(stream, 0):
                 continue
             self.due_ns[stream] = now_ns + self.interval_ns
-            pull = PULL.pack(stream=stream, delivered_stream=stream, user=0,
+            # One user per stream: the upstream keeps a session for each, from one socket.
+            pull = PULL.pack(stream=stream, delivered_stream=stream, user=stream,
                              send_ns=time.time_ns(),
                              bitrate_kbps=max(1, round(bitrate / 1e3)), rung=0)
             try:

@@ -6,7 +6,7 @@ records (decisions, policy trace, load reports with their metrics).
 The run lowers the queue levels to light below 0.4 and heavy above 0.5 (the scenario's default
 is the paper's 0.6 and 0.9): L is a weighted mean of CPU, memory and link use, so passing 0.9
 needs all three near full, which a few 1 Mbit/s streams on a shared 2-core machine do not
-reach in a short run. The weak node (a 0.05-core CPU budget) passes 0.5 once it serves: its
+reach in a short run. The weak node (a 0.02-core CPU budget) passes 0.5 once it serves: its
 process CPU alone is past its budget.
 """
 
@@ -28,7 +28,7 @@ from tests.integration.test_controller_runs import addresses
 
 SCENARIO = ROOT / "topologies" / "surveillance.yaml"
 LIGHT, HEAVY = 0.4, 0.5
-HOT = [f"client{i}" for i in range(1, 7)]  # camera 1's clients, in the order they start
+HOT = [f"client{i}" for i in range(1, 6)]  # camera 1's clients, in the order they start
 NODES = ("node1", "node2", "node3")
 CAPACITY = {"node1": 4, "node2": 3, "node3": 2}  # streams: the capacity labels over 1 Mbit/s
 # A client's loss beyond what the emulator counted as its own: none is configured, so this is
@@ -37,8 +37,10 @@ LOSS_SLACK = 0.01
 
 
 NODE2 = "cpu_budget: 0.5,"
-DIES_AT = 8.0  # the dying run: node2's server process ends (its reports stop with it)
+NODE1_CAPACITY = "capacity: 4Mbps"
+DIES_AFTER = 6.0  # the dying run: node2's server process ends this long after it started
 PERIOD, MISSED = 1.0, 3  # the scenario's report period and missed reports for a health check
+DYING_DURATION = 18.0
 
 
 def emulate(tmp_path_factory, name: str, text: str, **variables: str):
@@ -46,8 +48,7 @@ def emulate(tmp_path_factory, name: str, text: str, **variables: str):
     runs = tmp_path_factory.mktemp(name)
     scenario = runs / "surveillance.yaml"
     scenario.write_text(text)
-    env = {**os.environ, "EDGEBED_LIGHT_BELOW": str(LIGHT), "EDGEBED_HEAVY_ABOVE": str(HEAVY),
-           **variables}
+    env = {**os.environ, **variables}
     result = edgebed("run", str(scenario), "--runs-dir", str(runs / "runs"), env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     run_dir = only_run_dir(runs / "runs")
@@ -58,17 +59,20 @@ def emulate(tmp_path_factory, name: str, text: str, **variables: str):
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    return emulate(tmp_path_factory, "surveillance", SCENARIO.read_text())
+    return emulate(tmp_path_factory, "surveillance", SCENARIO.read_text(),
+                   EDGEBED_LIGHT_BELOW=str(LIGHT), EDGEBED_HEAVY_ABOVE=str(HEAVY))
 
 
 @pytest.fixture(scope="module")
 def dying(tmp_path_factory):
-    """A run in which node2's server ends at DIES_AT: no more streams, no more reports."""
+    """A run in which node2's server ends DIES_AFTER its start (no more streams, no more
+    reports), at the paper's queue levels, with room on node1 for 6 streams: every client the
+    dead node served has a live node with room to go to, so none is left on it."""
     text = SCENARIO.read_text()
-    assert NODE2 in text
-    return emulate(tmp_path_factory, "dying",
-                   text.replace(NODE2, f"{NODE2} duration: {DIES_AT:g}s,"),
-                   EDGEBED_DURATION="18s")
+    assert NODE2 in text and NODE1_CAPACITY in text
+    text = text.replace(NODE2, f"{NODE2} duration: {DIES_AFTER:g}s,")
+    return emulate(tmp_path_factory, "dying", text.replace(NODE1_CAPACITY, "capacity: 6Mbps"),
+                   EDGEBED_DURATION=f"{DYING_DURATION:g}s")
 
 
 def first_servers(run_dir) -> dict[str, str]:
@@ -132,12 +136,15 @@ def test_a_node_turning_heavy_reports_at_once_and_gets_no_new_client(run):
                 if row["server"] == node and row["kept"] == "1"]
         loads = [load_of(row, server) for row in rows]
         for i in range(1, len(rows)):
-            if rows[i]["urgent"] == "1" and loads[i] > HEAVY >= loads[i - 1]:
+            periodic = [j for j in range(i) if rows[j]["urgent"] == "0"]
+            # Heavy in an urgent report while the last periodic one had it below the level:
+            # the controller learnt it within the period, before the node's next periodic
+            # report.
+            if rows[i]["urgent"] == "1" and periodic and loads[i] > HEAVY >= loads[periodic[-1]]:
                 later = [float(r["time"]) for r in rows[i + 1:] if r["urgent"] == "0"]
-                # Within the period: before the node's next periodic report.
                 assert not later or float(rows[i]["time"]) < later[0]
-                turned.append((float(rows[i]["time"]), node, loads[i - 1], loads[i], i, rows,
-                               loads))
+                turned.append((float(rows[i]["time"]), node, loads[periodic[-1]], loads[i], i,
+                               rows, loads))
     assert turned, "no node turned heavy within a period"
     for at, node, before, after, i, rows, loads in turned:
         print(f"{node} turned heavy: L {before:.2f} -> {after:.2f}, urgent report at {at:.3f}")
@@ -151,17 +158,17 @@ def test_a_node_turning_heavy_reports_at_once_and_gets_no_new_client(run):
     # The late client (camera 2, after the hot camera's clients) was decided while some node
     # was heavy: the check above had a decision to look at.
     late = [row for row in read_table(run, "policy_trace")
-            if "client7/video@" in (row["assigned"] or "")]
+            if "client6/video@" in (row["assigned"] or "")]
     assert late and any(at <= float(late[0]["time"]) for at, *_ in turned), late
 
 
 def test_a_request_for_a_camera_nobody_streams_is_refused(run):
     refused = [row for row in read_table(run, "policy_trace")
-               if "client8/video" in (row["rejected"] or "")]
+               if "client7/video" in (row["rejected"] or "")]
     assert refused
-    log = (run / "logs" / "client8.log").read_text()
+    log = (run / "logs" / "client7.log").read_text()
     assert "unknown camera '9': no camera host streams it" in log, log[-2000:]
-    assert "client8" not in first_servers(run)
+    assert "client7" not in first_servers(run)
 
 
 def summary_of(run_dir, node: str, agent: str) -> dict:
@@ -178,7 +185,8 @@ def test_a_dead_node_s_clients_move_and_what_it_fed_is_fed_again(dying):
     reports = [row for row in read_table(dying, "load_reports")
                if row["server"] == "node2" and row["kept"] == "1"]
     last_report = max(float(row["time"]) for row in reports)
-    assert last_report < origin + DIES_AT + PERIOD  # its reports ended with it
+    # Precondition: its reports ended early enough for the health check and the repair to show.
+    assert last_report < origin + DYING_DURATION - (MISSED + 2) * PERIOD, last_report - origin
     placed = read_table(dying, "decisions")
     on_node2 = {row["flow"] for row in placed if row["server"] == "node2"}
     assert on_node2, "precondition: node2 served somebody before it ended"

@@ -557,7 +557,8 @@ def test_back_source_pulls_a_wanted_stream_from_the_upstream_its_decisions_name(
     data, sender = upstream.recvfrom(2048)
     fields = PULL.struct.unpack_from(data)
     assert sender == source.getsockname()
-    assert (fields[3], fields[4], fields[7]) == (1, 1, 1000)  # stream, delivered, kbit/s
+    # stream, delivered, user (one per stream: the upstream keeps a session each), kbit/s
+    assert (fields[3], fields[4], fields[5], fields[7]) == (1, 1, 1, 1000)
     back.pull({1: 1e6}, now_ns=100_000_000)  # before the interval: no pull
     back.pull({1: 1e6}, now_ns=200_000_000)
     assert back.pulls == {1: 2}
