@@ -44,9 +44,10 @@ pull after the stream's bitrate is known; until the first source packet it waits
 ``report_period`` (and at once when a ``report_thresholds`` level is crossed:
 :class:`agents.control.LoadReporter`) the bitrates it serves as its load (bit/s, the sum over
 admitted sessions), with the metrics ``sessions``, ``streams`` (source streams seen), ``cpu``
-(the compute used as a fraction of ``vcpu``) and what the host measures, and with
-``report_paths`` its paths to those peers as echo probes measure them (``path_probes``, one row
-per round of echoes to a peer).
+(the compute used as a fraction of ``vcpu``), ``stream.<id>.silent_s`` (for each stream its
+sessions ask for, seconds since its last packet: a source that stopped) and what the host
+measures, and with ``report_paths`` its paths to those peers as echo probes measure them
+(``path_probes``, one row per round of echoes to a peer).
 
 **Tables.** ``live_sessions``, one row per session: the viewer's address and port, the flow
 its media arrive as (``stream-<delivered stream>``), R_v, when it started (first pull) and
@@ -230,6 +231,7 @@ class LiveEdge:
         self.service_port = service.getsockname()[1]
         self.timeout_ns = round(params.pull_timeout * 1e9)
         self.source_bitrates: dict[int, float] = {}  # stream -> R, bit/s
+        self.last_source_ns: dict[int, int] = {}  # stream -> when its last packet arrived
         self.gathering: dict[int, SourceFrame] = {}  # stream -> its latest frame
         self.sessions: dict[tuple, Session] = {}  # (viewer address, port, user) -> session
         self.ended: list[Session] = []
@@ -307,6 +309,12 @@ class LiveEdge:
             wanted[session.stream] = max(wanted.get(session.stream, 0.0), session.bitrate)
         return wanted
 
+    def silences(self, now_ns: int) -> dict[str, float]:
+        """For each stream the sessions ask for that arrived once, how long since its last
+        packet (seconds), as the load metric ``stream.<id>.silent_s``: a source that stopped."""
+        return {f"stream.{stream}.silent_s": max(0.0, (now_ns - self.last_source_ns[stream]) / 1e9)
+                for stream in self.wanted() if stream in self.last_source_ns}
+
     def load(self) -> tuple[float, int]:
         """The bitrates served (bit/s) and the sessions admitted."""
         served = [min(s.bitrate, self.source_bitrates[s.stream])
@@ -321,6 +329,7 @@ class LiveEdge:
         (_, _, _, stream, _, send_ns, number, frame_type, _, fragment, fragments,
          bitrate_kbps) = MEDIA.struct.unpack_from(buffer)
         self.source_bitrates[stream] = bitrate_kbps * 1e3
+        self.last_source_ns[stream] = received_ns
         frame = self.gathering.get(stream)
         if frame is None or number > frame.number:
             if frame is not None and not frame.transcoded:
@@ -502,7 +511,7 @@ def serve(agent: Agent, params: Params, service: socket.socket, source: socket.s
                 served, sessions = edge.load()
                 reports.tick(served, {"sessions": sessions, "streams": len(edge.source_bitrates)}
                              | ({"cpu": min(1.0, edge.used_vcpu / params.vcpu)}
-                                if params.vcpu else {}))
+                                if params.vcpu else {}) | edge.silences(time.time_ns()))
                 if back is not None:
                     back.pull(edge.wanted(), now_ns)
             wait_s = (housekeeping_ns - now_ns) / 1e9

@@ -570,3 +570,15 @@ def test_back_source_pulls_a_wanted_stream_from_the_upstream_its_decisions_name(
     assert [c["to"] for c in back.changes] == [LOOPBACK]
     upstream.close()
     source.close()
+
+
+def test_the_edge_says_how_long_each_wanted_stream_has_been_silent():
+    edge = live_edge.LiveEdge(live_edge.Params(), socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
+    packet = bytearray(100)
+    MEDIA.struct.pack_into(packet, 0, MAGIC, VERSION, MEDIA.type, 7, 0, 0, 0, 1, 0, 0, 1, 1000)
+    edge.source_packet(packet, 100, received_ns=10**9)
+    assert edge.silences(3 * 10**9) == {}  # no session asks for stream 7
+    pull = PULL.pack(stream=7, delivered_stream=1, user=1, send_ns=0, bitrate_kbps=1000, rung=0)
+    edge.pull(bytearray(pull), len(pull), 2 * 10**9, ("10.0.0.9", 5004))
+    assert edge.silences(3 * 10**9) == {"stream.7.silent_s": 2.0}
+    edge.service.close()

@@ -481,3 +481,16 @@ def test_cluster_stop_ends_every_session_of_the_camera():
     made.assign("k", Choice("b"))
     assert made.stop("k") == {"a": 1, "b": 2}
     assert made.chain("k") == [] and made.nodes["a"].tasks == made.nodes["b"].tasks == 0
+
+
+def test_a_request_for_a_camera_its_origin_reports_silent_is_refused():
+    policy = POLICIES["sv_improved"]()
+    placed = (Placement(request(0, "1"), "n1"), Placement(request(1, "2"), "n2"))
+    silent = {"cpu": 0.1, "stream.1.silent_s": 2.5, "stream.2.silent_s": 0.04}
+    state = State(nx.MultiDiGraph(), servers(), CAMERA_HOSTS, placements=placed, now=3.0,
+                  loads=reports(3.0, n1=(3.0, silent), n2=(3.0, {"stream.2.silent_s": 1.9})),
+                  requests=(request(2, "1"), request(3, "2")))
+    decision = policy.decide(state)
+    assert [(r.flow, r.reason) for r in decision.rejections] == [
+        ("c2/video", "camera '1' stopped streaming")]
+    assert [(a.flow, a.server) for a in decision.assignments] == [("c3/video", "n2")]

@@ -25,7 +25,11 @@ the balancer. Each call keeps, per service, a :class:`~.balancer.Cluster` built 
 Cameras: a host streaming cameras says which with its label ``cameras`` (their stream ids,
 comma-separated: ``"1,2"``); a client's label ``camera`` (or its request's) is the stream id it
 wants. A request whose camera is missing, not among ``cameras`` when that parameter is given,
-or streamed by no host when some host has the label, is rejected saying so.
+or streamed by no host when some host has the label, is rejected saying so; so is one for a
+camera that stopped: its origin node (which pulls it from the camera) reports the stream
+silent for ``stopped_after`` seconds (metric ``stream.<camera>.silent_s``). Its clients
+already placed keep their node until they leave (nothing arrives for them meanwhile: their
+stream ends where their measurement shows).
 
 **What a decision carries** (its ``attributes``, for the node server that follows it, see
 :mod:`agents.live_edge`'s back-source): ``camera``, ``stream`` (the camera as a stream id, when
@@ -76,6 +80,9 @@ class SurveillanceParams(PolicyParams):
     report_period: float = Field(1.0, gt=0, description="the nodes' load report period (s)")
     missed_reports: int = Field(3, ge=1, description="periods without a report after which a "
                                                      "node is taken for dead")
+    stopped_after: float = Field(2.0, gt=0, description="a camera whose origin node reports "
+                                                        "its stream silent this long (s) has "
+                                                        "stopped")
 
 
 def hardware_of(servers: list[Server]) -> list[Hardware]:
@@ -136,6 +143,7 @@ class Round:
     cameras: list[str | None]
     addresses: dict[str, str]
     sources: dict[str, str]
+    stopped: set[str]
 
 
 class SurveillancePolicy(ModelPolicy):
@@ -184,10 +192,11 @@ class SurveillancePolicy(ModelPolicy):
         for placement in state.placements:
             if placement.server in capacity:
                 placed[placement.server] += placement.request.demand
-        return Round(self._cluster(state, service, servers), capacity, placed, requests,
+        cluster = self._cluster(state, service, servers)
+        return Round(cluster, capacity, placed, requests,
                      [camera_of(request, state) for request in requests],
                      {server.name: server.address for server in servers},
-                     camera_sources(state))
+                     camera_sources(state), self._stopped(state, cluster))
 
     def allocate(self, round: Round) -> dict[str, str | Refusal]:
         """Each request's node, or why it has none; the cameras' chains as they end up."""
@@ -204,6 +213,9 @@ class SurveillancePolicy(ModelPolicy):
             if round.sources and camera not in round.sources:
                 answers[request.flow] = Refusal(f"unknown camera {camera!r}: no camera host "
                                                 f"streams it")
+                continue
+            if camera in round.stopped:
+                answers[request.flow] = Refusal(f"camera {camera!r} stopped streaming")
                 continue
             if self.balancer.active_notification:
                 for name, node in cluster.nodes.items():
@@ -262,6 +274,17 @@ class SurveillancePolicy(ModelPolicy):
                 moves.append(Migration(placement.request.flow, placement.server,
                                        attributes=terms))
         return moves
+
+    def _stopped(self, state: State, cluster: Cluster) -> set[str]:
+        """The cameras whose origin node reports their stream silent ``stopped_after`` or
+        longer (metric ``stream.<camera>.silent_s``)."""
+        stopped = set()
+        for camera, chain in cluster.chains.items():
+            report = state.latest_load(chain[0]) if chain else None
+            silent = report.metrics.get(f"stream.{camera}.silent_s") if report else None
+            if silent is not None and silent >= self.params.stopped_after:
+                stopped.add(camera)
+        return stopped
 
     def _remember(self, service: str, round: Round) -> None:
         self._chains[service] = {camera: list(chain)
