@@ -17,9 +17,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -36,10 +33,9 @@ from controller.view import NetworkView
 from experiments.measurements import read_table
 from experiments.report import plot_time_figure
 from experiments.runs import RunRecord, per_second
-from experiments.sweeps.kinds import Cell, Kind, Metric, Panel, RunSummary, TimeFigure
+from experiments.sweeps.kinds import (Cell, Kind, Metric, Panel, RunSummary, TimeFigure,
+                                      emulated_run)
 from topologies import units
-
-ROOT = Path(__file__).resolve().parents[2]
 
 COLUMNS = ("viewer", "flow", "server", "bitrate_bps", "goodput_bps", "latency_model_ms",
            "latency_measured_ms", "weight", "qoe_model", "qoe_measured")
@@ -341,20 +337,10 @@ def run_cell(cell: Cell) -> list[dict[str, object]]:
     """One emulated run of ``cell``'s policy: the scenario's policy, seed and G set through its
     variables; its QoE as predicted and as measured."""
     parameters: Parameters = cell.parameters
-    runs = Path(parameters.runs_dir) / f"{cell.experiment}-{cell.id}"
-    environment = dict(os.environ, EDGEBED_POLICY=cell.policy,
-                       EDGEBED_SEED=str(cell.seed % 2**32), EDGEBED_G_MS=f"{parameters.G:g}",
-                       EDGEBED_G_SI=f"{parameters.G * 1e-9:g}")
-    # A cell run again (after a failure, or by --fresh into another report) finds its earlier
-    # runs beside it: its run is the directory this call made.
-    earlier = set(runs.iterdir()) if runs.is_dir() else set()
-    result = subprocess.run([sys.executable, "-m", "experiments.cli", "run", parameters.scenario,
-                             "--duration", f"{parameters.duration:g}s", "--runs-dir", str(runs)],
-                            cwd=ROOT, env=environment, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise RuntimeError(f"the run of {cell.policy} failed:\n{result.stdout}{result.stderr}")
-    [run_dir] = [path for path in runs.iterdir() if path.is_dir() and path not in earlier]
-    summary = json.loads((run_dir / "summary.json").read_text())
+    run_dir, summary = emulated_run(cell, parameters.scenario, parameters.duration,
+                                    parameters.runs_dir,
+                                    {"EDGEBED_G_MS": f"{parameters.G:g}",
+                                     "EDGEBED_G_SI": f"{parameters.G * 1e-9:g}"})
     return [run_totals(viewer_qoe(run_dir)) | {"fidelity_ok": int(summary["fidelity"]["ok"])}]
 
 

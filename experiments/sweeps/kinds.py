@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,3 +160,27 @@ class RunSummary:
     name: str
     summarize: Callable[[Path, dict], dict]
 
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def emulated_run(cell: Cell, scenario: str, duration: float, runs_dir: str,
+                 variables: Mapping[str, str]) -> tuple[Path, dict]:
+    """One ``edgebed run`` of ``scenario`` for ``cell`` (an emulated kind's cell), its
+    ``${VAR}`` values set from ``variables`` and its seed from the cell's: the run's directory
+    (under ``runs_dir``, one per cell) and its summary. A run that fails raises, with its
+    output."""
+    runs = Path(runs_dir) / f"{cell.experiment}-{cell.id}"
+    environment = dict(os.environ, EDGEBED_POLICY=cell.policy,
+                       EDGEBED_SEED=str(cell.seed % 2**32), **variables)
+    # A cell run again (after a failure, or by --fresh into another report) finds its earlier
+    # runs beside it: its run is the directory this call made.
+    earlier = set(runs.iterdir()) if runs.is_dir() else set()
+    result = subprocess.run([sys.executable, "-m", "experiments.cli", "run", scenario,
+                             "--duration", f"{duration:g}s", "--runs-dir", str(runs)],
+                            cwd=ROOT, env=environment, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"the run of {cell.policy} failed:\n{result.stdout}{result.stderr}")
+    [run_dir] = [path for path in runs.iterdir() if path.is_dir() and path not in earlier]
+    return run_dir, json.loads((run_dir / "summary.json").read_text())
