@@ -403,6 +403,7 @@ def test_an_emulated_cell_run_again_reads_its_new_run_not_an_earlier_one(tmp_pat
     # `edgebed run` needs root and Mininet (tests/integration/test_live_edge_runs.py runs it);
     # here a stand-in makes the run directory each real run makes, numbered by call.
     from experiments.kinds import live_edge_emulation as emulation
+    from experiments.sweeps import kinds as sweep_kinds  # where an emulated cell's run is made
 
     made = []
 
@@ -412,9 +413,9 @@ def test_an_emulated_cell_run_again_reads_its_new_run_not_an_earlier_one(tmp_pat
         (run_dir / "summary.json").write_text('{"fidelity": {"ok": %s}}'
                                               % ("true" if made else "false"))
         made.append(run_dir)
-        return emulation.subprocess.CompletedProcess(command, 0, "", "")
+        return sweep_kinds.subprocess.CompletedProcess(command, 0, "", "")
 
-    monkeypatch.setattr(emulation.subprocess, "run", edgebed_run)
+    monkeypatch.setattr(sweep_kinds.subprocess, "run", edgebed_run)
     monkeypatch.setattr(emulation, "viewer_qoe", lambda run_dir: [run_dir])
     monkeypatch.setattr(emulation, "run_totals", lambda rows: {"run": rows[0]})
     cell = next(experiments.Experiment(
