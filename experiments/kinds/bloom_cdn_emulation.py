@@ -185,11 +185,12 @@ def run_scenario(scenario: str, strategy: str, hit_rate: float, requests_for: fl
 def run_cell(cell: Cell) -> list[dict[str, object]]:
     p: Parameters = cell.parameters
     runs = Path(p.runs_dir) / f"{cell.experiment}-{cell.id}"
+    earlier = set(runs.iterdir()) if runs.is_dir() else set()  # a cell run again
     result = run_scenario(p.scenario, cell.policy, p.hit_rate, p.requests_for, runs, cell.seed,
                           p.sync_every)
     if result.returncode != 0:
         raise RuntimeError(f"the run of {cell.policy} failed:\n{result.stdout}{result.stderr}")
-    [run_dir] = [path for path in runs.iterdir() if path.is_dir()]
+    [run_dir] = [path for path in runs.iterdir() if path.is_dir() and path not in earlier]
     summary = json.loads((run_dir / "summary.json").read_text())
     figures = measure(run_dir)
     configured = Configured.of(run_dir)
