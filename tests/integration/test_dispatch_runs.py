@@ -43,8 +43,7 @@ REPORTS = f'report_period: {2 * DURATION:g}s, report_thresholds: {{sessions: {CA
 PATH_PROBES = ",\n             report_paths: [cn0, hk1]"
 # The probing run's direct cross-border link: Gilbert-Elliott loss of 1.5 / (1.5 + 30) = 4.8%
 # each way (the 1-5%), in bursts of 3.3 packets on average.
-DIRECT = 'delay: 80ms,           # cross-border, direct\n       burst: {p: 0.5%, r: 30%}}'
-LOSSY_DIRECT = 'delay: 80ms,\n       burst: {p: 1.5%, r: 30%}}'
+LOSSY_DIRECT_P = "1.5%"
 RELAY_LEGS_S = 0.015 + 0.075  # cn-hk and hk-us one way: the relayed path's least delay
 DIRECT_S = 0.080
 MISPLACED = "usv1"  # the database's seed puts it at cnb at 30% error abroad
@@ -60,14 +59,15 @@ def run(tmp_path, capacity: str, fast_failover: str, probing: bool = False):
     name = "probing" if probing else capacity
     runs = tmp_path / name
     text = SCENARIO.read_text()
-    assert PERIODIC in text and PATH_PROBES in text and DIRECT in text
+    assert PERIODIC in text and PATH_PROBES in text
     scenario = tmp_path / f"dispatch-{name}.yaml"
-    scenario.write_text(text.replace(DIRECT, LOSSY_DIRECT) if probing
+    scenario.write_text(text if probing
                         else text.replace(PERIODIC, REPORTS).replace(PATH_PROBES, ""))
     env = {**os.environ, "EDGEBED_CAPACITY": capacity, "EDGEBED_FAST_FAILOVER": fast_failover,
            "EDGEBED_CUT_AT": f"{CUT_AT}s", "EDGEBED_DURATION": f"{DURATION}s",
            "EDGEBED_CANDIDATES": "3" if probing else "1",
-           "EDGEBED_DATABASE_ERROR_ABROAD": "0.3" if probing else "0"}
+           "EDGEBED_DATABASE_ERROR_ABROAD": "0.3" if probing else "0",
+           "EDGEBED_BORDER_LOSS_P": LOSSY_DIRECT_P if probing else "0.5%"}
     result = edgebed("run", str(scenario), "--runs-dir", str(runs), env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     run_dir = only_run_dir(runs)

@@ -76,6 +76,8 @@ class DispatchParams(PolicyParams):
                                                  "the stream from (relay chains start there)")
     relays: list[str] = Field([], description="relay/BGP hosts a back-source path may go "
                                               "through when the direct one probes poor")
+    relay_insertion: bool = Field(True, description="put relays on paths that probe poor "
+                                                    "(false: always direct, the baseline)")
 
     @model_validator(mode="after")
     def _some_center(self) -> DispatchParams:
@@ -354,7 +356,8 @@ class Dispatch(ModelPolicy):
         """The flows whose back-source chain changes: through the relay that
         :func:`~.routing.choose_relay` picks from the probed paths, or direct (step 5 of the
         module docstring)."""
-        origin, relays = self.params.origin, self.params.relays
+        origin = self.params.origin
+        relays = self.params.relays if self.params.relay_insertion else []
         addresses = {host.name: host.address for host in (*state.clients, *state.servers)}
         if origin is None or origin not in addresses:
             return []
