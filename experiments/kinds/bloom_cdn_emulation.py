@@ -15,11 +15,7 @@ the network's (transfers over the rate-limited links, the switch, the agents' so
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import subprocess
-import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -32,7 +28,7 @@ from scipy import stats
 from agents.bloom_cdn_node import STRATEGIES
 from controller.policies.bloom_cdn import model
 from experiments.measurements import read_table
-from experiments.sweeps.kinds import Cell, Kind, Metric
+from experiments.sweeps.kinds import Cell, Kind, Metric, edgebed_run, emulated_run
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = "topologies/bloom_cdn.yaml"
@@ -170,28 +166,25 @@ class Parameters(BaseModel):
 
 
 def run_scenario(scenario: str, strategy: str, hit_rate: float, requests_for: float,
-                 runs: Path, seed: int = 1, sync_every: int = 50) -> subprocess.CompletedProcess:
-    """``edgebed run`` of the scenario with its variables set; the run directory goes under
-    ``runs``."""
-    environment = dict(os.environ, EDGEBED_STRATEGY=strategy, EDGEBED_HIT_RATE=f"{hit_rate:g}",
-                       EDGEBED_REQUESTS_FOR=f"{requests_for:g}s",
-                       EDGEBED_SYNC_EVERY=str(sync_every), EDGEBED_SEED=str(seed % 2**32),
-                       EDGEBED_DURATION=f"{requests_for + 5:g}s")
-    return subprocess.run([sys.executable, "-m", "experiments.cli", "run", scenario,
-                           "--runs-dir", str(runs)], cwd=ROOT, env=environment,
-                          capture_output=True, text=True, timeout=600)
+                 runs: Path, seed: int = 1, sync_every: int = 50) -> tuple[Path, dict]:
+    """``edgebed run`` of the scenario with its variables set (the run under ``runs``): its
+    directory and summary."""
+    return edgebed_run(scenario, runs, variables(strategy, hit_rate, requests_for, sync_every)
+                       | {"EDGEBED_SEED": str(seed % 2**32)})
+
+
+def variables(strategy: str, hit_rate: float, requests_for: float,
+              sync_every: int) -> dict[str, str]:
+    return {"EDGEBED_STRATEGY": strategy, "EDGEBED_HIT_RATE": f"{hit_rate:g}",
+            "EDGEBED_REQUESTS_FOR": f"{requests_for:g}s", "EDGEBED_SYNC_EVERY": str(sync_every),
+            "EDGEBED_DURATION": f"{requests_for + 5:g}s"}
 
 
 def run_cell(cell: Cell) -> list[dict[str, object]]:
     p: Parameters = cell.parameters
-    runs = Path(p.runs_dir) / f"{cell.experiment}-{cell.id}"
-    earlier = set(runs.iterdir()) if runs.is_dir() else set()  # a cell run again
-    result = run_scenario(p.scenario, cell.policy, p.hit_rate, p.requests_for, runs, cell.seed,
-                          p.sync_every)
-    if result.returncode != 0:
-        raise RuntimeError(f"the run of {cell.policy} failed:\n{result.stdout}{result.stderr}")
-    [run_dir] = [path for path in runs.iterdir() if path.is_dir() and path not in earlier]
-    summary = json.loads((run_dir / "summary.json").read_text())
+    run_dir, summary = emulated_run(cell, p.scenario, p.requests_for + 5, p.runs_dir,
+                                    variables(cell.policy, p.hit_rate, p.requests_for,
+                                              p.sync_every))
     figures = measure(run_dir)
     configured = Configured.of(run_dir)
     nominal = model.evaluate(cell.policy, replace(model.LOW_TRAFFIC, nodes=configured.nodes,

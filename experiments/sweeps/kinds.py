@@ -165,22 +165,30 @@ class RunSummary:
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def emulated_run(cell: Cell, scenario: str, duration: float, runs_dir: str,
-                 variables: Mapping[str, str]) -> tuple[Path, dict]:
-    """One ``edgebed run`` of ``scenario`` for ``cell`` (an emulated kind's cell), its
-    ``${VAR}`` values set from ``variables`` and its seed from the cell's: the run's directory
-    (under ``runs_dir``, one per cell) and its summary. A run that fails raises, with its
-    output."""
-    runs = Path(runs_dir) / f"{cell.experiment}-{cell.id}"
-    environment = dict(os.environ, EDGEBED_POLICY=cell.policy,
-                       EDGEBED_SEED=str(cell.seed % 2**32), **variables)
-    # A cell run again (after a failure, or by --fresh into another report) finds its earlier
-    # runs beside it: its run is the directory this call made.
+def edgebed_run(scenario: str, runs: Path, variables: Mapping[str, str],
+                duration: float | None = None) -> tuple[Path, dict]:
+    """One ``edgebed run`` of ``scenario`` with its ``${VAR}`` values set from ``variables``
+    (and its duration, when given): the run's directory, made under ``runs``, and its summary.
+    A run that fails raises, with its output."""
+    # Run again (a cell after a failure, or by --fresh into another report), a scenario finds
+    # its earlier runs beside it: its run is the directory this call made.
     earlier = set(runs.iterdir()) if runs.is_dir() else set()
-    result = subprocess.run([sys.executable, "-m", "experiments.cli", "run", scenario,
-                             "--duration", f"{duration:g}s", "--runs-dir", str(runs)],
-                            cwd=ROOT, env=environment, capture_output=True, text=True)
+    length = ["--duration", f"{duration:g}s"] if duration is not None else []
+    result = subprocess.run([sys.executable, "-m", "experiments.cli", "run", scenario, *length,
+                             "--runs-dir", str(runs)],
+                            cwd=ROOT, env=dict(os.environ, **variables), capture_output=True,
+                            text=True)
     if result.returncode != 0:
-        raise RuntimeError(f"the run of {cell.policy} failed:\n{result.stdout}{result.stderr}")
+        raise RuntimeError(f"the run of {scenario} failed:\n{result.stdout}{result.stderr}")
     [run_dir] = [path for path in runs.iterdir() if path.is_dir() and path not in earlier]
     return run_dir, json.loads((run_dir / "summary.json").read_text())
+
+
+def emulated_run(cell: Cell, scenario: str, duration: float, runs_dir: str,
+                 variables: Mapping[str, str]) -> tuple[Path, dict]:
+    """:func:`edgebed_run` for ``cell`` (an emulated kind's cell): its policy and seed set as
+    ``EDGEBED_POLICY`` and ``EDGEBED_SEED`` beside ``variables``, its run under ``runs_dir``
+    in a directory of the cell's own."""
+    return edgebed_run(scenario, Path(runs_dir) / f"{cell.experiment}-{cell.id}",
+                       {"EDGEBED_POLICY": cell.policy, "EDGEBED_SEED": str(cell.seed % 2**32),
+                        **variables}, duration)

@@ -407,7 +407,7 @@ def test_an_emulated_cell_run_again_reads_its_new_run_not_an_earlier_one(tmp_pat
 
     made = []
 
-    def edgebed_run(command, **_):
+    def made_run(command, **_):
         run_dir = Path(command[command.index("--runs-dir") + 1]) / f"run-{len(made)}"
         run_dir.mkdir(parents=True)
         (run_dir / "summary.json").write_text('{"fidelity": {"ok": %s}}'
@@ -415,7 +415,7 @@ def test_an_emulated_cell_run_again_reads_its_new_run_not_an_earlier_one(tmp_pat
         made.append(run_dir)
         return sweep_kinds.subprocess.CompletedProcess(command, 0, "", "")
 
-    monkeypatch.setattr(sweep_kinds.subprocess, "run", edgebed_run)
+    monkeypatch.setattr(sweep_kinds.subprocess, "run", made_run)
     monkeypatch.setattr(emulation, "viewer_qoe", lambda run_dir: [run_dir])
     monkeypatch.setattr(emulation, "run_totals", lambda rows: {"run": rows[0]})
     cell = next(experiments.Experiment(
