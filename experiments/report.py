@@ -130,14 +130,18 @@ def measure(claim: Claim, cells: pd.DataFrame, sweep: Sweep) -> Measure:
     data = cells[cells["sweep"] == sweep.name]
 
     def mean(policy: str, labels: list[str]) -> float:
+        if not policy:  # a claim on the metric's own value
+            return 0.0
         chosen = data[(data["policy"] == policy) & data["value"].isin(labels)]
         return chosen[claim.metric].mean()
 
-    first, last = sweep.labels[0], sweep.labels[-1]
-    if claim.values == "last-vs-first":
-        sides, by_value = (mean(claim.policy, [last]), mean(claim.versus, [first])), {}
+    last = sweep.labels[-1]
+    if claim.across_values:
+        against = sweep.labels[0] if claim.values == "last-vs-first" else sweep.labels[-2]
+        sides, by_value = (mean(claim.policy, [last]), mean(claim.versus, [against])), {}
     else:
-        labels = list(sweep.labels) if claim.values == "all" else [last]
+        labels = {"all": list(sweep.labels), "first": [sweep.labels[0]],
+                  "last": [last]}[claim.values]
         sides = mean(claim.policy, labels), mean(claim.versus, labels)
         by_value = {label: compare(mean(claim.policy, [label]), mean(claim.versus, [label]),
                                    claim.relative) for label in labels}
@@ -167,8 +171,9 @@ def headlines(experiment: Experiment, cells: pd.DataFrame) -> list[Headline]:
         sweep = experiment.sweep(entry.sweep)
         measured = measure(claim, cells, sweep)
         unit = "%" if claim.relative else kind.metric(claim.metric).unit
+        against = sweep.labels[0] if claim.values == "last-vs-first" else sweep.labels[-2]
         label = claim.label + (f" ({sweep.parameter} {sweep.labels[-1]} against "
-                               f"{sweep.labels[0]})" if claim.values == "last-vs-first" else "")
+                               f"{against})" if claim.across_values else "")
         verdict = agreement(measured.change, entry)
         why = [claim.why] if verdict not in ("within the paper's range", "as the paper") else []
         difference = measured.ours - measured.theirs
@@ -195,7 +200,7 @@ def _along_ablation(experiment: Experiment, claim: Claim, cells: pd.DataFrame,
                                       for value, change in
                                       measure(claim, cells, sweep).by_value.items())
         for sweep in experiment.sweeps if sweep.parameter == experiment.kind.ablation
-        and {claim.policy, claim.versus} <= set(sweep.policies))
+        and claim.policies <= set(sweep.policies))
 
 
 def _paper(entry: PaperEntry, unit: str) -> str:

@@ -88,7 +88,7 @@ def decision_qoe(run_dir: Path, events: list[dict] = (), origin: float = 0.0) ->
                 latency = float(stream["delay_p50_ms"]) / 1e3
                 goodput = float(stream["goodput_bps"])
                 interaction = interaction_experience(tables.demand[0], latency, weights)
-                quality = video_quality(goodput, tables.preferred[0], instance.r_min)
+                quality = video_quality(goodput, tables.preferred[0], instance.r_min, weights)
                 experienced = float(qoe(interaction, quality, predicted.drop, predicted.switch,
                                         weights))
             candidates = {}

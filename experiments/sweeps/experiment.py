@@ -19,11 +19,13 @@ each pointing at file, line, column and field, as for scenario files::
         policies: [lua, optimal]   # optional: instead of the experiment's
         base: {servers: 2}         # optional: parameters for this sweep only
         periods: 5                 # optional: shorthand for base: {periods: 5}
+        paired: true               # optional: every value on the same instances
     paper:                         # optional: the paper's numbers, printed beside ours
       qoe_lua_over_df: {sweep: viewers, value: 19}   # a claim the kind defines, in its unit
 
 The cells are sweep x value x policy x repetition; the repetition's seed depends only on
-(seed, sweep, value, repetition), so the policies are compared on the same instances.
+(seed, sweep, value, repetition), so the policies are compared on the same instances (and, in
+a ``paired`` sweep, the values too: the seed leaves the value out).
 """
 
 from __future__ import annotations
@@ -63,6 +65,10 @@ class SweepSpec(_Strict):
                                        description="instead of the experiment's policies")
     base: dict[str, Any] = Field({}, description="parameters for this sweep only")
     periods: int | None = Field(None, ge=1, description="shorthand for base: {periods: N}")
+    paired: bool = Field(False, description="every value on the same instances: a "
+                                            "repetition's seed does not depend on the value "
+                                            "(for a parameter the instance does not draw on, "
+                                            "so values compare without instance noise)")
 
 
 class PaperEntry(_Strict):
@@ -111,6 +117,7 @@ class Sweep:
     policies: tuple[str, ...]
     parameters: tuple[BaseModel, ...]
     overrides: Mapping[str, Any]
+    paired: bool = False
 
     @property
     def numeric(self) -> bool:
@@ -147,7 +154,8 @@ class Experiment:
         for sweep in self.sweeps:
             for label, parameters in zip(sweep.labels, sweep.parameters):
                 for repetition in range(self.repetitions):
-                    seed = repetition_seed(self.seed, sweep.name, label, repetition)
+                    seed = repetition_seed(self.seed, sweep.name,
+                                           "" if sweep.paired else label, repetition)
                     for policy in sweep.policies:
                         yield Cell(self.name, sweep.name, sweep.parameter, label, policy,
                                    repetition, seed, parameters)
@@ -306,7 +314,7 @@ class _Resolver:
             parameters.append(cell)
         policies = spec.policies or self.document.policies
         return Sweep(spec.name, spec.vary, tuple(values), tuple(labels), tuple(policies),
-                     tuple(parameters), overrides)
+                     tuple(parameters), overrides, spec.paired)
 
     def _check_paper(self, kind: Kind, sweeps: list[Sweep]) -> None:
         by_name = {sweep.name: sweep for sweep in sweeps}
@@ -325,11 +333,11 @@ class _Resolver:
                                  did_you_mean(entry.sweep, [s.name for s in
                                                             self.document.sweeps]))
                 continue
-            missing = sorted({claim.policy, claim.versus} - set(sweep.policies))
+            missing = sorted(claim.policies - set(sweep.policies))
             if missing:
                 self.problem(path + ("sweep",), f"claim {key!r} compares {', '.join(missing)}, "
                                                 f"which sweep {sweep.name!r} does not run",
                              f"add {', '.join(missing)} to the sweep's policies")
-            if claim.values == "last-vs-first" and len(sweep.values) < 2:
+            if claim.across_values and len(sweep.values) < 2:
                 self.problem(path + ("sweep",), f"claim {key!r} compares the sweep's last "
-                                                f"value with its first; {sweep.name!r} has one")
+                                                f"value with another; {sweep.name!r} has one")

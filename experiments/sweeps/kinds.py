@@ -68,19 +68,32 @@ class Metric:
 class Claim:
     """A result the paper reports, as a comparison ours can be measured by on one sweep:
     ``metric`` of ``policy`` against ``versus`` (another policy, or the same one for a
-    comparison across values), as a relative change in percent or a difference in the metric's
-    unit. ``values`` says which of the sweep's values count: ``all`` pooled (and each one
-    alone, for the range), ``last`` only, or ``last-vs-first`` (``policy`` at the last value
-    against ``versus`` at the first). ``why`` is the reason, read off the model, to give when
-    ours goes the other way."""
+    comparison across values; empty for the metric's own value), as a relative change in
+    percent or a difference in the metric's unit. ``values`` says which of the sweep's values
+    count: ``all`` pooled (and each one alone, for the range), ``first`` or ``last`` only,
+    ``last-vs-first`` (``policy`` at the last value against ``versus`` at the first) or
+    ``last-vs-previous`` (against the one before the last). ``why`` is the reason, read off
+    the model, to give when ours goes the other way; ``quote`` the paper's sentence the
+    figure comes from."""
 
     label: str
     metric: str
     policy: str
     versus: str
     relative: bool
-    values: Literal["all", "last", "last-vs-first"] = "all"
+    values: Literal["all", "first", "last", "last-vs-first", "last-vs-previous"] = "all"
     why: str = ""
+    quote: str = ""
+
+    @property
+    def policies(self) -> set[str]:
+        """The policies the claim needs a sweep to run."""
+        return {self.policy, self.versus} - {""}
+
+    @property
+    def across_values(self) -> bool:
+        """Whether the claim compares one value of the sweep with another."""
+        return self.values.startswith("last-vs-")
 
 
 CellRunner = Callable[[Cell], Sequence[Mapping[str, object]]]

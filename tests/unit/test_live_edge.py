@@ -11,7 +11,7 @@ import pytest
 
 from controller import policies
 from controller.policies.live_edge import model
-from controller.policies.live_edge.allocators import ALLOCATORS, optimal
+from controller.policies.live_edge.allocators import ALLOCATORS, df, mhcp, optimal
 from controller.policies.live_edge.model import (MBPS, EdgeServer, Instance, Viewer, Weights,
                                                  evaluate, generate, violations)
 from controller.policies.live_edge.policies import instance_from_state
@@ -50,7 +50,7 @@ def test_latency_adds_transcoding_delay_per_bit_taken_off_the_source():
 
 def test_quality_rises_with_bitrate_up_to_the_preference():
     ladder = np.array(model.DEFAULT_LADDER)
-    assert model.video_quality(ladder, 5 * MBPS, ladder[0]) == pytest.approx(
+    assert model.video_quality(ladder, 5 * MBPS, ladder[0], W) == pytest.approx(
         [0, math.log(2.5), math.log(5), math.log(5)])
 
 
@@ -165,6 +165,32 @@ def test_mhcp_spreads_viewers_at_the_top_bitrate():
     viewers = tuple(Viewer(f"v{i}", {"a": 0.01, "b": 0.05}, 1 * MBPS) for i in range(4))
     assert choices(allocate("mhcp", Instance(viewers, servers))) == {
         "v0": ("a", 8), "v1": ("b", 8), "v2": ("a", 8), "v3": ("b", 8)}
+
+
+def test_mhcp_count_exponent_zero_ranks_by_room_alone():
+    # Every viewer takes the 8 Mbps top rung. After a, b, a, server "a" (800 Mbps, two
+    # viewers) has far more room left than "b" (16 Mbps, one): counting viewers (e = 1) sends
+    # the fourth viewer to "b", room alone (e = 0) to "a".
+    servers = (EdgeServer("a", 800 * MBPS, 100), EdgeServer("b", 16 * MBPS, 100))
+    viewers = tuple(Viewer(f"v{i}", {"a": 0.01, "b": 0.01}, 1 * MBPS) for i in range(4))
+    instance = Instance(viewers, servers)
+    rng = np.random.default_rng(0)
+    assert [s for s, _ in mhcp(instance, rng).assignment.values()] == ["a", "b", "a", "b"]
+    assert [s for s, _ in mhcp(instance, rng, count_exponent=0).assignment.values()] == [
+        "a", "b", "a", "a"]
+
+
+def test_df_takes_the_preferred_or_the_highest_rung_that_fits():
+    servers = (EdgeServer("near", 12 * MBPS, 15), EdgeServer("far", 40 * MBPS, 15))
+    viewers = tuple(Viewer(f"v{i}", {"near": 0.01, "far": 0.05}, 2.5 * MBPS) for i in range(2))
+    instance = Instance(viewers, servers)
+    rng = np.random.default_rng(0)
+    assert choices(df(instance, rng)) == {"v0": ("near", 2.5), "v1": ("near", 2.5)}
+    # The top rung fits "near" once (8 of 12 Mbps); the second viewer gets the highest left.
+    assert choices(df(instance, rng, bitrate="highest")) == {"v0": ("near", 8),
+                                                             "v1": ("near", 2.5)}
+    with pytest.raises(ValueError, match="bitrate rule"):
+        df(instance, rng, bitrate="best")
 
 
 # Every allocator, on random instances

@@ -87,7 +87,7 @@ def problems(text: str) -> list:
 def test_the_papers_experiment_file_is_valid():
     loaded = experiments.load(ROOT / "experiments" / "live_edge-model.yaml")
     assert loaded.repetitions >= 5
-    assert {"viewers", "servers", "danmaku", "a", "G"} <= {s.parameter for s in loaded.sweeps}
+    assert {"viewers", "servers", "demand", "a", "G"} <= {s.parameter for s in loaded.sweeps}
     small = [s for s in loaded.sweeps if "optimal" in s.policies]
     assert small and all(s.parameters[0].servers == 2 for s in small)
     assert all("optimal" not in s.policies for s in loaded.sweeps if s not in small)
@@ -191,6 +191,34 @@ def test_cells_are_sweep_value_policy_repetition_with_seeds_shared_by_policies(f
         == ("along-x", "2", 1))
     assert experiments.repetition_seed(7, "along-x", "2", 1) != experiments.repetition_seed(
         8, "along-x", "2", 1)
+
+
+def test_a_paired_sweep_runs_every_value_on_the_same_instances(fake):
+    paired = experiments.loads(FAKE_FILE.replace("    values: [1, 2, 4]\n",
+                                                 "    values: [1, 2, 4]\n    paired: true\n"),
+                               "tiny.yaml")
+    seeds: dict = {}
+    for cell in paired.cells():
+        if cell.sweep == "along-x":
+            seeds.setdefault(cell.repetition, set()).add(cell.seed)
+    assert all(len(same) == 1 for same in seeds.values()) and len(seeds) == 3
+    assert len({same.pop() for same in seeds.values()}) == 3  # repetitions still differ
+
+
+def test_claims_at_one_value_across_neighbours_and_on_the_metric_itself(fake):
+    cells = pd.DataFrame({"sweep": "along-x", "value": ["1", "2", "4"] * 2,
+                          "policy": ["p"] * 3 + ["q"] * 3, "y": [2.0, 4.0, 8.0, 1.0, 2.0, 4.0]})
+    sweep = fake.sweep("along-x")
+
+    def change(**fields) -> float:
+        claim = Claim("c", "y", **({"policy": "p", "versus": "q", "relative": False} | fields))
+        return report.measure(claim, cells, sweep).change
+
+    assert change(values="first") == 1.0 and change(values="last") == 4.0
+    assert change(values="last-vs-previous", versus="p") == 4.0  # 8 against 4
+    assert change(values="last-vs-first", versus="p") == 6.0
+    assert change(versus="", values="last") == 8.0  # the metric's own value
+    assert Claim("c", "y", "p", "", relative=False).policies == {"p"}
 
 
 def test_a_quick_run_is_a_subset_of_the_full_one(fake):

@@ -52,9 +52,11 @@ class Loads:
         """The servers with room for some rung."""
         return self.lowest <= self.highest
 
-    def share_left(self) -> np.ndarray:
-        """MHCP's remaining-space score RS_m = (RC_m + RD_m) / (2 * (1 + count_m)), RC and RD
-        the shares of compute and bandwidth left (1 for an unlimited resource, 0 for none)."""
+    def share_left(self, count_exponent: float = 1.0) -> np.ndarray:
+        """MHCP's remaining-space score RS_m = (RC_m + RD_m) / (2 * (1 + count_m)^e), RC and RD
+        the shares of compute and bandwidth left (1 for an unlimited resource, 0 for none);
+        e = ``count_exponent`` (the paper's formula is lost: e = 1 is the spec's stand-in, 0
+        ranks by room alone, larger e spreads viewers by count)."""
         tables = self.tables
 
         def share(used: np.ndarray, capacity: np.ndarray) -> np.ndarray:
@@ -65,7 +67,7 @@ class Loads:
             return left
 
         return ((share(self.compute, tables.compute) + share(self.bandwidth, tables.bandwidth))
-                / (2 * (1 + self.viewers)))
+                / (2 * (1.0 + self.viewers) ** count_exponent))
 
     def take(self, server: int, rung: int) -> None:
         self.bandwidth[server] += self.tables.ladder[rung]
@@ -114,24 +116,36 @@ def lua(instance: Instance, rng: np.random.Generator) -> Allocation:
                   lambda viewer, rungs, loads: qoe[viewer, servers, rungs])
 
 
-def df(instance: Instance, rng: np.random.Generator) -> Allocation:
+DF_BITRATES = ("preferred", "highest")
+
+
+def df(instance: Instance, rng: np.random.Generator, *,
+       bitrate: str = "preferred") -> Allocation:
     """Delay first: viewers in instance order each take the open covering server with the
-    lowest network delay (T(b_v, m_bv) + T(m_bv, m) + T(m, v)), at the fitting rung nearest
-    their preference; history plays no part."""
+    lowest network delay (T(b_v, m_bv) + T(m_bv, m) + T(m, v)); history plays no part. The
+    paper has DF set the bitrate "from the server's remaining resources and the viewer's
+    preference, for the best experience", which reads two ways (``bitrate``): the fitting
+    rung nearest the preference (``preferred``, the spec's), or the highest fitting rung
+    (``highest``: QoE rises with the bitrate, Theorem 2, so that is the best experience)."""
     tables = instance.tables
-    return greedy(tables, np.arange(len(tables.preferred)),
-                  nearest_fitting(tables.rung_at_least(tables.preferred)),
+    if bitrate not in DF_BITRATES:
+        raise ValueError(f"DF's bitrate rule is one of {DF_BITRATES}, not {bitrate!r}")
+    start = (tables.rung_at_least(tables.preferred) if bitrate == "preferred"
+             else np.full(len(tables.preferred), len(tables.ladder) - 1))
+    return greedy(tables, np.arange(len(tables.preferred)), nearest_fitting(start),
                   lambda viewer, rungs, loads: -tables.network[viewer])
 
 
-def mhcp(instance: Instance, rng: np.random.Generator) -> Allocation:
+def mhcp(instance: Instance, rng: np.random.Generator, *,
+         count_exponent: float = 1.0) -> Allocation:
     """MHCP: viewers in instance order each take the open covering server with the most
-    remaining space RS_m (:meth:`Loads.share_left`, this module's stand-in for the paper's lost
-    formula; count_m counts this period's viewers), at the highest rung that fits there."""
+    remaining space RS_m (:meth:`Loads.share_left` with ``count_exponent``, this module's
+    stand-in for the paper's lost formula; count_m counts this period's viewers), at the
+    highest rung that fits there."""
     tables = instance.tables
     top = np.full(len(tables.preferred), len(tables.ladder) - 1)
     return greedy(tables, np.arange(len(tables.preferred)), nearest_fitting(top),
-                  lambda viewer, rungs, loads: loads.share_left())
+                  lambda viewer, rungs, loads: loads.share_left(count_exponent))
 
 
 def random_allocation(instance: Instance, rng: np.random.Generator) -> Allocation:

@@ -17,8 +17,8 @@ links to m, which transcodes it down to R_v and sends it to v. Per viewer and se
 
     L(v,m)  = T(b_v, m_bv) + T(m_bv, m) + T(m, v) + G * (R - R_v)    latency (T(m, m) = 0)
     I_v     = gamma * F_v                                             interaction demand
-    Q       = (1 + I_v) * (1 - L / beta)                              interaction experience
-    U       = ln(min(R_v, R*_v) / r_min)                              video quality
+    Q       = (1 + I_v) * (1 - (L / beta)^q)                          interaction experience
+    U       = box_cox(min(R_v, R*_v) / r_min, u)                      video quality
     E       = k * max(0, Rprev_v - R_v)                               bitrate-drop penalty
     S       = 1 if m differs from last period's server, else 0        server-switch penalty
     QoE     = a*Q + b*U - c*E - d*S
@@ -28,6 +28,13 @@ with F_v the viewer's danmaku (chat) rate in messages per second, R*_v its prefe
 Rprev_v its bitrate last period, p_v its total gift amount, r_min the ladder's lowest rung. A
 viewer new this period has neither penalty. Q falls with L; while L <= beta it rises with I,
 beyond beta it falls with I (an eager chatter suffers lag most). U saturates at R*_v.
+
+**Shapes.** The paper proves properties of Q and U, not their formulas, so each has a shape
+parameter keeping every property: ``q = latency_shape > 0`` bends Q's fall with latency (q = 1,
+the spec's reconstruction, is linear), and ``box_cox(x, u) = (x^u - 1) / u`` (``ln x`` at
+``u = quality_shape = 0``, the spec's) is 0 at the lowest rung and rising for every u. Which
+values are used is a *reconstruction*: :mod:`controller.policies.live_edge.reconstructions`
+names the spec's and the one fitted to the paper's figures.
 
 The allocation maximises ``sum_v Y_v * QoE(v, m_v, R_v)`` subject to, for every server m,
 ``sum_{v on m} R_v <= D_m`` (bandwidth) and ``sum_{v on m} (R - R_v) * H <= C_m`` (compute:
@@ -94,6 +101,10 @@ class Weights:
     # and the whole quality range (ln 8 = 2.1), so neither penalty dwarfs the other.
     k: Weight = Field(2e-7, description="bitrate-drop penalty per bit/s dropped "
                                         "(0.2 per Mbps)")
+    latency_shape: Annotated[float, Field(gt=0)] = Field(
+        1.0, description="q in Q = (1 + I)(1 - (L/beta)^q); 1: linear (the spec's)")
+    quality_shape: float = Field(
+        0.0, description="u in U = ((min(R, R*)/r_min)^u - 1)/u; 0: ln (the spec's)")
 
 
 @dataclass(frozen=True)
@@ -211,13 +222,17 @@ def interaction_demand(danmaku_rate, w: Weights):
 
 
 def interaction_experience(demand, latency, w: Weights):
-    """Q = (1 + I) * (1 - L / beta)."""
-    return (1 + demand) * (1 - latency / w.beta)
+    """Q = (1 + I) * (1 - (L / beta)^q)."""
+    # A latency is never negative; the clip keeps a fractional power real for any input.
+    return (1 + demand) * (1 - (np.maximum(latency, 0.0) / w.beta) ** w.latency_shape)
 
 
-def video_quality(bitrate, preferred, r_min: float):
-    """U = ln(min(R_v, R*_v) / r_min)."""
-    return np.log(np.minimum(bitrate, preferred) / r_min)
+def video_quality(bitrate, preferred, r_min: float, w: Weights):
+    """U = box_cox(min(R_v, R*_v) / r_min, u): ln at u = 0, (x^u - 1) / u otherwise."""
+    ratio = np.minimum(bitrate, preferred) / r_min
+    if w.quality_shape == 0:
+        return np.log(ratio)
+    return np.expm1(w.quality_shape * np.log(ratio)) / w.quality_shape
 
 
 def drop_penalty(bitrate, previous, w: Weights):
@@ -308,7 +323,7 @@ class Tables:
         instance, w = self.instance, self.instance.weights
         lat = latency(self.network[viewer, server], bitrate, instance.source, w)
         interaction = interaction_experience(self.demand[viewer], lat, w)
-        quality = video_quality(bitrate, self.preferred[viewer], instance.r_min)
+        quality = video_quality(bitrate, self.preferred[viewer], instance.r_min, w)
         drop = drop_penalty(bitrate, self.previous_bitrate[viewer], w)
         switch = switch_penalty(server, self.previous_server[viewer])
         return Terms(lat, interaction, quality, drop, switch,
@@ -433,6 +448,8 @@ def generate(seed: int, viewers: int, servers: int, *, side: float = 500.0,
              bandwidth: float = 40 * MBPS, compute: float = 15.0, streamers: int = 3,
              danmaku: tuple[float, float] = (0.0, 1.0), gift_share: float = 0.3,
              gift_median: float = 20.0, returning: float = 0.5,
+             preference_tilt: float = 0.0, previous_is_preferred: float = 0.0,
+             previous_nearest: float = 0.0,
              ladder: tuple[float, ...] = DEFAULT_LADDER, source: float = SOURCE_BITRATE,
              weights: Weights | None = None) -> Instance:
     """A random instance with planar geometry, the same for the same arguments (the paper's
@@ -444,11 +461,16 @@ def generate(seed: int, viewers: int, servers: int, *, side: float = 500.0,
     metres; edge-edge delays are drawn uniformly from ``edge_delay``, the same both ways.
     ``streamers`` streamers lie in the square too, each entering at its nearest server after an
     access delay by the same rule (capped at ``radius``); each viewer watches one, at random.
-    Every server has ``bandwidth`` bit/s and ``compute`` vCPU. Per viewer: preferred bitrate a
-    uniform rung; danmaku rate uniform in ``danmaku`` (messages/s; with gamma = 1 the paper's
+    Every server has ``bandwidth`` bit/s and ``compute`` vCPU. Per viewer: preferred bitrate
+    rung i of K with probability proportional to exp(``preference_tilt`` * i / (K - 1))
+    (uniform at 0, more viewers preferring the top at > 0, as in Twitch's resolution data);
+    danmaku rate uniform in ``danmaku`` (messages/s; with gamma = 1 the paper's
     interaction-demand range); a gift with probability ``gift_share``, log-normal with median
-    ``gift_median`` and log-sd 1; with probability ``returning`` a previous period on a
-    uniformly chosen covering server at a uniform rung, else new."""
+    ``gift_median`` and log-sd 1; with probability ``returning`` a previous period, else new.
+    A returning viewer's previous rung is its preferred one with probability
+    ``previous_is_preferred``, else a uniform rung; its previous server is its nearest covering
+    server with probability ``previous_nearest``, else a uniform covering one. At the last
+    three's defaults (0) preferences and history are uniform, the spec's reconstruction."""
     if servers < 1:
         raise ValueError("an instance needs at least one server")
     rng = np.random.default_rng(seed)
@@ -470,14 +492,21 @@ def generate(seed: int, viewers: int, servers: int, *, side: float = 500.0,
     streamer_edge = streamer_distance.argmin(axis=1)
     streamer_delay = access(streamer_distance.min(axis=1))
     room = rng.integers(streamers, size=viewers)
-    preferred = rng.integers(len(ladder), size=viewers)
+    tilt = np.exp(preference_tilt * np.arange(len(ladder)) / max(len(ladder) - 1, 1))
+    cumulative = np.cumsum(tilt) / tilt.sum()
+    preferred = np.minimum(np.searchsorted(cumulative, rng.random(viewers), side="right"),
+                           len(ladder) - 1)
     rate = rng.uniform(*danmaku, viewers)
     gifts = np.where(rng.random(viewers) < gift_share,
                      gift_median * rng.lognormal(0.0, 1.0, viewers), 0.0)
     back = rng.random(viewers) < returning
-    previous_rung = rng.integers(len(ladder), size=viewers)
+    previous_rung = np.where(rng.random(viewers) < previous_is_preferred, preferred,
+                             rng.integers(len(ladder), size=viewers))
     # A uniform pick among the covering servers: the largest random key among them.
-    previous_server = np.where(covering, rng.random((viewers, servers)), -1.0).argmax(axis=1)
+    uniform_server = np.where(covering, rng.random((viewers, servers)), -1.0).argmax(axis=1)
+    previous_server = np.where(rng.random(viewers) < previous_nearest,
+                               np.where(covering, distance, np.inf).argmin(axis=1),
+                               uniform_server)
 
     names = [f"e{m}" for m in range(servers)]
     delays = access(distance)
