@@ -65,7 +65,7 @@ MODEL_FILE = Path("experiments/live_edge-model.yaml")
 FITTED_FILE = Path("experiments/live_edge-fitted.yaml")
 OUT = Path("reports/live_edge-fit")
 FIT_INSTANCE_SEED = 7
-TRIALS = 40
+TRIALS = 30
 REPETITIONS = 3
 OPTIMISER_SEED = 0
 # The paper's Table 3 point on the viewers sweep, where LUA must come first.

@@ -174,7 +174,8 @@ class Parameters(BaseModel):
 
     @model_validator(mode="after")
     def _ladder_fits_the_source(self) -> Parameters:
-        check_ladder(_convert(self.ladder, MBPS), self.source * MBPS)
+        # Both converted alike: a top rung written as the source stays equal to it.
+        check_ladder(_convert(self.ladder, MBPS), _convert(self.source, MBPS))
         if self.demand is not None and self.gamma == 0:
             raise ValueError("an interaction-demand range needs gamma > 0 (F = I / gamma)")
         return self
@@ -184,7 +185,7 @@ class Parameters(BaseModel):
         si = {name: _convert(value, SCALE[name]) if name in SCALE else value
               for name, value in self.model_dump().items()}
         si["ladder"] = _convert(si["ladder"], self.ladder_scale)
-        si["source"] = si["source"] * self.ladder_scale
+        si["source"] = _convert(si["source"], self.ladder_scale)
         if self.demand is not None:
             si["danmaku"] = _convert(self.demand, 1 / self.gamma)
         size = self.viewers + self.arrivals * (self.periods - 1)

@@ -4,6 +4,7 @@ model has, for both; selecting one by name; the fit's distance."""
 from __future__ import annotations
 
 import math
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,7 @@ from topologies.problems import ScenarioInvalid
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@cache
 def weights(name: str) -> Weights:
     return Parameters(reconstruction=name).pool(0).weights
 
@@ -40,6 +42,7 @@ demands = st.integers(0, 50).map(lambda tenths: tenths / 10)
 
 
 @pytest.mark.parametrize("name", NAMES)
+@settings(deadline=None)  # a loaded machine is slow, not wrong
 @given(low=latencies, high=latencies, demand=demands)
 def test_interaction_falls_with_latency(name, low, high, demand):
     w = weights(name)
@@ -49,6 +52,7 @@ def test_interaction_falls_with_latency(name, low, high, demand):
 
 
 @pytest.mark.parametrize("name", NAMES)
+@settings(deadline=None)  # a loaded machine is slow, not wrong
 @given(latency=latencies, low=demands, high=demands)
 def test_interaction_turns_on_demand_at_beta(name, latency, low, high):
     w = weights(name)
@@ -63,6 +67,7 @@ def test_interaction_turns_on_demand_at_beta(name, latency, low, high):
 
 
 @pytest.mark.parametrize("name", NAMES)
+@settings(deadline=None)  # a loaded machine is slow, not wrong
 @given(rung=st.integers(0, 3), preferred=st.integers(0, 3))
 def test_quality_rises_to_the_preference_and_saturates(name, rung, preferred):
     w, rungs = weights(name), ladder(name)
@@ -73,6 +78,7 @@ def test_quality_rises_to_the_preference_and_saturates(name, rung, preferred):
 
 
 @pytest.mark.parametrize("name", NAMES)
+@settings(deadline=None)  # a loaded machine is slow, not wrong
 @given(previous=st.integers(0, 3), now=st.integers(0, 3))
 def test_drop_penalty_only_when_the_bitrate_falls(name, previous, now):
     w, rungs = weights(name), ladder(name)
@@ -82,6 +88,7 @@ def test_drop_penalty_only_when_the_bitrate_falls(name, previous, now):
 
 
 @pytest.mark.parametrize("name", NAMES)
+@settings(deadline=None)  # a loaded machine is slow, not wrong
 @given(gifts=st.lists(st.floats(0, 1e4), min_size=2, max_size=2))
 def test_gift_weight_is_one_without_gifts_and_never_falls(name, gifts):
     w = weights(name)
@@ -219,3 +226,11 @@ def test_the_fitted_reconstruction_puts_lua_first_at_the_papers_table_3():
                                          parameters))]
         qoe[policy] = np.mean([row["mean_viewer_qoe"] for row in rows])
     assert max(qoe, key=qoe.get) == "lua", qoe
+
+
+@pytest.mark.parametrize("source", [4.02, 2.51, 7.77])
+def test_a_top_rung_written_as_the_source_fits_it_at_any_scale(source):
+    # 4.02 Mbps is 4019999.9999999995 bit/s one way and 4020000.0 the other: both sides of
+    # the check are converted alike (a fit trial once failed on it).
+    for scale in (0.75, 1.0, 2.0):
+        Parameters(ladder=(0.5, 1.0, 2.0, source), source=source, ladder_scale=scale).pool(1)
