@@ -59,7 +59,7 @@ from experiments.sweeps import runner
 from experiments.sweeps.executors import Executor, executor_for
 from experiments.sweeps.experiment import Experiment, PaperEntry, load, loads
 from experiments.sweeps.runner import RESULTS, read_results
-from topologies.files import atomic_write
+from topologies.files import atomic_output, atomic_write
 
 MODEL_FILE = Path("experiments/live_edge-model.yaml")
 FITTED_FILE = Path("experiments/live_edge-fitted.yaml")
@@ -229,7 +229,8 @@ def fit(trials: int, optimiser_seed: int, instance_seed: int, repetitions: int,
                         "instances apart from the reported ones", fit=record)
     reconstructions.write_fitted(fitted)
     out.mkdir(parents=True, exist_ok=True)
-    records.to_csv(out / "trials.csv", index=False)
+    with atomic_output(out / "trials.csv", newline="") as stream:
+        records.to_csv(stream, index=False)
     return fitted
 
 

@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from controller.policies.live_edge.allocators import DF_BITRATES
 from controller.policies.live_edge.model import MBPS, check_ladder
+from topologies.files import atomic_write
 
 FITTED = Path(__file__).with_name("fitted.json")
 DEFAULT = "spec"
@@ -199,5 +200,5 @@ def to_point(reconstruction: Reconstruction) -> dict[str, float | str]:
 
 def write_fitted(reconstruction: Reconstruction, path: Path = FITTED) -> None:
     """Save ``reconstruction`` as the fitted one (what ``named("fitted")`` reads)."""
-    path.write_text(json.dumps(reconstruction.model_dump(mode="json"), indent=2) + "\n")
+    atomic_write(path, json.dumps(reconstruction.model_dump(mode="json"), indent=2) + "\n")
     named.cache_clear()
