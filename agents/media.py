@@ -13,15 +13,17 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from agents.common import Agent, FlowStats, MalformedLog, percentile
+from agents.common import Agent, FlowStats, MalformedLog, epoch_seconds, percentile
 from agents.formats import FRAME_TYPES, MAGIC, MEDIA, VERSION
 from agents.streamer import flow_name
 
 # Written by every agent that meters a media stream with MediaMeter (the viewer,
 # agents.edge_forwarder, agents.live_edge): one row per frame of each stream received.
+# arrived_s: when the frame's last fragment so far arrived (CLOCK_REALTIME seconds, the clock of
+# the run's timeline origin), so a frame's arrival lines up with a scheduled event (a link cut).
 MEDIA_TABLES = {
     "frames": ("node", "agent", "flow", "frame", "frame_type", "rung", "fragments", "received",
-               "complete", "delay_ms"),
+               "complete", "delay_ms", "arrived_s"),
 }
 
 
@@ -59,7 +61,8 @@ class StreamMeter:
                 delay_ms = (frame.last_arrival_ns - frame.first_send_ns) / 1e6
                 delays_ms.append(delay_ms)
             agent.row("frames", self.flow.flow, number, FRAME_TYPES[frame.frame_type],
-                      frame.rung, frame.fragments, frame.received, frame.complete, delay_ms)
+                      frame.rung, frame.fragments, frame.received, frame.complete, delay_ms,
+                      epoch_seconds(frame.last_arrival_ns))
         delays_ms.sort()
         numbers = self.frames.keys()
         return summary | {

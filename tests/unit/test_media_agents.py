@@ -264,6 +264,9 @@ def test_streamer_to_viewer_loses_nothing_and_keeps_the_bitrate(tmp_path):
         60, 0, 0)
     frames = table(tmp_path, "frames", "v", "viewer")
     assert len(frames) == 60 and all(row["complete"] == "True" for row in frames)
+    # Each frame's arrival on the tables' clock (CLOCK_REALTIME): in order, within the test.
+    arrived = [float(row["arrived_s"]) for row in frames]
+    assert arrived == sorted(arrived) and all(time.time() - 60 < t <= time.time() for t in arrived)
     assert [row["frame_type"] for row in frames[:2]] == ["I", "P"]
     [lateness] = table(tmp_path, "sender_lateness", "s", "streamer")
     assert (lateness["flow"], int(lateness["packets"])) == ("stream-0", expect)
