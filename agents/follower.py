@@ -36,7 +36,11 @@ epoch on CLOCK_REALTIME as the controller's ``decisions``; flow; the decision's 
 push older than the decision followed is ignored and counted as ``stale``); server; bitrate;
 migrated;
 the candidates and via chain, ``;``-separated; the candidate confirmed by probing; the
-attributes as JSON), and ``candidate_probes``, one row per candidate probed (packets sent and
+attributes as JSON; for the decision that answered the join, when the join request was sent
+(``requested_s``, CLOCK_REALTIME) and the access response time ``response_ms``, request to
+grant as the agent measured it on its monotonic clock: the round trip over the side-band
+control network, the controller's policy call and rule sending, and any retransmission of the
+request; empty for pushed decisions), and ``candidate_probes``, one row per candidate probed (packets sent and
 answered, median and worst round trip).
 """
 
@@ -57,7 +61,7 @@ from controller import protocol
 FOLLOWER_TABLES = {
     "decisions_followed": ("node", "agent", "time_s", "flow", "version", "server",
                            "bitrate_bps", "migrated", "candidates", "via", "confirmed",
-                           "attributes"),
+                           "attributes", "requested_s", "response_ms"),
     "candidate_probes": ("node", "agent", "time_s", "flow", "candidate", "address", "sent",
                          "answered", "rtt_p50_ms", "rtt_max_ms"),
 }
@@ -74,15 +78,31 @@ def best_candidate(candidates: Sequence[protocol.Hop],
 
 
 @dataclass(frozen=True)
+class JoinTiming:
+    """When a join request was sent (``requested_ns``, CLOCK_REALTIME, comparable with the
+    controller's tables) and how long its answer took (``response_ns``, on the monotonic clock,
+    which no clock step moves): the access response time, request to grant or refusal."""
+
+    requested_ns: int
+    response_ns: int
+
+    @property
+    def response_ms(self) -> float:
+        return self.response_ns / 1e6
+
+
+@dataclass(frozen=True)
 class Followed:
     """A decision the follower took: the controller's message and when it was heard, whether
-    the server changed, and the candidate it confirmed by probing (None: nothing to probe)."""
+    the server changed, the candidate it confirmed by probing (None: nothing to probe) and, for
+    the answer to the join, the request it answered (:class:`JoinTiming`; None: pushed)."""
 
     decision: protocol.Decision
     heard_ns: int
     migrated: bool
     confirmed: str | None = None
     probes: tuple[tuple[str, ProbeResult], ...] = ()
+    request: JoinTiming | None = None
 
     @property
     def server(self) -> str:
@@ -126,6 +146,7 @@ class DecisionFollower:
     probe: Callable[[str], ProbeResult] | None = echo_probe
     followed: list[Followed] = field(default_factory=list)
     refusal: str | None = None  # why the join got no decision
+    timing: JoinTiming | None = None  # the join's request and response time (None: no answer)
     rejections: int = 0
     steers: int = 0
     stale: int = 0
@@ -140,9 +161,12 @@ class DecisionFollower:
         the decision followed, or None when the controller refused (``refusal``)."""
         try:
             self.control.subscribe()
+            # Timed from the join alone: the subscription is not part of asking for access.
+            requested_ns, asked_ns = time.time_ns(), time.monotonic_ns()
             answer = self.control.join(self.service, demand=self.demand,
                                        bitrates=tuple(self.bitrates), flow=self.flow,
                                        port=self.port)
+            self.timing = JoinTiming(requested_ns, time.monotonic_ns() - asked_ns)
         except ControlError as error:
             self.refusal = str(error)
             return None
@@ -150,7 +174,7 @@ class DecisionFollower:
             self.refusal = answer.reason
             return None
         self.flow = answer.flow
-        return self._follow(answer)
+        return self._follow(answer, self.timing)
 
     def poll(self, timeout: float) -> Followed | None:
         """The next pushed decision about the flow that changes anything, followed; None when
@@ -176,7 +200,8 @@ class DecisionFollower:
             return None
         return self._follow(pushed)
 
-    def _follow(self, decision: protocol.Decision) -> Followed | None:
+    def _follow(self, decision: protocol.Decision,
+                request: JoinTiming | None = None) -> Followed | None:
         heard_ns = time.time_ns()
         confirmed, probes = None, ()
         names = tuple(hop.name for hop in decision.candidates)
@@ -198,7 +223,7 @@ class DecisionFollower:
         last = self.current
         followed = Followed(decision, heard_ns,
                             last is not None and last.server != decision.server, confirmed,
-                            probes)
+                            probes, request)
         if last is not None and not probes and followed.key() == last.key():
             return None
         self.followed.append(followed)
@@ -217,7 +242,10 @@ class DecisionFollower:
                       decision.bitrate, item.migrated,
                       ";".join(hop.name for hop in decision.candidates),
                       ";".join(hop.name for hop in decision.via), item.confirmed,
-                      json.dumps(decision.attributes, sort_keys=True))
+                      json.dumps(decision.attributes, sort_keys=True),
+                      *((epoch_seconds(item.request.requested_ns),
+                         f"{item.request.response_ms:.3f}") if item.request is not None
+                        else (None, None)))
             for name, result in item.probes:
                 agent.row("candidate_probes", heard, decision.flow, name, result.address,
                           result.sent, result.answered, result.rtt_p50_ms,
@@ -225,7 +253,8 @@ class DecisionFollower:
         return {"flow": self.flow, "decisions": len(self.followed),
                 "migrations": sum(item.migrated for item in self.followed),
                 "steers": self.steers, "rejections": self.rejections, "stale": self.stale,
-                "refusal": self.refusal}
+                "refusal": self.refusal,
+                "response_ms": self.timing.response_ms if self.timing is not None else None}
 
 
 def follow_pushed(followers: dict[str, DecisionFollower | None], control: ControlClient,

@@ -6,6 +6,7 @@ on how fast the machine is; the program-level test sends over loopback.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import socket
@@ -15,6 +16,7 @@ import pytest
 
 from agents import ai_receiver
 from agents.common import ProcessingBudget, receiving_socket
+from agents.follower import FOLLOWER_TABLES
 from agents.formats import AI_DATA, AI_NACK
 from tests.unit.test_ai_agents import (SHORT, SHORT_FRAGMENTS, SHORT_TIMING, RowsKept,
                                        every_seventh, free_udp_port, transfer)
@@ -23,6 +25,7 @@ from controller.control_server import ControlServer
 from controller.core import ControllerCore
 from controller.policies import create
 from controller.view import NetworkView
+from experiments.kinds.ai_access_emulation import access_responses
 from tests.conftest import ROOT
 from tests.unit.test_media_agents import LOOPBACK, agent_argv, summary_of, start, table
 from topologies.scenario import load
@@ -217,6 +220,8 @@ def test_a_flow_larger_than_any_port_is_rejected_and_sends_nothing(access_contro
     assert sent["sent"] == 0 and sent["units"] == 0
     assert sorted(sent["refused"]) == ["1", "2"]
     assert all("no access server has a port" in why for why in sent["refused"].values())
+    # A refusal is an answer too: each join's response time, request to refusal, is measured.
+    assert all(0 < flow["response_ms"] < 2000 for flow in sent["followed"].values())
     assert access_controller.core.flows == {}
 
 
@@ -230,3 +235,22 @@ def test_an_accepted_flow_is_told_its_server_and_receive_port(access_controller,
     assert sorted(row["server"] for row in rows) == ["ar1", "ar2", "ar3"]
     for row in rows:
         assert json.loads(row["attributes"]) == {"port": placed[row["flow"]].attributes["port"]}
+        # Each grant answered its own join: timed at the terminal, request to grant.
+        assert 0 < float(row["response_ms"]) < 2000 and float(row["requested_s"]) <= float(
+            row["time_s"])
+
+
+def test_the_emulated_kind_takes_the_terminals_join_response_times(tmp_path):
+    # decisions_followed as a run merges it: a terminal's granted join, the same flow's pushed
+    # migration (no response time), and another agent's join (not a terminal's).
+    columns = ("node", "agent", *FOLLOWER_TABLES["decisions_followed"][2:])
+    rows = [("t1", "ai_terminal", "10.5", "t1/ai:4000", "1", "ar1", "", "False", "", "", "",
+             "{}", "10.49", "12.250"),
+            ("t1", "ai_terminal", "14.0", "t1/ai:4000", "2", "ar2", "", "True", "", "", "",
+             "{}", "", ""),
+            ("v1", "viewer", "11.0", "v1/live", "1", "e1", "", "False", "", "", "", "{}",
+             "10.9", "3.0")]
+    (tmp_path / "tables").mkdir()
+    with open(tmp_path / "tables" / "decisions_followed.csv", "w", newline="") as stream:
+        csv.writer(stream).writerows([columns, *rows])
+    assert access_responses(tmp_path) == {"t1/ai:4000": 12.25}

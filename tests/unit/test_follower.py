@@ -6,12 +6,13 @@ handler is a real :class:`~controller.core.ControllerCore`."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
 from agents.control import ControlClient
 from agents.echo import ProbeResult, echo_probe
-from agents.follower import DecisionFollower, best_candidate
+from agents.follower import FOLLOWER_TABLES, DecisionFollower, best_candidate
 from controller import netns, protocol
 from controller.control_server import ControlServer
 from controller.core import ControllerCore
@@ -30,6 +31,7 @@ class Controller:
             load("topologies/edge-services.yaml")), create("least_loaded", policy_params))
         self.lock = threading.Lock()
         self.subscribers: dict[str, tuple] = {}
+        self.join_delay = 0.0  # seconds the stand-in takes over a join before it answers
         sock = netns.udp_socket("127.0.0.1", 0)
         self.address = sock.getsockname()
         self.server = ControlServer([sock], self.handle).start()
@@ -40,6 +42,7 @@ class Controller:
                 self.subscribers[message.node] = source
                 reply(protocol.Ack(id=message.id))
             elif message.type == "join":
+                time.sleep(self.join_delay)
                 request = self.core.request_for(message.node, message.service, message.demand,
                                                 tuple(message.bitrates), message.flow,
                                                 message.port)
@@ -188,3 +191,44 @@ def test_a_late_push_of_an_older_decision_is_not_followed(controller):
         assert follower.poll(timeout=0.3) is None
     assert follower.stale == 1 and [f.server for f in follower.followed] == ["edge1", "edge3"]
     assert [f.decision.version for f in follower.followed] == [1, 2]
+
+
+class Rows:
+    """An agent stand-in collecting table rows."""
+
+    def __init__(self):
+        self.rows: list[tuple] = []
+
+    def row(self, table_name, *values):
+        self.rows.append((table_name, *values))
+
+
+def test_the_join_is_timed_from_request_to_grant_and_pushes_are_not(controller):
+    ctl = controller()
+    ctl.join_delay = 0.08  # below the client's first retransmission (0.5 s)
+    with ControlClient(ctl.address, node="viewer1") as control:
+        follower = DecisionFollower(control, "video", probe=None)
+        before = time.time()
+        joined = follower.join()
+        elapsed_ms = (time.time() - before) * 1e3
+        with ctl.lock:
+            ctl.core.steer("viewer1/video", "edge3")
+            ctl.push("viewer1/video")
+        assert follower.poll(timeout=5.0).server == "edge3"
+    # The grant took the controller's 80 ms and at most what the whole join() took (the
+    # subscription's round trip before it is not counted).
+    assert joined.request is follower.timing
+    assert 80 <= joined.request.response_ms <= elapsed_ms
+    assert before <= joined.request.requested_ns / 1e9 <= before + elapsed_ms / 1e3
+    agent = Rows()
+    summary = follower.write(agent)
+    assert summary["response_ms"] == joined.request.response_ms
+    columns = FOLLOWER_TABLES["decisions_followed"][2:]  # the agent fills node and agent in
+    rows = [dict(zip(columns, row[1:])) for row in agent.rows if row[0] == "decisions_followed"]
+    assert [row["server"] for row in rows] == ["edge1", "edge3"]
+    assert float(rows[0]["requested_s"]) == pytest.approx(joined.request.requested_ns / 1e9,
+                                                          abs=1e-6)
+    assert float(rows[0]["response_ms"]) == pytest.approx(joined.request.response_ms, abs=1e-3)
+    # A pushed decision answers no request of the agent's: no response time.
+    assert (rows[1]["requested_s"], rows[1]["response_ms"]) == (None, None)
+
