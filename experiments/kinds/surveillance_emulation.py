@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from controller.policies.surveillance.load import HEAVY_ABOVE, LoadWeights, Usage, node_load
 from controller.policies.surveillance.model import Workload, _mean_cv, draw_trace
 from experiments.measurements import read_table
+from topologies.files import atomic_write
 from experiments.sweeps.kinds import ROOT, Cell, Kind, Metric, Panel, TimeFigure, emulated_run
 from experiments.kinds.surveillance import CLAIMS
 
@@ -200,8 +201,8 @@ def run_cell(cell: Cell) -> list[dict[str, object]]:
     parameters: Parameters = cell.parameters
     path = scenario_path(cell)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(traced_scenario(parameters, cell.seed % 2**32),
-                                   sort_keys=False))
+    atomic_write(path, yaml.safe_dump(traced_scenario(parameters, cell.seed % 2**32),
+                                      sort_keys=False))
     run_dir, summary = emulated_run(cell, str(path), parameters.duration, parameters.runs_dir,
                                     {"EDGEBED_LIGHT_BELOW": f"{parameters.light_below:g}",
                                      "EDGEBED_HEAVY_ABOVE": f"{parameters.heavy_above:g}"})
