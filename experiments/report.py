@@ -171,9 +171,11 @@ def headlines(experiment: Experiment, cells: pd.DataFrame) -> list[Headline]:
         sweep = experiment.sweep(entry.sweep)
         measured = measure(claim, cells, sweep)
         unit = "%" if claim.relative else kind.metric(claim.metric).unit
-        against = sweep.labels[0] if claim.values == "last-vs-first" else sweep.labels[-2]
-        label = claim.label + (f" ({sweep.parameter} {sweep.labels[-1]} against "
-                               f"{against})" if claim.across_values else "")
+        label = claim.label
+        if claim.across_values:
+            # Only then: a sweep of one value has no value before its last.
+            against = sweep.labels[0] if claim.values == "last-vs-first" else sweep.labels[-2]
+            label += f" ({sweep.parameter} {sweep.labels[-1]} against {against})"
         verdict = agreement(measured.change, entry)
         why = [claim.why] if verdict not in ("within the paper's range", "as the paper") else []
         difference = measured.ours - measured.theirs

@@ -278,7 +278,19 @@ process CPU over its budget and its interface's bytes over its link rate; L is e
 minutes; one 2-core machine emulating every host in real time takes 10 cameras (1 hot, the
 same tenth), 24 requests (at most ~10 concurrent) in 60 s: time 10x faster, 40x fewer
 requests. The model-level reports (`reports/surveillance-model`, `reports/surveillance-large`)
-have the paper's scale. One repetition per policy: the emulated figures are one sample each."""
+have the paper's scale. One repetition per policy: the emulated figures are one sample each.
+
+**Read with care (measured on the runs of this report).** A viewer whose session ends stops
+pulling but sends the controller no `leave` (agents/viewer.py in pull mode): its placement stays,
+so the balancer's tasks T and the nodes' placed demand count clients long gone (at the end of
+the original's run the controller still held 8 placements, client1's among them, whose session
+ended at ~10 s). Once 9 placements fill the nodes' capacity labels (4+3+2 streams) every later
+request is refused: `placed` and `rejected` count that, not overload, and the CV compares the
+nodes' *measured* utilisation (which does fall when viewers stop) under a balancer deciding on
+stale tasks. Node3's CPU budget of 0.02 cores puts its CPU utilisation at 1 as soon as it serves
+anything, which dominates the CPU CV. The fidelity monitor failed both runs (`fidelity_ok` 0):
+the machine was shared with other agents' runs and tests. Until viewers leave, the emulated
+figures are not the paper's test; the model-level reports are."""
 
 
 KIND = Kind(name="surveillance_emulation", parameters=Parameters,
