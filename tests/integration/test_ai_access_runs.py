@@ -23,7 +23,9 @@ import pytest
 
 from agents.probe import loss_interval
 from controller.policies.ai_access.migration import THETA
-from experiments.kinds.ai_access_emulation import first_copies, moves, run_degrees, spread
+from agents.control import TIMEOUT
+from experiments.kinds.ai_access_emulation import (access_responses, first_copies, moves,
+                                                   run_degrees, spread)
 from experiments.measurements import read_table
 from tests.conftest import ROOT
 from tests.integration.conftest import (SINGLE_SHOT_CONFIDENCE, SystemState,
@@ -159,3 +161,28 @@ def test_with_migration_the_loads_even_out(runs):
     # 0.013 after two flows moved, 0.077 after one.
     assert moving_spread < THETA and moving_spread < still_spread
     assert moving_means[OVERLOADED] < still_means[OVERLOADED]
+
+
+def test_each_join_is_timed_at_the_terminal_around_the_policy_call_that_granted_it(runs):
+    for run_dir, _ in runs:
+        responses = access_responses(run_dir)
+        assert len(responses) == FLOWS, responses
+        joins = {row["flow"]: float(row["requested_s"])
+                 for row in read_table(run_dir, "decisions_followed")
+                 if row["agent"] == "ai_terminal" and row["response_ms"]}
+        # The controller stamps its policy_trace row after the policy call and before it
+        # answers the join (controller/app.py): on the hosts' shared CLOCK_REALTIME that row
+        # lies between the terminal's request and the grant's arrival, unless the terminal's
+        # timing is wrong (a grant that was not its request's, a clock that is not the
+        # request's).
+        decided = {move["flow"]: move["time"] for move in moves(run_dir)
+                   if move["kind"] == "place"}
+        for flow, response_ms in responses.items():
+            requested = joins[flow]
+            assert requested - 1e-6 <= decided[flow] <= requested + response_ms / 1e3 + 1e-6, (
+                flow, requested, response_ms, decided[flow])
+            # One try's wait: no join here needed a retransmission on the idle side band.
+            assert 0 < response_ms < TIMEOUT * 1e3, (flow, response_ms)
+        ordered = sorted(responses.values())
+        print(f"{run_dir.name}: access response time at the terminals, {len(ordered)} joins: "
+              f"median {ordered[len(ordered) // 2]:.1f} ms, max {ordered[-1]:.1f} ms")
