@@ -40,8 +40,10 @@ from .view import NetworkView
 
 TABLES = {
     # One row per decision carried out: from the policy's answer to the switches' barriers.
+    # Joins decided together (one policy call, one barrier per switch) have a row each, with
+    # the batch's figures; ``together`` counts the flows decided in that pass.
     "decisions": ("node", "agent", "time", "kind", "flow", "server", "switches", "messages",
-                  "policy_ms", "send_ms", "install_ms"),
+                  "policy_ms", "send_ms", "install_ms", "together"),
     # One row per policy call: what it was given, what it answered, how long it took.
     "policy_trace": ("node", "agent", "time", *TRACE_COLUMNS),
     # One row per load report that arrived, kept or not: its age is arrival minus the sender's
@@ -59,8 +61,7 @@ class PendingInstall:
     """A decision whose rules are on their way: done when every switch answered its barrier."""
 
     kind: str
-    flow: str
-    server: str
+    placed: dict[str, str]  # flow -> server
     decided_ns: int
     policy_ms: float
     switches: set[str]
@@ -89,12 +90,15 @@ class EdgebedController(App):
         self.synced: set[str] = set()
         self.pending: dict[int, PendingInstall] = {}
         self.subscribers: dict[str, tuple] = {}  # node -> control address
+        # Joins held back until the control server has drained what arrived with them.
+        self.joins: list[tuple] = []  # (message, request, reply)
         self._restore()
         # Appended to: a controller that takes over goes on with its predecessor's rows.
         self.tables = {name: TableWriter(
             self.out.parent / "records" / name / "controller-controller.csv", columns,
             append=True, flush=True) for name, columns in TABLES.items()}
-        self.control = ControlServer(self._control_sockets(), self.handle_control)
+        self.control = ControlServer(self._control_sockets(), self.handle_control,
+                                     self.decide_joins)
         self.control.start()
         # When the first period ends, on CLOCK_REALTIME: the runner lines its timeline up with
         # the periods from it (status.json), so scheduled events fall at known phases of them.
@@ -180,7 +184,7 @@ class EdgebedController(App):
             self.installed[switch] = rules.SwitchRules()
             for message in openflow.clear_foreign(datapath):
                 datapath.send_msg(message)
-            self._sync(switch)
+            self._sync(switch, everything=True)
             datapath.send_msg(parser.OFPPortDescStatsRequest(datapath, 0))
             datapath.send_msg(parser.OFPFlowStatsRequest(
                 datapath, 0, datapath.ofproto.OFPTT_ALL, datapath.ofproto.OFPP_ANY,
@@ -347,38 +351,47 @@ class EdgebedController(App):
             sent += count
             if xid is not None:
                 waiting.add(xid)
-        flows = ",".join(sorted(outcome.placed)) or "-"
-        servers = ",".join(sorted(set(outcome.placed.values()))) or "-"
-        pending = PendingInstall(kind, flows, servers, decided_ns, policy_ms, switches, sent,
-                                 time.perf_counter_ns(), waiting)
+        pending = PendingInstall(kind, dict(outcome.placed), decided_ns, policy_ms, switches,
+                                 sent, time.perf_counter_ns(), waiting)
         if waiting:
             self.pending[min(waiting)] = pending
         else:
             self._record(pending, time.perf_counter_ns())
 
-    def _sync(self, switch: str) -> tuple[int, int | None]:
-        """Send a switch what it lacks; returns the message count and the barrier's xid."""
+    def _sync(self, switch: str, everything: bool = False) -> tuple[int, int | None]:
+        """Send a switch what it lacks (``everything``: compare all it should hold, not only
+        what changed since the last sync); returns the message count and the barrier's xid."""
         datapath = self.datapaths.get(switch)
         if datapath is None:
             return 0, None
-        desired = self.core.desired(switch)
-        changes = rules.diff(self.installed.get(switch, rules.SwitchRules()), desired)
+        installed = self.installed.setdefault(switch, rules.SwitchRules())
+        changes = self.core.changes(switch, installed, everything)
         if not changes:
             return 0, None
         for message in openflow.messages(datapath, changes):
             datapath.send_msg(message)
-        self.installed[switch] = desired
+        installed.apply(changes)
         barrier = datapath.ofproto_parser.OFPBarrierRequest(datapath)
         datapath.set_xid(barrier)
         datapath.send_msg(barrier)
         return changes.count(), barrier.xid
 
     def _record(self, pending: PendingInstall, done_ns: int) -> None:
-        self.tables["decisions"].row(
-            "controller", "controller", f"{time.time():.6f}", pending.kind, pending.flow,
-            pending.server, len(pending.switches), pending.messages, f"{pending.policy_ms:.3f}",
-            f"{(pending.sent_ns - pending.decided_ns) / 1e6:.3f}",
-            f"{(done_ns - pending.decided_ns) / 1e6:.3f}")
+        """The decision's ``decisions`` row: one per flow for placements (each join is a
+        decision of its own to the host that asked), one for the others."""
+        placed = pending.placed
+        if pending.kind == "place" and placed:
+            rows = [(flow, server) for flow, server in sorted(placed.items())]
+        else:
+            rows = [(",".join(sorted(placed)) or "-", ",".join(sorted(set(placed.values())))
+                     or "-")]
+        stamp = f"{time.time():.6f}"
+        for flow, server in rows:
+            self.tables["decisions"].row(
+                "controller", "controller", stamp, pending.kind, flow, server,
+                len(pending.switches), pending.messages, f"{pending.policy_ms:.3f}",
+                f"{(pending.sent_ns - pending.decided_ns) / 1e6:.3f}",
+                f"{(done_ns - pending.decided_ns) / 1e6:.3f}", max(1, len(placed)))
 
     def _write_traces(self) -> None:
         """A ``policy_trace`` row for each policy call the core made since the last."""
@@ -428,13 +441,41 @@ class EdgebedController(App):
             reply(protocol.Rejected(id=message.id, flow=message.flow,
                                     reason=_reason(f"unknown node {message.node}")))
             return
-        if request.flow not in self.core.flows:
-            outcome = self._place([request])
-            for rejection in outcome.decision.rejections:
-                reply(protocol.Rejected(id=message.id, flow=rejection.flow,
-                                        reason=_reason(rejection.reason)))
+        self.joins.append((message, request, reply))
+
+    def decide_joins(self) -> None:
+        """Decide the joins that arrived together (:meth:`ControlServer` calls this once it
+        has drained them) in one policy call, installed with one barrier per switch and one
+        save of the state, then answer each. One pass per burst instead of one per join: a
+        burst costs a policy call and a sync per switch, not one per flow."""
+        if not self.joins:
+            # Without the lock: only this thread adds joins, and a shutdown holding the lock
+            # waits for this thread to end.
+            return
+        with self.lock:
+            joins, self.joins = self.joins, []
+            try:
+                waiting = [request for _, request, _ in joins
+                           if request.flow not in self.core.flows]
+                rejected = {}
+                if waiting:
+                    outcome = self._place(waiting)
+                    rejected = {r.flow: r.reason for r in outcome.decision.rejections}
+            except Exception:
+                LOG.exception("joins of %s failed", ", ".join(r.flow for _, r, _ in joins))
+                for message, _, reply in joins:
+                    reply(protocol.Error(id=message.id,
+                                         reason="the controller failed to handle join"))
                 return
-        reply(self.core.decision_message(message.id, request.flow, migrated=False))
+            for message, request, reply in joins:
+                if request.flow in rejected:
+                    reply(protocol.Rejected(id=message.id, flow=request.flow,
+                                            reason=_reason(rejected[request.flow])))
+                elif request.flow in self.core.flows:
+                    reply(self.core.decision_message(message.id, request.flow, migrated=False))
+                else:
+                    reply(protocol.Error(id=message.id, reason=_reason(
+                        f"the policy neither placed nor rejected {request.flow}")))
 
     def _on_leave(self, message, reply, source) -> None:
         started = time.perf_counter_ns()

@@ -90,11 +90,15 @@ def _remember(table: collections.OrderedDict, key, value, limit: int) -> None:
 class ControlServer:
     """Serves the control protocol on ``sockets`` (bound UDP sockets; the server makes them
     non-blocking but does not close them) with ``handler``, in one thread (:meth:`start`) or
-    in the caller's (:meth:`run`)."""
+    in the caller's (:meth:`run`). ``drained``, if given, is called once what arrived together
+    has been handed to ``handler`` (every ready socket read until empty, or BATCH datagrams
+    each): a handler may hold requests back and answer them there, all in one pass."""
 
-    def __init__(self, sockets: list[socket.socket], handler: Handler):
+    def __init__(self, sockets: list[socket.socket], handler: Handler,
+                 drained: Callable[[], None] | None = None):
         self.sockets = list(sockets)
         self.handler = handler
+        self.drained = drained
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -127,6 +131,12 @@ class ControlServer:
                 for key, _ in self._selector.select():
                     if key.fileobj is not self._wake_receiver:
                         self._drain(key.fileobj)
+                if self.drained is not None and not self._stopping.is_set():
+                    try:
+                        self.drained()
+                    except Exception:
+                        self._count("handler_errors")
+                        logger.exception("control handler failed after a batch")
         finally:
             with self._lock:
                 self._selector.close()

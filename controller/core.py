@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+import networkx as nx
+
 from . import protocol, rules
 from .policy import (ON_LOAD, Client, Decision, LoadReport, Placement, Policy, Rejection,
                      Request, Server, State, Terms)
@@ -141,8 +143,21 @@ class ControllerCore:
         self._ports_down: set[tuple[str, int]] = set()
         self._placed_rules: dict[str, dict[str, list[rules.Rule]]] = {
             switch: {} for switch in view.switches}
+        # Per switch and rule key, the flows holding a rule with that key, in the order they
+        # were last refreshed (the last one wins, as it would when adding them all in turn):
+        # a flow's change then rewrites the keys it touches instead of the whole switch.
+        self._holders: dict[str, dict[tuple, dict[str, rules.Rule]]] = {
+            switch: {} for switch in view.switches}
+        # Each flow's steering key, and the flows by client and service, so a join checks
+        # the flows of its own client instead of every placed one.
+        self._steered: dict[tuple, dict[int | None, str]] = {}
+        self._steering_of: dict[str, tuple] = {}
         self._base = rules.base_rules(view)
-        self._forwarding = rules.forwarding(view, self.down, fast_failover)
+        # The hosts never change during a run: built once, not per decision.
+        self._clients = tuple(Client(a.host, a.address, view.labels.get(a.host, {}))
+                              for a in view.attachments)
+        self._graph = None  # the policy's view of the network while no link changes
+        self._set_forwarding()
         self._trunk_of_port = {(t.a, t.a_port): t.link for t in view.trunks} | {
             (t.b, t.b_port): t.link for t in view.trunks}
 
@@ -161,32 +176,87 @@ class ControllerCore:
 
     def state(self, requests: tuple[Request, ...] = (), now: float = 0.0,
               reallocating: bool = False) -> State:
-        clients = tuple(Client(a.host, a.address, self.view.labels.get(a.host, {}))
-                        for a in self.view.attachments)
         placed = tuple(record.placement for record in self.flows.values())
-        return State(self.view.policy_graph(self.down), self.servers(), clients,
+        if self._graph is None:
+            # Frozen: every decision is handed the same graph until a link changes.
+            self._graph = nx.freeze(self.view.policy_graph(self.down))
+        return State(self._graph, self.servers(), self._clients,
                      () if reallocating else placed, requests, now,
                      placed if reallocating else (), self.load_history())
 
     # what switches hold
 
     def desired(self, switch: str) -> rules.SwitchRules:
-        wanted = self._base.merged(self._forwarding[switch])
-        for flow_rules in self._placed_rules[switch].values():
-            for rule in flow_rules:
-                wanted.add(rule)
-        return wanted
+        """Everything ``switch`` should hold (a copy)."""
+        wanted = self._desired[switch]
+        return rules.SwitchRules(dict(wanted.rules), dict(wanted.groups))
+
+    def changes(self, switch: str, installed: rules.SwitchRules,
+                everything: bool = False) -> rules.Changes:
+        """What to send ``switch``, holding ``installed`` (kept in step by the caller with
+        :meth:`controller.rules.SwitchRules.apply`), for it to hold what it should. Only the
+        rules changed since the last call are compared, unless forwarding changed meanwhile or
+        ``everything`` is asked for (a switch that just connected): a decision then costs the
+        rules it touched, not the rules the switch holds."""
+        keys = self._changed[switch]
+        self._changed[switch] = set()
+        return rules.diff(installed, self._desired[switch], None if everything else keys)
+
+    def _set_forwarding(self) -> None:
+        """Forwarding from the links as they are now, and every switch's desired state anew."""
+        self._forwarding = rules.forwarding(self.view, self.down, self.fast_failover)
+        self._graph = None
+        self._desired = {}
+        for switch in self.view.switches:
+            wanted = self._base.merged(self._forwarding[switch])
+            for holders in self._holders[switch].values():
+                rule = next(reversed(holders.values()))
+                wanted.rules[rule.key] = rule
+            self._desired[switch] = wanted
+        self._changed = {switch: None for switch in self.view.switches}
 
     def _refresh(self, flow: str) -> set[str]:
         """Recompute one flow's rules after it changed; returns the switches they were or are
-        on. Kept per switch, so a decision costs the flows it touches, not all of them."""
+        on. Kept per switch and rule key, so a decision costs the flows it touches, not all of
+        them."""
         touched = {switch for switch, held in self._placed_rules.items() if flow in held}
+        keys: dict[str, set[tuple]] = {switch: set() for switch in touched}
         for switch in touched:
-            del self._placed_rules[switch][flow]
+            for rule in self._placed_rules[switch].pop(flow):
+                keys[switch].add(rule.key)
+                self._holders[switch][rule.key].pop(flow, None)
+        steering = self._steering_of.pop(flow, None)
+        if steering is not None:
+            self._steered[steering[:2]].pop(steering[2], None)
         record = self.flows.get(flow)
+        if record is not None:
+            steering = self._steering_key(record.placement.request)
+            self._steering_of[flow] = steering
+            self._steered.setdefault(steering[:2], {})[steering[2]] = flow
         for switch, rule in self._flow_rules(flow, record) if record else ():
             self._placed_rules[switch].setdefault(flow, []).append(rule)
+            holders = self._holders[switch].setdefault(rule.key, {})
+            holders.pop(flow, None)  # re-added last: the latest refresh wins, as before
+            holders[flow] = rule
+            keys.setdefault(switch, set()).add(rule.key)
             touched.add(switch)
+        for switch, changed in keys.items():
+            wanted = self._desired[switch]
+            for key in changed:
+                holders = self._holders[switch].get(key)
+                if holders:
+                    wanted.rules[key] = next(reversed(holders.values()))
+                    continue
+                if holders is not None:
+                    del self._holders[switch][key]
+                fallback = (self._forwarding[switch].rules.get(key)
+                            or self._base.rules.get(key))
+                if fallback is None:
+                    wanted.rules.pop(key, None)
+                else:
+                    wanted.rules[key] = fallback
+            if self._changed[switch] is not None:
+                self._changed[switch] |= changed
         return touched
 
     def _flow_rules(self, flow: str, record: FlowRecord) -> list[tuple[str, rules.Rule]]:
@@ -221,7 +291,7 @@ class ControllerCore:
         if down == self.down:
             return set()
         self.down = down
-        self._forwarding = rules.forwarding(self.view, down, self.fast_failover)
+        self._set_forwarding()
         for flow, record in self.flows.items():
             if record.path:  # pinned paths follow the links that are up
                 self._refresh(flow)
@@ -247,7 +317,7 @@ class ControllerCore:
             return set()
         self.view.trunks[index] = changed
         self.link_delays[link] = (changed.delay_ab, changed.delay_ba)
-        self._forwarding = rules.forwarding(self.view, self.down, self.fast_failover)
+        self._set_forwarding()
         for flow, record in self.flows.items():
             if record.path:
                 self._refresh(flow)
@@ -299,19 +369,21 @@ class ControllerCore:
         # A client's packets to a service are steered by addresses and, for a flow with a
         # client port, that port: a client has one flow per service and port, and a flow
         # without a port takes all its traffic to the service.
-        taken: dict[tuple, str] = {}
         clashing: list[tuple[Request, str]] = []
-        for flow, record in self.flows.items():
-            taken[self._steering_key(record.placement.request)] = flow
+        asked: dict[tuple, dict[int | None, str]] = {}  # this call's, by client and service
+        seen: set[str] = set()
         waiting = []
         for request in requests:
-            if request.flow in self.flows or request.flow in taken.values():
+            if request.flow in self.flows or request.flow in seen:
                 continue  # placed already, or asked for twice in this call
-            clash = self._clash(request, taken)
+            key = self._steering_key(request)
+            clash = self._clash(request, self._steered.get(key[:2], {})) or self._clash(
+                request, asked.get(key[:2], {}))
             if clash is not None:
                 clashing.append((request, clash))
             else:
-                taken[self._steering_key(request)] = request.flow
+                asked.setdefault(key[:2], {})[key[2]] = request.flow
+                seen.add(request.flow)
                 waiting.append(request)
         waiting = tuple(waiting)
         if waiting:
@@ -355,14 +427,13 @@ class ControllerCore:
         return request.client, request.service, request.client_port
 
     @staticmethod
-    def _clash(request: Request, taken: dict[tuple, str]) -> str | None:
-        """The flow already steered that ``request``'s packets would also match, if any."""
-        client, service, port = ControllerCore._steering_key(request)
-        for (other_client, other_service, other_port), flow in taken.items():
-            if (other_client, other_service) == (client, service) and (
-                    port is None or other_port is None or port == other_port):
-                return flow
-        return None
+    def _clash(request: Request, ports: dict[int | None, str]) -> str | None:
+        """The flow among ``ports`` (the flows of the request's client and service, by client
+        port) that ``request``'s packets would also match, if any."""
+        port = request.client_port
+        if port is None:
+            return next(iter(ports.values()), None)
+        return ports.get(port) or ports.get(None)
 
     def rebalance(self, now: float = 0.0) -> Outcome:
         """Ask the policy with no new requests: it may migrate placed flows."""

@@ -101,6 +101,17 @@ class SwitchRules:
     def merged(self, other: "SwitchRules") -> "SwitchRules":
         return SwitchRules(self.rules | other.rules, self.groups | other.groups)
 
+    def apply(self, changes: "Changes") -> None:
+        """Take ``changes`` as carried out: what a switch holds after it was sent them."""
+        for group in changes.groups_added + changes.groups_modified:
+            self.groups[group.group_id] = group
+        for rule in changes.rules_added:
+            self.rules[rule.key] = rule
+        for rule in changes.rules_deleted:
+            del self.rules[rule.key]
+        for group_id in changes.groups_deleted:
+            del self.groups[group_id]
+
 
 @dataclass
 class Changes:
@@ -122,11 +133,22 @@ class Changes:
                 + len(self.rules_deleted) + len(self.groups_deleted))
 
 
-def diff(installed: SwitchRules, desired: SwitchRules) -> Changes:
+def diff(installed: SwitchRules, desired: SwitchRules,
+         keys: Iterable[tuple] | None = None) -> Changes:
     """The changes that turn ``installed`` into ``desired``. An entry whose actions changed is
     re-added (OpenFlow ADD replaces an identical match and priority in place, without a window
-    in which neither version is in the table)."""
+    in which neither version is in the table). With ``keys`` only those rules are compared
+    (the others and the groups are known to be equal), so keeping a switch in step costs what
+    changed, not what it holds."""
     changes = Changes()
+    if keys is not None:
+        for key in keys:
+            rule, held = desired.rules.get(key), installed.rules.get(key)
+            if rule is not None and rule != held:
+                changes.rules_added.append(rule)
+            elif rule is None and held is not None:
+                changes.rules_deleted.append(held)
+        return changes
     for group_id, group in desired.groups.items():
         if group_id not in installed.groups:
             changes.groups_added.append(group)

@@ -629,3 +629,37 @@ def test_server_survives_fuzzing(serve):
     assert counters["malformed"] == len(datagrams) - valid
     assert counters["handler_errors"] == 0
     assert server._thread.is_alive()
+
+
+def test_requests_held_back_are_answered_once_what_arrived_together_is_drained():
+    """A handler may keep requests for the ``drained`` call: a burst already waiting in the
+    socket is handed over whole, then answered in one pass, and retransmissions of a request
+    answered there get its reply."""
+    held, batches = [], []
+
+    def handle(message, reply, source):
+        held.append((message, reply))
+
+    def drained():
+        if held:
+            batches.append([message.id for message, _ in held])
+        for message, reply in held:
+            reply(protocol.Ack(id=message.id))
+        held.clear()
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind((LOOPBACK, 0))
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+        sender.settimeout(HANG_GUARD)
+        for number in range(1, 11):  # all waiting before the server reads any
+            sender.sendto(protocol.encode(protocol.Join(id=number, node="viewer1",
+                                                        service="live")), sock.getsockname())
+        with ControlServer([sock], handle, drained):
+            answered = sorted(protocol.decode(sender.recv(65536), protocol.TO_HOST).id
+                              for _ in range(10))
+            sender.sendto(protocol.encode(protocol.Join(id=3, node="viewer1", service="live")),
+                          sock.getsockname())
+            again = protocol.decode(sender.recv(65536), protocol.TO_HOST)
+    sock.close()
+    assert answered == list(range(1, 11)) and batches == [list(range(1, 11))]
+    assert again.type == "ack" and again.id == 3 and len(batches) == 1
