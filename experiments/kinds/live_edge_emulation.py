@@ -377,10 +377,14 @@ highest QoE, predicted and measured, as in the model-level ablation.
 Even the model's columns are outcomes of a run, not of its seed alone: a policy decides for
 the viewers in the order their requests reached the controller, and MHCP's edge for a viewer
 is the one with the most room the viewers placed before it left. Its model latency took one of
-three values (178.7, 179.3 and 181.5 ms) in the runs made so far, whatever the seed, so two
-repetitions that happen to agree give a zero-width interval that another regeneration of the
-same cells need not hit; LUA and DF, whose choice does not depend on the others' placements
-here, repeat exactly.
+three values (178.7, 179.3 and 181.5 ms) in the runs made so far, whatever the seed; Random
+draws for the viewers in the order they arrive, so the same seed gives a viewer another draw
+when the order changes (its model objective at G = 5 ranged 20.9-28.4 over five seeds, and
+19.9 -> 26.0 for one seed between two regenerations). Two repetitions that happen to agree give
+a zero-width interval another regeneration need not hit, which is why this experiment runs
+five; LUA and DF, whose choice does not depend on the others' placements here, repeat exactly.
+fidelity_ok records the machine, not the policy: it was 0 in all 40 runs of the regeneration
+shown here, made while other work kept the load average near 5 on this 2-core machine.
 """
 
 KIND = Kind(name="live_edge_emulation", parameters=Parameters,
