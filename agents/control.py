@@ -115,9 +115,11 @@ class ControlClient:
                              node=self._own_node(), service=service, port=port, flow=flow,
                              demand=demand, bitrates=tuple(bitrates))
 
-    def leave(self, flow: str) -> protocol.Ack | protocol.Rejected:
+    def leave(self, flow: str, tries: int | None = None) -> protocol.Ack | protocol.Rejected:
+        """Say that ``flow`` ended, so that the controller releases its placement; ``tries``
+        sends (default: the client's)."""
         return self._request(protocol.Leave, (protocol.Ack, protocol.Rejected),
-                             node=self._own_node(), flow=flow)
+                             node=self._own_node(), flow=flow, tries=tries)
 
     def steer(self, flow: str, server: str) -> protocol.Decision | protocol.Rejected:
         """Move a placed flow to ``server``."""
@@ -177,14 +179,15 @@ class ControlClient:
         return self.node
 
     def _request(self, kind: type[protocol.Message], expected: tuple[type, ...],
-                 **fields) -> protocol.Message:
+                 tries: int | None = None, **fields) -> protocol.Message:
+        tries = self.tries if tries is None else tries
         request = kind(id=self._next_id, **fields)
         self._next_id = self._next_id % protocol.MAX_ID + 1
         data = protocol.encode(request)
         parts: dict[int, protocol.State] = {}
         wait = self.timeout
         self._refused = False
-        for _ in range(self.tries):
+        for _ in range(tries):
             self._send(data)
             deadline = time.monotonic() + wait
             wait *= 2
@@ -209,7 +212,7 @@ class ControlClient:
         where = "%s:%s" % self.controller
         raise ControlTimeout(
             f"no reply from the controller at {where} to {request.type} #{request.id} after "
-            f"{self.tries} tries over {self.timeout * (2 ** self.tries - 1):.1f} s"
+            f"{tries} tries over {self.timeout * (2 ** tries - 1):.1f} s"
             + (" (connection refused: nothing listens there)" if self._refused else ""))
 
     def _send(self, data: bytes) -> None:

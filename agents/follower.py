@@ -19,7 +19,14 @@ probed again. What the agent does with a decision (pull from it, send to it, for
         changed = follower.poll(timeout=0.1)
         if changed is not None:
             ...  # changed.server, changed.address, changed.bitrate, changed.via ...
+    follower.leave()  # the session is over: the controller releases the flow's placement
     summary = follower.write(agent)
+
+**Leaving.** An agent whose session ends on its own (a viewer's ``duration``) calls
+:meth:`DecisionFollower.leave`: the controller releases the placement, so the capacity and the
+balancer's task it held go to later requests (without it a placement outlives its client until
+the run ends). Only a joined flow is left, once. An agent stopped by a signal does not leave:
+that is the run ending, and the controller's final state keeps who was still served.
 
 Each decision followed is said at once on stderr (the node's log), as ``followed FLOW
 version N: server S`` with ``, confirmed C by probing`` when candidates were probed: the one
@@ -56,6 +63,10 @@ from agents.control import ControlClient, ControlError
 from agents.echo import ProbeResult, echo_probe
 from agents.common import epoch_seconds
 from controller import protocol
+
+# A leave's sends: 0.5 + 1 + 2 s of waiting at most, within the 5 s the runner gives an agent
+# to stop, so that a controller gone away cannot cost the agent its summary.
+LEAVE_TRIES = 3
 
 # Written by every agent that follows decisions with a DecisionFollower.
 FOLLOWER_TABLES = {
@@ -150,6 +161,9 @@ class DecisionFollower:
     rejections: int = 0
     steers: int = 0
     stale: int = 0
+    joined: bool = False  # the join got a decision (the flow is this follower's to leave)
+    left_ns: int | None = None  # when the controller acknowledged the leave (CLOCK_REALTIME)
+    leave_error: str | None = None  # why a leave was not acknowledged
     _probed: tuple[str, ...] = ()
 
     @property
@@ -174,7 +188,26 @@ class DecisionFollower:
             self.refusal = answer.reason
             return None
         self.flow = answer.flow
+        self.joined = True
         return self._follow(answer, self.timing)
+
+    def leave(self, tries: int | None = LEAVE_TRIES) -> bool:
+        """Tell the controller the flow ended, so that it releases the placement (see the
+        module's docstring); whether it acknowledged. Nothing is sent for a flow not joined
+        (refused, or followed without joining) or already left."""
+        if not self.joined or self.left_ns is not None:
+            return False
+        try:
+            answer = self.control.leave(self.flow, tries=tries)
+        except ControlError as error:
+            self.leave_error = str(error)
+            return False
+        if isinstance(answer, protocol.Rejected):
+            self.leave_error = answer.reason
+            return False
+        self.left_ns, self.leave_error = time.time_ns(), None
+        print(f"left {self.flow}", file=sys.stderr, flush=True)
+        return True
 
     def poll(self, timeout: float) -> Followed | None:
         """The next pushed decision about the flow that changes anything, followed; None when
@@ -254,7 +287,10 @@ class DecisionFollower:
                 "migrations": sum(item.migrated for item in self.followed),
                 "steers": self.steers, "rejections": self.rejections, "stale": self.stale,
                 "refusal": self.refusal,
-                "response_ms": self.timing.response_ms if self.timing is not None else None}
+                "response_ms": self.timing.response_ms if self.timing is not None else None,
+                "left_s": (float(epoch_seconds(self.left_ns)) if self.left_ns is not None
+                           else None),
+                "leave_error": self.leave_error}
 
 
 def follow_pushed(followers: dict[str, DecisionFollower | None], control: ControlClient,

@@ -34,7 +34,11 @@ stream id of their own, the decision's number (1, 2, ...), so each is measured a
 own (``stream-<number>``: its goodput, delay and loss are that decision's). Every decision is a
 row of ``live_decisions``: when it was heard (seconds since the epoch, CLOCK_REALTIME, as the
 controller's ``decisions``), the server and bitrate, whether the server changed (migrated), and
-its flow. A decision that changes neither server nor bitrate is not a new one.
+its flow. A decision that changes neither server nor bitrate is not a new one. When the
+viewer's session ends on its own (``duration`` or ``expect``) it leaves the service
+(:meth:`agents.follower.DecisionFollower.leave`), so the controller releases its placement;
+stopped by a signal (the run ending) it does not. The summary's ``pull.followed`` says when the
+leave was acknowledged (``left_s``) or why not.
 
 Its input is measured by :class:`agents.media.MediaMeter`, shared with the edge forwarder and
 the live edge.
@@ -251,6 +255,7 @@ class Puller(threading.Thread):
         self.follower: DecisionFollower | None = None
         self.pulls = self.send_errors = 0
         self.refusal: str | None = None  # why the viewer got no decision
+        self.leave_at_end = False  # set by stop(): the session ended, leave the service
 
     def run(self) -> None:
         control = controller_client(self.agent.node) if self.params.service else None
@@ -274,6 +279,8 @@ class Puller(threading.Thread):
                     due = time.monotonic()  # the new server or bitrate at once
         finally:
             if control is not None:
+                if self.leave_at_end and self.follower is not None:
+                    self.follower.leave()
                 control.close()
 
     def _join(self, control: ControlClient) -> bool:
@@ -315,7 +322,9 @@ class Puller(threading.Thread):
         except OSError:
             self.send_errors += 1  # the edge's session outlives a lost pull or two
 
-    def stop(self) -> None:
+    def stop(self, leave: bool = False) -> None:
+        """Stop pulling; ``leave``: the session is over, so leave the service too."""
+        self.leave_at_end = leave
         self.done.set()
         self.join()
 
@@ -350,9 +359,12 @@ def main(argv: list[str] | None = None) -> int:
                                                     enough):
             meter.add(buffer, size, received_ns, address)
     finally:
-        for thread in (chat, puller):
-            if thread is not None:
-                thread.stop()
+        if chat is not None:
+            chat.stop()
+        if puller is not None:
+            # Ended on its own (duration, expect): the session is over and the viewer leaves.
+            # Stopped by a signal, it is the run ending, not the viewer's session.
+            puller.stop(leave=not agent.stopping)
         sock.close()  # after the puller, which sends from it
     summary = meter.write(agent, params.expect)
     if chat is not None:

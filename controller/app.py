@@ -351,8 +351,9 @@ class EdgebedController(App):
             sent += count
             if xid is not None:
                 waiting.add(xid)
-        pending = PendingInstall(kind, dict(outcome.placed), decided_ns, policy_ms, switches,
-                                 sent, time.perf_counter_ns(), waiting)
+        # A leave's row names the flow that left and the server it was on.
+        pending = PendingInstall(kind, dict(outcome.placed or outcome.left), decided_ns,
+                                 policy_ms, switches, sent, time.perf_counter_ns(), waiting)
         if waiting:
             self.pending[min(waiting)] = pending
         else:

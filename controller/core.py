@@ -109,11 +109,13 @@ class PolicyTrace:
 @dataclass
 class Outcome:
     """What one call changed: the decision (if the policy was asked), the flows placed or moved
-    (flow -> server), and the switches whose desired state changed."""
+    (flow -> server), the flows that left (flow -> the server they were on) and the switches
+    whose desired state changed."""
 
     decision: Decision = field(default_factory=Decision)
     placed: dict[str, str] = field(default_factory=dict)
     switches: set[str] = field(default_factory=set)
+    left: dict[str, str] = field(default_factory=dict)
 
 
 class ControllerCore:
@@ -489,8 +491,12 @@ class ControllerCore:
         return Outcome(switches=self._refresh(flow))
 
     def leave(self, flow: str) -> Outcome:
-        self.flows.pop(flow, None)
-        return Outcome(switches=self._refresh(flow))
+        """``flow`` ended (its client said so): it holds no capacity and no rules any more, and
+        the policy's next call sees the state without it (a balancer's tasks and stream chains
+        are built from the placements). Leaving a flow not placed changes nothing."""
+        record = self.flows.pop(flow, None)
+        return Outcome(switches=self._refresh(flow),
+                       left={} if record is None else {flow: record.placement.server})
 
     def _migrate(self, flow: str, server: str, terms: Terms, outcome: Outcome) -> None:
         """Move ``flow`` to ``server``; ``terms`` replace the flow's where they say something."""

@@ -10,8 +10,10 @@ report period and queue levels are the scenario's.
 
 Everything measured comes from the run's records: per node, the load reports it sent (its
 process CPU over its budget, its interface's bytes over its link rate, L of eq. 2 from them with
-the policy's weights), the policy's refusals (``policy_trace``) and which node each node server
-pulled a stream from (``flows`` of the live_edge agents: a node fed by another node is a cascade).
+the policy's weights), the policy's refusals (``policy_trace``), the sessions that ended and
+left (``decisions``: a viewer leaves when its session ends, and the controller releases its
+placement) and which node each node server pulled a stream from (``flows`` of the live_edge
+agents: a node fed by another node is a cascade).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from controller.policies.surveillance.model import Workload, _mean_cv, draw_trac
 from experiments.measurements import read_table
 from topologies.files import atomic_write
 from experiments.sweeps.kinds import ROOT, Cell, Kind, Metric, Panel, TimeFigure, emulated_run
-from experiments.kinds.surveillance import CLAIMS
+from experiments.kinds.surveillance import CLAIMS, METRICS as MODEL_METRICS
 
 CAMERA_HOSTS = ("camA", "camB")
 START_S = 1.0  # the first request's earliest start: the cameras and nodes are up by then
@@ -175,7 +177,8 @@ def cell_figures(run_dir: Path, summary: dict, parameters: Parameters) -> dict[s
     spells = heavy_spells(samples, parameters.heavy_above)
     rejected = sum(len([r for r in (row["rejected"] or "").split(";") if r])
                    for row in read_table(run_dir, "policy_trace"))
-    placed = {row["flow"] for row in read_table(run_dir, "decisions") if row["kind"] == "place"}
+    decisions = read_table(run_dir, "decisions")
+    placed = {row["flow"] for row in decisions if row["kind"] == "place"}
     depths = cascade_depths(run_dir)
     clients = [row for row in read_table(run_dir, "flows") if row["agent"] == "viewer"]
     streams = {row["flow"] for row in clients if int(row["unique"] or 0) > 0}
@@ -185,6 +188,7 @@ def cell_figures(run_dir: Path, summary: dict, parameters: Parameters) -> dict[s
             "peak_bandwidth": samples["bandwidth"].max(),
             "overloads": len(spells), "heavy_max_s": max(spells, default=0),
             "rejected": rejected, "placed": len(placed),
+            "left": sum(1 for row in decisions if row["kind"] == "leave"),
             "clients_per_stream": (sum(int(r["unique"] or 0) > 0 for r in clients)
                                    / len(streams) if streams else None),
             "cascades": sum(1 for d in depths.values() if d > 0),
@@ -245,20 +249,24 @@ def figures(experiment) -> list[TimeFigure]:
                        tuple(panels))]
 
 
+def model_metrics(*names: str) -> tuple[Metric, ...]:
+    """The model-level kind's metrics of these names: the same figure under the same label and
+    unit in both reports, defined once (experiments/kinds/surveillance.py)."""
+    by_name = {metric.name: metric for metric in MODEL_METRICS}
+    return tuple(by_name[name] for name in names)
+
+
 METRICS = (
-    Metric("cv_load", "CV of load L across nodes"),
-    Metric("cv_cpu", "CV of CPU utilisation across nodes"),
-    Metric("cv_bandwidth", "CV of bandwidth utilisation across nodes"),
-    Metric("peak_load", "peak load L"),
-    Metric("peak_cpu", "peak CPU utilisation"),
-    Metric("peak_bandwidth", "peak bandwidth utilisation"),
+    *model_metrics("cv_load", "cv_cpu", "cv_bandwidth", "peak_load", "peak_cpu",
+                   "peak_bandwidth"),
+    # The model counts L passing the level at its samples; here a spell of reports above it.
     Metric("overloads", "overload events (spells of L above the heavy level)"),
-    Metric("heavy_max_s", "longest heavy spell", "s"),
-    Metric("rejected", "rejected requests"),
+    *model_metrics("heavy_max_s", "rejected"),
     Metric("placed", "requests placed"),
+    Metric("left", "sessions that ended and left"),
     Metric("clients_per_stream", "clients receiving per camera stream received"),
     Metric("cascades", "camera streams cascaded"),
-    Metric("max_depth", "deepest cascade", "hops"),
+    *model_metrics("max_depth"),
     Metric("fidelity_ok", "runs the fidelity monitor passed"),
 )
 

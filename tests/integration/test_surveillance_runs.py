@@ -17,6 +17,7 @@ import os
 
 import networkx as nx
 import pytest
+import yaml
 
 from controller.policies.surveillance.load import LoadWeights
 from controller.policies.surveillance.policies import reported_load
@@ -73,6 +74,40 @@ def dying(tmp_path_factory):
     text = text.replace(NODE2, f"{NODE2} duration: {DIES_AFTER:g}s,")
     return emulate(tmp_path_factory, "dying", text.replace(NODE1_CAPACITY, "capacity: 6Mbps"),
                    EDGEBED_DURATION=f"{DYING_DURATION:g}s")
+
+
+# The ending run: sessions and a camera that end. The original balancer (every client of a
+# streaming camera to its origin) on nodes with room for ENDING_ROOM streams each; clients by
+# (camera, start, session) in s, None: until the run ends. Camera 1: client3 finds the origin
+# full; client1's session ends before client4 asks, and client4 gets the room it held.
+# Camera 2 stops streaming CAMERA2_STOPS_AT (its origin keeps client6's session and reports the
+# stream silent); client7 asks for it later and is refused.
+ENDING_ROOM = 2
+ENDING_CLIENTS = {"client1": (1, 1.0, 3.0), "client2": (1, 1.5, None),
+                  "client3": (1, 2.0, None), "client4": (1, 6.5, None),
+                  "client6": (2, 1.2, None), "client7": (2, 8.0, None)}
+CAMERA2_STOPS_AT = 3.2  # the camera starts at 0.2 s and streams for 3 s
+ENDING_DURATION = 11.0
+
+
+@pytest.fixture(scope="module")
+def ending(tmp_path_factory):
+    scenario = yaml.safe_load(SCENARIO.read_text())
+    nodes = scenario["topology"]["nodes"]
+    for node in NODES:
+        nodes[node]["labels"]["capacity"] = f"{ENDING_ROOM}Mbps"
+    nodes["client7"]["labels"]["camera"] = 2
+    [camera2] = [e for e in scenario["workload"]
+                 if e["agent"] == "camera" and e["params"]["stream"] == 2]
+    camera2["params"]["duration"] = f"{CAMERA2_STOPS_AT - 0.2:g}s"
+    viewer = next(e for e in scenario["workload"] if e["agent"] == "viewer")["params"]
+    scenario["workload"] = [e for e in scenario["workload"] if e["agent"] != "viewer"] + [
+        {"agent": "viewer", "nodes": [client], "start": f"{start:g}s",
+         "params": {**viewer, "pull_stream": camera,
+                    **({"duration": f"{session:g}s"} if session is not None else {})}}
+        for client, (camera, start, session) in ENDING_CLIENTS.items()]
+    return emulate(tmp_path_factory, "ending", yaml.safe_dump(scenario, sort_keys=False),
+                   EDGEBED_POLICY="sv_feedback", EDGEBED_DURATION=f"{ENDING_DURATION:g}s")
 
 
 def first_servers(run_dir) -> dict[str, str]:
@@ -214,3 +249,57 @@ def test_a_dead_node_s_clients_move_and_what_it_fed_is_fed_again(dying):
         if fed_by_node2:
             after = [c for c in changes if c["time_s"] > fed_by_node2[-1]["time_s"]]
             assert after and after[-1]["to"] != address["node2"], changes
+
+
+def test_a_viewer_whose_session_ended_leaves_and_a_later_request_gets_its_room(ending):
+    decisions = read_table(ending, "decisions")
+    placed = {row["flow"]: row for row in decisions if row["kind"] == "place"}
+    origin = placed["client1/video"]["server"]
+    assert placed["client2/video"]["server"] == origin
+    # client3 asked while the origin held client1 and client2: refused, the origin is full.
+    assert "client3/video" not in placed
+    assert f"node {origin!r} has no room" in (ending / "logs" / "client3.log").read_text()
+    # client1's session ended: it left, the controller acknowledged, and released the flow.
+    followed = summary_of(ending, "client1", "viewer")["pull"]["followed"]
+    assert followed["left_s"] is not None, followed
+    [left] = [row for row in decisions if row["kind"] == "leave"]
+    assert (left["flow"], left["server"]) == ("client1/video", origin)
+    origin_s = json.loads((ending / "summary.json").read_text())["timeline_origin_s"]
+    _, start, session = ENDING_CLIENTS["client1"]
+    print(f"client1 left {origin} at {followed['left_s'] - origin_s:.2f} s (session "
+          f"{start:g} + {session:g} s); client4 placed at "
+          f"{float(placed['client4/video']['time']) - origin_s:.2f} s")
+    assert float(left["time"]) - origin_s >= start + session
+    # client4, later, got the room client1 held, and measured the stream from it.
+    assert placed["client4/video"]["server"] == origin
+    assert float(placed["client4/video"]["time"]) > float(left["time"])
+    got = [row for row in read_table(ending, "flows")
+           if row["node"] == "client4" and row["agent"] == "viewer"]
+    assert sum(int(row["unique"] or 0) for row in got) > 0, got
+    # The clients stopped by the run's end did not leave: the controller's final state keeps
+    # them, and not client1.
+    flows = {f["flow"] for f in json.loads(
+        (ending / "controller" / "state.json").read_text())["flows"]}
+    assert flows == {"client2/video", "client4/video", "client6/video"}, flows
+
+
+def test_a_request_for_a_camera_that_stopped_is_refused(ending):
+    origin_s = json.loads((ending / "summary.json").read_text())["timeline_origin_s"]
+    placed = {row["flow"]: row["server"] for row in read_table(ending, "decisions")
+              if row["kind"] == "place"}
+    origin = placed["client6/video"]
+    # Camera 2's origin said the stream went silent, from its own measurement ...
+    silent = [(float(row["time"]) - origin_s, json.loads(row["metrics"]).get("stream.2.silent_s"))
+              for row in read_table(ending, "load_reports") if row["server"] == origin]
+    stopped = [at for at, seconds in silent if seconds is not None and seconds >= 2.0]
+    assert stopped and stopped[0] >= CAMERA2_STOPS_AT + 2.0 - 0.5, silent
+    # ... and the later request for it was refused, saying why, instead of being placed.
+    assert "client7/video" not in placed
+    refused = [float(row["time"]) - origin_s for row in read_table(ending, "policy_trace")
+               if "client7/video" in (row["rejected"] or "")]
+    assert refused and refused[0] >= ENDING_CLIENTS["client7"][1], refused
+    assert "camera '2' stopped streaming" in (ending / "logs" / "client7.log").read_text()
+    # client6 measured camera 2 while it streamed: the refusal is about the stop, not a path.
+    got = [row for row in read_table(ending, "flows")
+           if row["node"] == "client6" and row["agent"] == "viewer"]
+    assert sum(int(row["unique"] or 0) for row in got) > 0, got

@@ -32,6 +32,7 @@ class Controller:
         self.lock = threading.Lock()
         self.subscribers: dict[str, tuple] = {}
         self.join_delay = 0.0  # seconds the stand-in takes over a join before it answers
+        self.leaves: list[str] = []  # the flows leave messages named, in order
         sock = netns.udp_socket("127.0.0.1", 0)
         self.address = sock.getsockname()
         self.server = ControlServer([sock], self.handle).start()
@@ -48,6 +49,10 @@ class Controller:
                                                 message.port)
                 self.core.place([request])
                 reply(self.core.decision_message(message.id, request.flow))
+            elif message.type == "leave":
+                self.leaves.append(message.flow)
+                self.core.leave(message.flow)
+                reply(protocol.Ack(id=message.id))
             elif message.type == "steer":
                 self.core.steer(message.flow, message.server)
                 reply(self.core.decision_message(message.id, message.flow, True))
@@ -232,3 +237,33 @@ def test_the_join_is_timed_from_request_to_grant_and_pushes_are_not(controller):
     # A pushed decision answers no request of the agent's: no response time.
     assert (rows[1]["requested_s"], rows[1]["response_ms"]) == (None, None)
 
+
+
+def test_a_joined_flow_leaves_once_and_the_controller_releases_it(controller):
+    ctl = controller()
+    with ControlClient(ctl.address, node="viewer1") as control:
+        follower = DecisionFollower(control, "video", probe=None)
+        assert not follower.leave()  # not joined yet: nothing to leave, nothing sent
+        follower.join()
+        assert "viewer1/video" in ctl.core.flows
+        before = time.time()
+        assert follower.leave()
+        assert not follower.leave()  # left already: sent once
+    assert ctl.leaves == ["viewer1/video"] and "viewer1/video" not in ctl.core.flows
+    summary = follower.write(Rows())
+    assert before <= summary["left_s"] <= time.time() and summary["leave_error"] is None
+
+
+def test_a_refused_flow_sends_no_leave_and_an_unanswered_leave_says_why(controller):
+    ctl = controller()
+    with ControlClient(ctl.address, node="viewer1", timeout=0.2, tries=1) as control:
+        refused = DecisionFollower(control, "nothing", probe=None)
+        assert refused.join() is None and not refused.leave()
+        follower = DecisionFollower(control, "video", probe=None)
+        follower.join()
+        ctl.close()  # the controller is gone: the leave goes unanswered, within its tries
+        started = time.monotonic()
+        assert not follower.leave(tries=1)
+        assert time.monotonic() - started < 1.0
+    assert ctl.leaves == [] and "no reply" in follower.leave_error
+    assert follower.write(Rows())["left_s"] is None

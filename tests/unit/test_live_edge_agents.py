@@ -333,6 +333,19 @@ class FakeController:
     def send(self, message: protocol.Message, to: tuple) -> None:
         self.sock.sendto(protocol.encode(message), to)
 
+    def waiting(self) -> list[protocol.Message]:
+        """The messages that arrived and were not received yet, without waiting."""
+        messages = []
+        self.sock.setblocking(False)
+        try:
+            while True:
+                messages.append(protocol.decode(self.sock.recv(protocol.MAX_DATAGRAM),
+                                                protocol.TO_CONTROLLER))
+        except BlockingIOError:
+            return messages
+        finally:
+            self.sock.settimeout(HANG_GUARD_S)
+
 
 def decision(request_id: int, server: str, bitrate: float | None,
              migrated: bool = False) -> protocol.Decision:
@@ -385,6 +398,33 @@ def test_the_viewer_joins_and_follows_pushed_decisions_in_its_pulls(tmp_path):
     heard = [float(row["time_s"]) for row in rows]
     assert heard == sorted(heard) and abs(heard[0] - time.time()) < HANG_GUARD_S
     assert (pulled["flow"], pulled["decisions"], pulled["migrations"]) == ("v/live", 3, 1)
+    # Stopped by a signal (the run ending), the viewer did not leave.
+    assert pulled["followed"]["left_s"] is None
+    assert not any(isinstance(m, protocol.Leave) for m in controller.waiting())
+
+
+def test_a_viewer_whose_session_ends_leaves_the_service(tmp_path):
+    controller = FakeController()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as edge:
+        edge.bind((LOOPBACK, 0))
+        started = time.time()
+        watching = running(subprocess.Popen(
+            agent_argv("viewer", "v", tmp_path, {
+                "port": 0, "pull": LOOPBACK, "pull_port": edge.getsockname()[1],
+                "service": "live", "bitrates": ["1Mbps"], "duration": "1s"}),
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=controller.environment))
+        subscribe, control_address = controller.receive(protocol.Subscribe)
+        controller.send(protocol.Ack(id=subscribe.id), control_address)
+        join, _ = controller.receive(protocol.Join)
+        controller.send(decision(join.id, "edge1", 1e6), control_address)
+        leave, _ = controller.receive(protocol.Leave)
+        left = time.time()
+        controller.send(protocol.Ack(id=leave.id), control_address)
+        pulled = summary_of(watching)["pull"]
+    assert (leave.node, leave.flow) == ("v", "v/live")
+    assert left - started >= 1.0  # at the end of its session (1 s from its start), not at once
+    assert pulled["followed"]["left_s"] >= left - 1 and pulled["followed"]["leave_error"] is None
 
 
 class PullRelay(LoopbackRelay):

@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from controller.core import ControllerCore
+from controller.policies import create
 from controller.policies.surveillance import POLICIES
 from controller.policies.surveillance.balancer import (BALANCERS, Choice, Cluster,
                                                        DynamicFeedback, Hashing, ImprovedFeedback,
@@ -23,6 +25,8 @@ from controller.policies.surveillance.load import (Hardware, LoadWeights, Queue,
 from controller.policies.surveillance.model import Workload, draw_trace, simulate
 from controller.policies.surveillance.policies import reported_load
 from controller.policy import Client, LoadReport, Placement, Request, Server, State
+from controller.view import NetworkView
+from topologies.scenario import load
 
 
 # --- load, maximum load, weights, queues -------------------------------------------------
@@ -494,3 +498,45 @@ def test_a_request_for_a_camera_its_origin_reports_silent_is_refused():
     assert [(r.flow, r.reason) for r in decision.rejections] == [
         ("c2/video", "camera '1' stopped streaming")]
     assert [(a.flow, a.server) for a in decision.assignments] == [("c3/video", "n2")]
+
+
+# --- leaving: the controller releases the placement ----------------------------------------
+
+def surveillance_core(policy: str) -> ControllerCore:
+    """A controller core over topologies/surveillance.yaml (node1-3 with room for 4, 3 and 2
+    streams of 1 Mbit/s; client1-5 ask for camera 1) running ``policy``."""
+    return ControllerCore(NetworkView.from_scenario(load("topologies/surveillance.yaml")),
+                          create(policy))
+
+
+def join(core: ControllerCore, client: str) -> str | None:
+    """``client`` joins the video service; the node it got (None: refused)."""
+    outcome = core.place([core.request_for(client, "video")])
+    return outcome.placed.get(f"{client}/video")
+
+
+def test_a_flow_that_leaves_frees_its_node_s_room_for_a_later_request():
+    core = surveillance_core("sv_feedback")
+    # The original sends every client of a streaming camera to its origin: node1 (the
+    # heaviest weight, first by weighted round robin) takes four, then has no room.
+    assert [join(core, f"client{i}") for i in range(1, 6)] == ["node1"] * 4 + [None]
+    left = core.leave("client1/video")
+    assert left.left == {"client1/video": "node1"} and "client1/video" not in core.flows
+    assert core.leave("client1/video").left == {}  # left already: nothing changes
+    assert join(core, "client5") == "node1"  # the room client1 held
+
+
+def test_a_cascade_whose_clients_left_collapses_back_to_the_origin():
+    core = surveillance_core("sv_improved")
+    # With no reports the improved balancer queues a node by its placed share of capacity:
+    # node1 serves three (0.75: moderate), then node2 helps, fed by node1.
+    assert [join(core, f"client{i}") for i in range(1, 6)] == ["node1"] * 3 + ["node2"] * 2
+    assert core.policy.last_chains["client5/video"] == ("node1", "node2")
+    for client in ("client3", "client4", "client5"):
+        core.leave(f"{client}/video")
+    # node1 is light again (2 of 4) and node2 serves nobody: the next client is served by the
+    # origin straight from the camera. Had the placements stayed, node1 would be moderate
+    # (3 of 4) and the client would go to the helper node2 at depth 1.
+    assert join(core, "client5") == "node1"
+    assert core.policy.last_chains["client5/video"] == ("node1",)
+    assert core.flows["client5/video"].placement.attributes["depth"] == 0
