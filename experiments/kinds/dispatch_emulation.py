@@ -24,17 +24,20 @@ from __future__ import annotations
 
 import json
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 
 import networkx as nx
 import pandas as pd
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
+from scipy import stats
 
 from controller.config import ControllerConfig
 from controller.policies.dispatch.quality import VIA
 from controller.view import NetworkView
 from experiments.measurements import read_table
+from experiments.playout import viewer_playouts
 from experiments.sweeps.kinds import Cell, Kind, Metric, emulated_run
 from topologies.units import parse_duration
 
@@ -46,6 +49,17 @@ FAILOVER = ("recompute", "hot_standby")
 CUT_VIEWER = "euv1"
 INGEST = "cn0"
 FAILOVER_WINDOW_S = 4.0
+# A run measures failover only if the cut viewer was receiving normally in the second before
+# the cut and the ingest node all along: at 25 frames a second a whole frame comes every 40 ms,
+# a burst loss on a cross-border link takes one or two (in five clean runs the longest wait
+# before the cut was 49-66 ms, the ingest node's 47-149 ms); a wait past STALL_S is the
+# emulator stalling on a loaded machine (one run waited 2.9 s before the cut while the
+# relays delivered frames up to 1.4 s late).
+PRE_CUT_S = 1.0
+STALL_S = 0.25
+# The viewers' player (experiments.playout): half a second of playout delay, a low-latency
+# live player's (not fitted to anything; the talk gives none).
+PLAYOUT_BUFFER_S = 0.5
 
 
 class Parameters(BaseModel):
@@ -78,8 +92,67 @@ def variables(cell: Cell) -> dict[str, str]:
             "EDGEBED_DURATION": f"{parameters.duration:g}s"}
 
 
+@dataclass(frozen=True)
+class Failover:
+    """A viewer's outage at the scenario's link cut, from the whole frames it and the ingest
+    node got (see :func:`failover`), and whether the run can measure it at all."""
+
+    viewer: str
+    ingest: str
+    gap_s: float  # the viewer's longest wait for a whole frame across the cut
+    frames_lost: int  # frames the ingest node got whole that the viewer never did
+    # The viewer's longest wait for a whole frame in the PRE_CUT_S before the cut, and the
+    # ingest node's from PRE_CUT_S before the cut to the window's end (s).
+    viewer_wait_before_s: float
+    ingest_wait_s: float
+
+    @property
+    def invalid(self) -> str | None:
+        """Why this run measures something other than failover, or None: the cut viewer was
+        not receiving normally before the cut (its wait runs back before the link went down),
+        or the ingest node, upstream of the cut and untouched by it, stopped receiving (what
+        the viewer lost then the source or the emulator lost, not the failover)."""
+        reasons = []
+        if self.viewer_wait_before_s > STALL_S:
+            reasons.append(f"{self.viewer} got no whole frame for "
+                           f"{1e3 * self.viewer_wait_before_s:.0f} ms in the "
+                           f"{PRE_CUT_S:g} s before the cut")
+        if self.ingest_wait_s > STALL_S:
+            reasons.append(f"{self.ingest}, the ingest node, got no whole frame for "
+                           f"{1e3 * self.ingest_wait_s:.0f} ms from {PRE_CUT_S:g} s before "
+                           f"the cut to the window's end")
+        return "; ".join(reasons) or None
+
+
+def cut_time(run_dir: Path) -> float:
+    """When the scenario's link cut happened (epoch seconds): the run's timeline origin plus
+    the schedule's ``link_down`` time (the runner performs it within milliseconds of that)."""
+    resolved = yaml.safe_load((run_dir / "scenario.yaml").read_text())
+    [cut_at] = [parse_duration(event["at"]) for event in resolved.get("schedule") or []
+                if event.get("action") == "link_down"]
+    return json.loads((run_dir / "summary.json").read_text())["timeline_origin_s"] + cut_at
+
+
+def rerouted_after(run_dir: Path) -> float:
+    """How long after the cut (s) the controller had its recomputed routes in every switch
+    (its ``reroute`` decision is recorded when the switches' barrier replies are in); NaN
+    when it recorded none. With hot standby the switches' fast-failover groups moved the
+    traffic before that."""
+    cut = cut_time(run_dir)
+    done = [float(row["time"]) for row in read_table(run_dir, "decisions")
+            if row["kind"] == "reroute" and float(row["time"]) >= cut]
+    return min(done) - cut if done else float("nan")
+
+
+def longest_wait(arrivals: list[float], start: float, end: float) -> float:
+    """The longest time from ``start`` to ``end`` without an arrival (sorted ``arrivals``;
+    the window's edges count as arrivals)."""
+    times = [start, *(t for t in arrivals if start < t < end), end]
+    return max(b - a for a, b in zip(times, times[1:]))
+
+
 def failover(run_dir: Path, viewer: str = CUT_VIEWER, ingest: str = INGEST,
-             window_s: float = FAILOVER_WINDOW_S) -> tuple[float, int]:
+             window_s: float = FAILOVER_WINDOW_S) -> Failover:
     """``viewer``'s outage at the scenario's link cut.
 
     The failover gap (s) is the longest time between two whole frames arriving at the viewer,
@@ -89,14 +162,11 @@ def failover(run_dir: Path, viewer: str = CUT_VIEWER, ingest: str = INGEST,
     the ingest node got whole from 0.1 s before the cut (frames in flight on the 90 ms link
     die with it) to the window's end that the viewer never got whole: the source's frame
     numbers, which media nodes keep. They include the cross-border links' own burst losses in
-    the window (about a frame a second at the scenario's p 0.5%). The cut's time is the run's
-    timeline origin plus the schedule's ``link_down`` time (the runner performs it within
-    milliseconds of that)."""
-    resolved = yaml.safe_load((run_dir / "scenario.yaml").read_text())
-    [cut_at] = [parse_duration(event["at"]) for event in resolved.get("schedule") or []
-                if event.get("action") == "link_down"]
-    origin = json.loads((run_dir / "summary.json").read_text())["timeline_origin_s"]
-    cut, end = origin + cut_at, origin + cut_at + window_s
+    the window (about a frame a second at the scenario's p 0.5%). The cut's time is
+    :func:`cut_time`'s. The waits before the cut and at the ingest node say whether the
+    run measured failover at all (:attr:`Failover.invalid`)."""
+    cut = cut_time(run_dir)
+    end = cut + window_s
     whole: dict[str, dict[int, float]] = {viewer: {}, ingest: {}}
     for row in read_table(run_dir, "frames"):
         if row["node"] in whole and row["complete"] == "True":
@@ -104,11 +174,13 @@ def failover(run_dir: Path, viewer: str = CUT_VIEWER, ingest: str = INGEST,
     arrivals = sorted(whole[viewer].values())
     before = [t for t in arrivals if t < cut]
     later = [t for t in arrivals if t > end]
-    times = ([before[-1] if before else cut] + [t for t in arrivals if cut <= t <= end]
-             + [later[0] if later else end])
     made = [frame for frame, t in whole[ingest].items() if cut - 0.1 <= t <= end]
-    return (max(b - a for a, b in zip(times, times[1:])),
-            sum(frame not in whole[viewer] for frame in made))
+    return Failover(
+        viewer, ingest,
+        gap_s=longest_wait(arrivals, before[-1] if before else cut, later[0] if later else end),
+        frames_lost=sum(frame not in whole[viewer] for frame in made),
+        viewer_wait_before_s=longest_wait(arrivals, cut - PRE_CUT_S, cut),
+        ingest_wait_s=longest_wait(sorted(whole[ingest].values()), cut - PRE_CUT_S, end))
 
 
 def measure(run_dir: Path) -> dict[str, float]:
@@ -151,7 +223,14 @@ def measure(run_dir: Path) -> dict[str, float]:
         poor += loss > VIA.loss or 2 * delay / 1e3 > VIA.rtt
     relayed = {row["flow"] for row in read_table(run_dir, "decisions_followed")
                if row["node"] == "cn0" and "hk1" in row["via"].split(";")}
-    gap_s, frames_lost = failover(run_dir)
+    [fps] = [float(entry["params"]["fps"]) for entry in resolved["workload"]
+             if entry["agent"] == "streamer"]
+    shown = viewer_playouts(run_dir, viewers, fps, PLAYOUT_BUFFER_S).values()
+    startups = [1e3 * p.startup_s for p in shown if p.startup_s is not None]
+    cut = failover(run_dir)
+    # An invalid run's failover figures are kept under failover_measured_*, and left out of
+    # failover_gap_ms and failover_frames_lost (empty), which the means are taken of.
+    valid = cut.invalid is None
     return {"viewers_served": len(source),
             "misplaced_by_database": sum(region.get(first_place.get(v)) not in (None, region[v])
                                          for v in viewers),
@@ -161,7 +240,21 @@ def measure(run_dir: Path) -> dict[str, float]:
             "cross_border_node_loss_pct": 100 * statistics.fmean(node_loss) if node_loss
             else float("nan"),
             "poor_viewers": poor, "relayed_flows": len(relayed),
-            "failover_gap_ms": 1e3 * gap_s, "failover_frames_lost": frames_lost}
+            "failover_gap_ms": 1e3 * cut.gap_s if valid else float("nan"),
+            "failover_frames_lost": cut.frames_lost if valid else float("nan"),
+            "failover_valid": int(valid),
+            "failover_measured_gap_ms": 1e3 * cut.gap_s,
+            "failover_measured_frames_lost": cut.frames_lost,
+            "failover_wait_before_ms": 1e3 * cut.viewer_wait_before_s,
+            "failover_ingest_wait_ms": 1e3 * cut.ingest_wait_s,
+            "failover_reroute_ms": 1e3 * rerouted_after(run_dir),
+            "stall_free_viewers": sum(p.shown_s is not None and not p.stalls for p in shown),
+            "stalls": sum(p.stalls for p in shown),
+            "stall_ms": 1e3 * sum(p.stall_s for p in shown),
+            "startup_mean_ms": statistics.fmean(startups) if startups else float("nan"),
+            "startup_max_ms": max(startups, default=float("nan")),
+            "startups_under_1s": sum(startup < 1e3 for startup in startups),
+            "viewers": len(viewers)}
 
 
 def run_cell(cell: Cell) -> list[dict[str, object]]:
@@ -181,10 +274,35 @@ METRICS = (Metric("misplaced_by_database", "viewers the database placed abroad")
            Metric("delay_p50_ms", "mean of viewers' median one-way delay", "ms"),
            Metric("relayed_flows", "flows the origin sent through hk1"),
            Metric("failover_gap_ms", f"{CUT_VIEWER}'s longest wait for a whole frame after "
-                  "the cn-eu cut", "ms"),
+                  "the cn-eu cut (valid runs)", "ms"),
            Metric("failover_frames_lost", f"frames {CUT_VIEWER} lost from the cut to "
-                  f"{FAILOVER_WINDOW_S:g} s after"),
-           Metric("viewers_served", "viewers served"))
+                  f"{FAILOVER_WINDOW_S:g} s after (valid runs)"),
+           Metric("failover_valid", f"runs receiving normally before the cut ({CUT_VIEWER}) "
+                  f"and throughout ({INGEST})"),
+           Metric("failover_measured_gap_ms", "failover_gap_ms as measured, valid or not",
+                  "ms"),
+           Metric("failover_measured_frames_lost",
+                  "failover_frames_lost as measured, valid or not"),
+           Metric("failover_wait_before_ms", f"{CUT_VIEWER}'s longest wait for a whole frame "
+                  f"in the {PRE_CUT_S:g} s before the cut", "ms"),
+           Metric("failover_ingest_wait_ms", f"{INGEST}'s longest wait for a whole frame from "
+                  f"{PRE_CUT_S:g} s before the cut to {FAILOVER_WINDOW_S:g} s after", "ms"),
+           Metric("failover_reroute_ms", "the controller's recomputed routes installed, after "
+                  "the cut", "ms"),
+           Metric("stall_free_viewers", "viewers whose playout never stalled"),
+           Metric("stalls", "stalls (a frame later than its playout deadline), all viewers"),
+           Metric("stall_ms", "time stalled, all viewers together", "ms"),
+           Metric("startup_mean_ms", "mean startup (join request to first frame shown)",
+                  "ms"),
+           Metric("startup_max_ms", "slowest viewer's startup", "ms"),
+           Metric("startups_under_1s", "viewers that started within 1 s"),
+           Metric("viewers_served", "viewers served"),
+           Metric("viewers", "viewers in the scenario"))
+PLOTS = ("misplaced_by_database", "served_abroad", "access_rtt_ms",
+         "cross_border_node_loss_pct", "poor_viewers", "delay_p50_ms", "failover_gap_ms",
+         "failover_frames_lost", "failover_valid", "failover_reroute_ms",
+         "stall_free_viewers", "stalls", "stall_ms", "startup_mean_ms", "startup_max_ms",
+         "startups_under_1s", "viewers_served")
 
 ABOUT = """\
 Each cell is one emulated run of `topologies/dispatch.yaml` (real packets on a Mininet network,
@@ -211,20 +329,89 @@ may stay abroad, nearer than the database's pick (the model-level report's list-
 measures this at scale). Runs made while other work loaded the machine: delays carry its
 queues. One repetition per seed: read the counts with the number of runs beside them.
 
-Failover: at 9 s the scenario takes the cn-eu link down, over which eu1 gets the stream for
-euv1; the standby route is cn-us-eu (80 + 35 ms against 90 ms one way). `failover_gap_ms` is
-euv1's longest wait for a whole frame from the last before the cut to 4 s after it (link down
-to receiving again, plus up to one 40 ms frame interval); `failover_frames_lost` counts the
-frames the ingest node cn0 got in that time that euv1 never got whole, the cross-border links'
-own burst losses included (about a frame a second). Every run has the cut; the hot_standby and
-recompute cells differ only in the controller's `fast_failover`.
+Failover: at 9 s the scenario takes the cn-eu link down (both ends lose carrier), over which
+eu1 gets the stream for euv1; the standby route is cn-us-eu (80 + 35 ms against 90 ms one way).
+`failover_gap_ms` is euv1's longest wait for a whole frame from the last before the cut to 4 s
+after it (link down to receiving again, plus up to one 40 ms frame interval);
+`failover_frames_lost` counts the frames the ingest node cn0 got from 0.1 s before the cut to
+the window's end that euv1 never got whole, the cross-border links' own burst losses included
+(about a frame a second). Every run has the cut; the hot_standby and recompute cells differ
+only in the controller's `fast_failover`. `failover_reroute_ms` is when the controller had its
+recomputed routes in every switch (its `reroute` decision, recorded once the switches' barrier
+replies are in): it recomputes under both policies, but with hot standby the switches'
+fast-failover groups have moved the traffic already.
+
+A run measures failover only if euv1 was receiving normally in the second before the cut and
+cn0, upstream of the cut and untouched by it, from then to the window's end: no wait for a
+whole frame over 250 ms at either (a clean run's are 40-150 ms). Otherwise the emulator
+stalled on the loaded machine (its relays then deliver frames late by up to seconds) and the
+gap measures the stall. Such a run is flagged (`failover_valid` 0): it stays in `results.csv`
+with its figures under `failover_measured_*` and its longest waits, the remarks list it with
+the reason, and it is left out of `failover_gap_ms` and `failover_frames_lost`, whose means
+count the valid runs only.
+
+What to expect at this scale: little difference between the two. The cut is a carrier loss
+both switches at its ends see at once, so the controller's recomputation starts from the same
+port-down event that flips a fast-failover group, and with five switches and a handful of
+flows it has its routes in within about a frame interval (`failover_reroute_ms`). What
+dominates the gap neither can save: the frames in flight on the dead 90 ms link (two or three)
+and the standby route's 25 ms more, so a valid run's gap is at least 115 ms plus up to a
+frame interval of phase, and a frame sent to the dead port before the routes or the group
+moved is one more frame lost. Hot standby buys its margin where the control plane is slow or far (a
+loaded controller, many switches and flows to recompute, a controller out of reach), which
+this experiment does not vary.
+
+Playout, every viewer of every run (`experiments.playout`, the same for any scheme's runs): a
+player with 0.5 s of playout delay (a low-latency live player's; chosen, not fitted) starts on
+the first I frame the viewer got whole and shows a frame every 40 ms after it. A stall is the
+buffer running dry: the next whole frame not there by its slot (a frame later than its playout
+deadline); frames that never came while later ones were buffered are skipped without one.
+`startup_*` run from the viewer's join request to its first frame shown: the join's answer,
+the pull, the wait for the next I frame (every 2 s; media nodes here keep no GOP cache, so a
+viewer joining mid-GOP waits for the next) and the 0.5 s of playout delay. The anchors are
+LiveNet's 98% stall-free views and 95% of startups under 1 s.
 """
+
+
+def verdict(runs: pd.DataFrame) -> str:
+    """Whether hot standby's failover gap is shorter than recomputation's in ``runs`` (one
+    swept value's), from the valid runs: shorter when the 95% Student-t intervals of the two
+    means do not overlap; otherwise not shown apart at this number of runs."""
+    gaps = {policy: runs.loc[(runs["policy"] == policy) & (runs["failover_valid"] == 1),
+                             "failover_gap_ms"] for policy in FAILOVER}
+    if min(len(gap) for gap in gaps.values()) < 2:
+        return "too few valid runs to compare hot standby with recomputation."
+    interval = {policy: (gap.mean(), stats.t.ppf(0.975, len(gap) - 1) * gap.std()
+                         / len(gap) ** 0.5) for policy, gap in gaps.items()}
+    (hot, hot_half), (recomputed, recomputed_half) = (interval["hot_standby"],
+                                                      interval["recompute"])
+    figures = (f"mean gap {hot:.0f} ± {hot_half:.0f} ms with hot standby against "
+               f"{recomputed:.0f} ± {recomputed_half:.0f} ms recomputed (95% intervals, "
+               f"{len(gaps['hot_standby'])} and {len(gaps['recompute'])} valid runs)")
+    if hot + hot_half < recomputed - recomputed_half:
+        return f"hot standby re-sources faster: {figures}."
+    if recomputed + recomputed_half < hot - hot_half:
+        return f"recomputation re-sources faster: {figures}."
+    return f"hot standby is not shown faster than recomputation at this scale: {figures}."
+
 
 def remarks(results: pd.DataFrame) -> list[str]:
     """Per swept value, what each mechanism bought against its absence, from the results:
     viewers served from abroad (probing) and viewers poor by VIA (relays), in total over the
-    value's repetitions; the failover gap's range and the frames lost in total (failover)."""
+    value's repetitions; the failover gap's range and mean and the frames lost in total over
+    the valid runs, the number flagged, and every run as measured (failover); the views that
+    never stalled and the startups under 1 s, per policy over all its runs (playout)."""
     found = []
+    for (value, policy), group in results.groupby(["value", "policy"], sort=False):
+        views = int(group["viewers"].sum())
+        found.append(
+            f"At {group['parameter'].iloc[0]} = {value}, {policy}: "
+            f"{int(group['stall_free_viewers'].sum())} of {views} views never stalled "
+            f"({int(group['stalls'].sum())} stalls, {group['stall_ms'].sum() / 1e3:.1f} s "
+            f"together), " + (f"{int(group['startups_under_1s'].sum())} of {views} started "
+                              f"within 1 s (slowest {group['startup_max_ms'].max():.0f} ms)"
+                              if group["startup_max_ms"].notna().any()
+                              else "startup not recorded") + f" in {len(group)} runs.")
     for (baseline, mechanism), metric, what in (
             (ACCESS, "served_abroad", "viewers served from another region"),
             (RELAYS, "poor_viewers", "viewers poor by VIA's thresholds")):
@@ -239,19 +426,43 @@ def remarks(results: pd.DataFrame) -> list[str]:
                     f"({int(runs[mechanism])} and {int(runs[baseline])} runs of six viewers).")
     chosen = results[results["policy"].isin(FAILOVER)]
     for value, group in chosen.groupby("value", sort=False):
-        by = group.groupby("policy")
-        if set(FAILOVER) <= set(by.groups):
-            gaps, lost = by["failover_gap_ms"].agg(["min", "max"]), by["failover_frames_lost"]
+        if not set(FAILOVER) <= set(group["policy"]):
+            continue
+        where = f"At {group['parameter'].iloc[0]} = {value}"
+        sides = []
+        for policy in reversed(FAILOVER):
+            runs = group[group["policy"] == policy]
+            valid = runs[runs["failover_valid"] == 1]
+            flagged = len(runs) - len(valid)
+            sides.append(
+                (f"{valid['failover_gap_ms'].min():.0f}-{valid['failover_gap_ms'].max():.0f} ms "
+                 f"(mean {valid['failover_gap_ms'].mean():.0f} ms) with {policy}, "
+                 f"{int(valid['failover_frames_lost'].sum())} frames lost in {len(valid)} "
+                 f"valid runs, routes recomputed "
+                 f"{valid['failover_reroute_ms'].min():.0f}-"
+                 f"{valid['failover_reroute_ms'].max():.0f} ms after the cut"
+                 if len(valid) else f"no valid run with {policy}")
+                + (f" ({flagged} of {len(runs)} flagged and left out)" if flagged else ""))
+        found.append(f"{where}: failover gap " + " against ".join(sides) + ".")
+        found.append(f"{where}: {verdict(group)}")
+        # Every run as measured, the flagged ones with the reason.
+        for _, row in group.iterrows():
+            cut = Failover(CUT_VIEWER, INGEST, row["failover_measured_gap_ms"] / 1e3,
+                           int(row["failover_measured_frames_lost"]),
+                           row["failover_wait_before_ms"] / 1e3,
+                           row["failover_ingest_wait_ms"] / 1e3)
             found.append(
-                f"At {group['parameter'].iloc[0]} = {value}: failover gap "
-                + " against ".join(
-                    f"{gaps.loc[policy, 'min']:.0f}-{gaps.loc[policy, 'max']:.0f} ms with "
-                    f"{policy} ({int(lost.sum()[policy])} frames lost in "
-                    f"{int(by.size()[policy])} runs)" for policy in reversed(FAILOVER)) + ".")
+                f"{where}, {row['policy']} repetition {row['repetition']} (seed {row['seed']}): "
+                f"gap {1e3 * cut.gap_s:.0f} ms, {cut.frames_lost} frames lost; longest wait "
+                f"for a whole frame {1e3 * cut.viewer_wait_before_s:.0f} ms at {CUT_VIEWER} in "
+                f"the {PRE_CUT_S:g} s before the cut, {1e3 * cut.ingest_wait_s:.0f} ms at "
+                f"{INGEST} around it"
+                + (f"; **flagged, left out of the means**: {cut.invalid}" if cut.invalid
+                   else "") + ".")
     return found
 
 
 KINDS = (Kind(name="dispatch_emulation", parameters=Parameters, policies=ACCESS + RELAYS + FAILOVER,
               run=run_cell, metrics=METRICS,
-              plots=tuple(m.name for m in METRICS[:6] + METRICS[-2:]),
+              plots=PLOTS,
               about=ABOUT, remarks=remarks, emulated=True),)

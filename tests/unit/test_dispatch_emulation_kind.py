@@ -6,8 +6,12 @@ from __future__ import annotations
 import csv
 import json
 
+import pandas as pd
+import pytest
+
 from experiments.kinds import registered
-from experiments.kinds.dispatch_emulation import Parameters, failover, variables
+from experiments.kinds.dispatch_emulation import (PRE_CUT_S, STALL_S, Parameters, failover,
+                                                  remarks, variables, verdict)
 from experiments.sweeps.kinds import Cell
 
 
@@ -51,19 +55,95 @@ def write_run(run_dir, arrivals: dict[str, dict[int, float]], cut_at: str = "9s"
 
 
 def test_failover_measures_the_viewers_outage_across_the_cut(tmp_path):
-    # 25 frames a second at the ingest node from 8 s to 13 s, 90 ms later at the viewer over
-    # the direct link until the cut at 9 s kills frames 23-25 (at cn0 8.92-9.0 s, in flight);
+    # 25 frames a second at the ingest node from 7 s to 13 s, 90 ms later at the viewer over
+    # the direct link until the cut at 9 s kills frames 48-50 (at cn0 8.92-9.0 s, in flight);
     # from frame ``back`` on they come over the standby route, 115 ms.
-    ingest = {n: 8 + n / 25 for n in range(126)}
-    for name, back in (("hot", 26), ("recomputed", 38)):
-        viewer = {n: t + (0.09 if n < 23 else 0.115) for n, t in ingest.items()
-                  if not 23 <= n < back}
+    ingest = {n: 7 + n / 25 for n in range(151)}
+    for name, back in (("hot", 51), ("recomputed", 63)):
+        viewer = {n: t + (0.09 if n < 48 else 0.115) for n, t in ingest.items()
+                  if not 48 <= n < back}
         write_run(tmp_path / name, {"cn0": ingest, "euv1": viewer})
-        gap, lost = failover(tmp_path / name)
-        # From frame 22's arrival (8.97 s) to frame back's; cn0 got frames 23 on from 8.9 s.
-        assert abs(gap - (8 + back / 25 + 0.115 - 8.97)) < 1e-6, (name, gap)
-        assert lost == back - 23, (name, lost)
+        cut = failover(tmp_path / name)
+        # From frame 47's arrival (8.97 s) to frame back's; cn0 got frames 48 on from 8.9 s.
+        assert abs(cut.gap_s - (7 + back / 25 + 0.115 - 8.97)) < 1e-6, (name, cut)
+        assert cut.frames_lost == back - 48, (name, cut)
+        # Receiving every 40 ms before the cut (the last frame 30 ms before it), the ingest
+        # node all along: a clean run.
+        assert abs(cut.viewer_wait_before_s - 0.04) < 1e-6, cut
+        assert abs(cut.ingest_wait_s - 0.04) < 1e-6 and cut.invalid is None, cut
     # A viewer that never gets another frame waits to the window's end (4 s after the cut).
-    write_run(tmp_path / "dead", {"cn0": ingest, "euv1": {n: ingest[n] + 0.09 for n in range(23)}})
-    gap, lost = failover(tmp_path / "dead")
-    assert abs(gap - (13 - 8.97)) < 1e-6 and lost == 126 - 23
+    write_run(tmp_path / "dead", {"cn0": ingest, "euv1": {n: ingest[n] + 0.09 for n in range(48)}})
+    cut = failover(tmp_path / "dead")
+    assert abs(cut.gap_s - (13 - 8.97)) < 1e-6 and cut.frames_lost == 151 - 48
+    assert cut.invalid is None  # it was receiving before the cut: this is the failover's
+
+
+def test_a_viewer_stalled_before_the_cut_makes_the_run_invalid(tmp_path):
+    # The run in reports/dispatch-failover that read 4271 ms: the viewer's last whole frame
+    # came 2.9 s before the cut (the emulator's relays held frames up to 1.4 s), so its wait
+    # across the cut starts long before the link went down.
+    ingest = {n: 6 + n / 25 for n in range(176)}
+    viewer = {n: t + (0.09 if t < 9 else 0.115) for n, t in ingest.items()
+              if t < 6.1 or t > 10.3}
+    write_run(tmp_path / "stalled", {"cn0": ingest, "euv1": viewer})
+    cut = failover(tmp_path / "stalled")
+    assert cut.viewer_wait_before_s == pytest.approx(PRE_CUT_S), cut
+    assert cut.invalid and "euv1 got no whole frame for 1000 ms" in cut.invalid, cut
+    assert "cn0" not in cut.invalid, cut  # the ingest node received all along
+    # The ingest node stalling (upstream of the cut, which cannot cause it) flags it too,
+    # though the viewer got every frame the ingest node did.
+    gap = {n: t for n, t in ingest.items() if not 9.5 < t < 10.0}
+    write_run(tmp_path / "source", {"cn0": gap, "euv1": {n: t + 0.09 for n, t in gap.items()}})
+    cut = failover(tmp_path / "source")
+    assert cut.frames_lost == 0 and cut.viewer_wait_before_s == pytest.approx(0.04), cut
+    assert cut.invalid and cut.invalid.startswith("cn0, the ingest node, got no whole frame "
+                                                   "for 520 ms"), cut
+    assert cut.ingest_wait_s > STALL_S
+
+
+def test_the_remarks_leave_flagged_runs_out_of_the_means_and_say_why():
+    row = dict(sweep="cut", parameter="border_loss_p", value="0.5%", seed=7,
+               stall_free_viewers=6, stalls=0, stall_ms=0.0, startups_under_1s=5,
+               startup_max_ms=1200.0, viewers=6)
+    valid = dict(failover_valid=1, failover_wait_before_ms=50.0, failover_ingest_wait_ms=60.0,
+                 failover_reroute_ms=30.0)
+    results = pd.DataFrame([
+        row | valid | dict(policy="recompute", repetition=0, failover_gap_ms=150.0,
+                           failover_frames_lost=6, failover_measured_gap_ms=150.0,
+                           failover_measured_frames_lost=6),
+        row | valid | dict(policy="hot_standby", repetition=0, failover_gap_ms=130.0,
+                           failover_frames_lost=2, failover_measured_gap_ms=130.0,
+                           failover_measured_frames_lost=2),
+        row | dict(policy="hot_standby", repetition=1, failover_valid=0,
+                   failover_gap_ms=float("nan"), failover_frames_lost=float("nan"),
+                   failover_measured_gap_ms=4271.0, failover_measured_frames_lost=33,
+                   failover_wait_before_ms=1000.0, failover_ingest_wait_ms=110.0,
+                   failover_reroute_ms=90.0)])
+    [recompute_playout, hot_playout, summary, *runs] = remarks(results)
+    assert hot_playout == ("At border_loss_p = 0.5%, hot_standby: 12 of 12 views never "
+                           "stalled (0 stalls, 0.0 s together), 10 of 12 started within 1 s "
+                           "(slowest 1200 ms) in 2 runs."), hot_playout
+    assert summary == ("At border_loss_p = 0.5%: failover gap 130-130 ms (mean 130 ms) with "
+                       "hot_standby, 2 frames lost in 1 valid runs, routes recomputed 30-30 ms "
+                       "after the cut (1 of 2 flagged and left out) against 150-150 ms (mean "
+                       "150 ms) with recompute, 6 frames lost in 1 valid runs, routes "
+                       "recomputed 30-30 ms after the cut."), summary
+    [compared, *runs] = runs
+    assert compared == ("At border_loss_p = 0.5%: too few valid runs to compare hot standby "
+                        "with recomputation."), compared
+    assert len(runs) == 3 and sum("flagged" in line for line in runs) == 1, runs
+    [flagged] = [line for line in runs if "flagged" in line]
+    assert "hot_standby repetition 1" in flagged and "gap 4271 ms, 33 frames lost" in flagged
+    assert "euv1 got no whole frame for 1000 ms in the 1 s before the cut" in flagged
+
+
+def test_the_verdict_says_whether_hot_standby_is_faster_beyond_the_runs_spread():
+    def runs(hot, recomputed):
+        return pd.DataFrame([dict(policy=policy, failover_valid=1, failover_gap_ms=gap)
+                             for policy, gaps in (("hot_standby", hot), ("recompute", recomputed))
+                             for gap in gaps])
+    assert verdict(runs([120, 125, 130], [400, 450, 500])).startswith(
+        "hot standby re-sources faster: mean gap 125 ± 12 ms with hot standby against 450 ± 124 "
+        "ms recomputed")
+    assert verdict(runs([134, 141, 150], [133, 139, 167])).startswith(
+        "hot standby is not shown faster than recomputation at this scale")
