@@ -273,7 +273,7 @@ class HostMeter:
     what the node is sized for, not a limit the kernel enforces, so the process may use more);
     per-interface figures stop at PER_PORT_LIMIT
     interfaces (in name order) so a report stays within the protocol's metric count. Rates are
-    over the time since the previous :meth:`read` (the first read gives none)."""
+    over a window of the readings kept (see :meth:`read`; the first read gives none)."""
 
     PER_PORT_LIMIT = 24
 
@@ -285,8 +285,11 @@ class HostMeter:
         self.proc = proc
         self.cpu_budget = cpu_budget
         self._page = os.sysconf("SC_PAGE_SIZE")
-        # Per baseline (what the rates are measured since): time, CPU time, interface counters.
-        self._previous: dict[str, tuple[float, float, dict[str, tuple[int, ...]]]] = {}
+        # The readings rates can be measured from, oldest first: time, CPU time, interface
+        # counters; kept as long as the longest window asked for needs them.
+        self._readings: collections.deque[tuple[float, float, dict[str, tuple[int, ...]]]] = \
+            collections.deque()
+        self._span = 0.0
 
     def counters(self) -> dict[str, tuple[int, int, int, int]]:
         """Each interface's (bytes in, packets in, bytes out, packets out) since it came up."""
@@ -301,19 +304,24 @@ class HostMeter:
                 result[name] = (values[0], values[1], values[8], values[9])
         return result
 
-    def read(self, now: float | None = None, baseline: str = "") -> dict[str, float]:
-        """The figures now (``now``: time.monotonic(), for tests), rates since the previous
-        read of the same ``baseline`` (a reporter measures its periodic reports over the
-        period and its threshold checks over the check interval)."""
+    def read(self, now: float | None = None, over: float = 0.0) -> dict[str, float]:
+        """The figures now (``now``: time.monotonic(), for tests), rates over the last
+        ``over`` seconds: since the oldest earlier reading at most that old, or the latest
+        one when none is that recent (0: since the previous reading). A reporter measures its
+        periodic reports over the period and its threshold checks over the check interval,
+        or both over one longer window that smooths bursts out (its ``window``)."""
         now = time.monotonic() if now is None else now
         cpu = time.process_time()
         with open(f"{self.proc}/statm") as statm:
             resident_pages = int(statm.read().split()[1])
         counters = self.counters()
         figures = {"memory": float(resident_pages * self._page)}
-        previous = self._previous.get(baseline)
-        if previous is not None and now > previous[0]:
-            then, cpu_then, counters_then = previous
+        self._span = max(self._span, over)
+        earlier = [reading for reading in self._readings if reading[0] < now]
+        start = next((reading for reading in earlier if now - reading[0] <= over),
+                     earlier[-1] if earlier else None)
+        if start is not None:
+            then, cpu_then, counters_then = start
             elapsed = now - then
             figures["process_cpu"] = max(0.0, (cpu - cpu_then) / elapsed)
             if self.cpu_budget is not None:
@@ -334,7 +342,10 @@ class HostMeter:
                     ports += 1
             figures |= {"bw_in": totals[0] * 8, "packets_in": totals[1],
                         "bw_out": totals[2] * 8, "packets_out": totals[3]}
-        self._previous[baseline] = now, cpu, counters
+        self._readings.append((now, cpu, counters))
+        # Older than the longest window: no rate starts there any more (the latest stays).
+        while len(self._readings) > 1 and now - self._readings[0][0] > self._span:
+            self._readings.popleft()
         return figures
 
 
@@ -353,6 +364,11 @@ class ReportingParams(BaseModel):
     report_paths: list[NodeRef] = Field(
         [], description="peers whose paths every report gives, probed by echo all along: "
                         "path.<peer address, dashes for dots>.rtt, .loss, .jitter")
+    report_window: Optional[PositiveDuration] = Field(
+        None, description="the host's rates in every report and threshold check over this "
+                          "long (sliding); default: a report's over the period, a check's over "
+                          "the check interval (a tenth of it). For video, a GOP or more: an I "
+                          "frame's burst then crosses no level")
     cpu_budget: Optional[float] = Field(None, gt=0, description="cores the node may use: "
                                                                 "with report_host, cpu is the "
                                                                 "process CPU over it")
@@ -369,7 +385,12 @@ class LoadReporter:
     itself (``load`` in the service's demand unit and ``metrics``); a ``host`` meter adds the
     host's figures to every report (a periodic report's rates over the period) and, when
     thresholds name them, is read every ``check_period`` (an urgent report's rates over that
-    check interval). Urgent reports are at least ``min_gap`` apart, so a value hovering at a
+    check interval). With a ``window`` every report's and check's rates are over the last
+    ``window`` seconds instead: traffic that comes in bursts (a video's I frames, several
+    P frames' worth of bytes once a GOP) crosses a level over a short check interval at every
+    burst and falls back at the next check, so a node would flap between queues; a window of
+    a GOP or more smooths the bursts out, and a lasting change still crosses the level, though
+    only part of the window after it began. Urgent reports are at least ``min_gap`` apart, so a value hovering at a
     level cannot flood the controller. A send that fails (the management network down) is
     counted; the next report may pass. A ``paths`` meter adds the paths to the node's peers
     as it last measured them (:class:`agents.echo.PathMeter`)."""
@@ -377,9 +398,12 @@ class LoadReporter:
     def __init__(self, client: ControlClient | None, *, service: str | None = None,
                  period: float = 1.0, thresholds: Mapping[str, float] | None = None,
                  host: HostMeter | None = None, check_period: float | None = None,
-                 min_gap: float | None = None, paths: PathMeter | None = None):
+                 min_gap: float | None = None, paths: PathMeter | None = None,
+                 window: float | None = None):
         if period <= 0:
             raise ValueError("the report period must be positive")
+        if window is not None and window <= 0:
+            raise ValueError("the rates' window must be positive")
         self.client = client
         self.service = service
         self.period = period
@@ -387,6 +411,7 @@ class LoadReporter:
         self.host = host
         self.paths = paths
         self.check_period = period / 10 if check_period is None else check_period
+        self.window = window
         self.min_gap = period / 10 if min_gap is None else min_gap
         self.sent = self.urgent = self.errors = 0
         self._due = None
@@ -402,7 +427,8 @@ class LoadReporter:
                    service=params.service, period=params.report_period,
                    thresholds=params.report_thresholds,
                    host=HostMeter(cpu_budget=params.cpu_budget) if params.report_host else None,
-                   paths=PathMeter(params.report_paths) if params.report_paths else None)
+                   paths=PathMeter(params.report_paths) if params.report_paths else None,
+                   window=params.report_window)
 
     def tick(self, load: float = 0.0, metrics: Mapping[str, float] | None = None,
              now: float | None = None) -> bool:
@@ -415,12 +441,11 @@ class LoadReporter:
         periodic = now >= self._due
         if self.host is not None and periodic:
             # Over the period: a check's short window would make the report a burst's.
-            self._host_figures = self.host.read(now, baseline="period")
-            self.host.read(now, baseline="check")
+            self._host_figures = self.host.read(now, over=self.window or self.period)
             self._host_read = now
         elif self.host is not None and self.thresholds and (
                 now - self._host_read >= self.check_period):
-            self._host_figures = self.host.read(now, baseline="check")
+            self._host_figures = self.host.read(now, over=self.window or self.check_period)
             self._host_read = now
         figures = self._host_figures | (self.paths.figures() if self.paths else {}) | dict(
             metrics or {})

@@ -351,3 +351,38 @@ def test_an_agent_that_serves_no_service_can_send_no_reports(monkeypatch, contro
     reporting = LoadReporter.for_agent("edge1", ReportingParams(cpu_budget=2.0))
     assert reporting.host.cpu_budget == 2.0 and reporting.tick(1.0, now=0.0)
     reporting.close()
+
+
+def bursty_reports(controller, tmp_path, window: float | None) -> list[protocol.Load]:
+    """A node sending one 0.96 Mbit/s video stream for 4 s, then three: 10 kB every 0.1 s and
+    an I frame's 40 kB more once every 2 s (a GOP), as its interface counters show them to a
+    reporter ticking every 0.1 s with a 2 Mbit/s threshold on bw_out; its reports."""
+    sent = 0
+    proc = fake_proc(tmp_path, {"h1-eth0": (0, 0, 0, 0)}, pages=1)
+    reporter = reporter_to(controller, period=1.0, thresholds={"bw_out": 2e6},
+                           host=HostMeter(proc=proc), check_period=0.09, window=window)
+    for tick in range(80):
+        streams = 1 if tick < 40 else 3
+        sent += streams * (10_000 + (40_000 if tick % 20 == 15 else 0))
+        fake_proc(tmp_path, {"h1-eth0": (0, 0, sent, 0)}, pages=1)
+        reporter.tick(1.0, now=100.0 + tick / 10)
+    reporter.close()
+    return received(controller)
+
+
+def test_over_a_gop_s_window_an_i_frame_crosses_no_level_and_a_lasting_rise_does(
+        controller, tmp_path):
+    # Over the check interval each I frame of the single stream is 4 Mbit/s for a tenth of a
+    # second: reported at once, and so is its fall back to 0.8 Mbit/s; then the rise to three.
+    short = [r.metrics["bw_out"] for r in bursty_reports(controller, tmp_path, None)
+             if r.urgent]
+    assert [round(rate / 1e6, 1) for rate in short] == [4.0, 0.8, 4.0, 0.8, 2.4], short
+    # Over a GOP (2 s) the single stream is its mean: no urgent report until the node carries
+    # three streams, and then one.
+    smooth = bursty_reports(controller, tmp_path, window=2.0)
+    urgent = [r.metrics["bw_out"] for r in smooth if r.urgent]
+    assert len(urgent) == 1 and urgent[0] >= 2e6, urgent
+    # The periodic reports of the single stream once 2 s are measured each see one I frame
+    # and 20 tenths of P frames: 0.96 Mbit/s, not 0.8 or 1.2 depending on the period.
+    periodic = [r.metrics.get("bw_out") for r in smooth if not r.urgent]
+    assert [round(rate / 1e6, 2) for rate in periodic[2:4]] == [0.96, 0.96], periodic
