@@ -139,7 +139,10 @@ class Kind:
     further markdown lines from the results, ``figures`` the figures over time the report
     draws for an experiment (given the :class:`~experiments.sweeps.experiment.Experiment`).
     ``emulated`` says a cell builds a network on the machine it runs on (an ``edgebed run``):
-    such cells run one per machine at a time (:mod:`~experiments.sweeps.executors`)."""
+    such cells run one per machine at a time (:mod:`~experiments.sweeps.executors`).
+    ``texts`` names columns of text a cell's rows may carry beside the metrics: a record of
+    the run (where each viewer was placed, say) that ``remarks`` can compare across cells and
+    that is written to ``results.csv`` but neither averaged nor plotted."""
 
     name: str
     parameters: type[BaseModel]
@@ -154,6 +157,7 @@ class Kind:
     remarks: Callable[[pd.DataFrame], list[str]] = lambda results: []
     figures: Callable[[Any], Sequence[TimeFigure]] = lambda experiment: ()
     emulated: bool = False
+    texts: tuple[str, ...] = ()
 
     def metric(self, name: str) -> Metric:
         return next(metric for metric in self.metrics if metric.name == name)

@@ -1,9 +1,10 @@
 """Running an experiment's cells into ``results.csv``, resumably, on an executor
 (:mod:`.executors`: this process, a local pool or a Dask cluster); this process alone writes.
 
-``results.csv`` is tidy: one row per cell and period, the columns :data:`KEYS` then the kind's
-metrics. A cell's rows are appended with a single ``write(2)`` as soon as it finishes, so a
-Ctrl-C (which Python raises between calls, never inside one) leaves only whole cells behind.
+``results.csv`` is tidy: one row per cell and period, the columns :data:`KEYS`, the kind's
+metrics, then its text columns (a run's record the report reads but does not average). A
+cell's rows are appended with a single ``write(2)`` as soon as it finishes, so a Ctrl-C (which
+Python raises between calls, never inside one) leaves only whole cells behind.
 A rerun skips the cells whose rows are there: ``cell`` is a digest of the cell's policy, seed
 and parameters, so a cell whose parameters changed in the file runs again. A write cut short
 by SIGKILL or a crash is repaired on the next run: the partial line and the incomplete cell
@@ -53,19 +54,23 @@ class Outcome:
 
 
 def columns(kind: Kind) -> list[str]:
-    """The header of ``kind``'s results: :data:`KEYS`, then its metrics. A metric named like a
-    key would write that column twice and the table could not be read back (resumed)."""
-    taken = sorted(set(KEYS) & {metric.name for metric in kind.metrics})
+    """The header of ``kind``'s results: :data:`KEYS`, its metrics, then its text columns. A
+    metric or text column named like a key (or like each other) would write that column twice
+    and the table could not be read back (resumed)."""
+    names = [metric.name for metric in kind.metrics] + list(kind.texts)
+    taken = sorted((set(KEYS) & set(names)) | {name for name in names if names.count(name) > 1})
     if taken:
         raise ValueError(f"kind {kind.name}: metric(s) {', '.join(taken)} take the names of "
-                         f"the runner's own columns ({', '.join(KEYS)}); rename them")
-    return [*KEYS, *(metric.name for metric in kind.metrics)]
+                         f"the runner's own columns ({', '.join(KEYS)}) or of each other; "
+                         "rename them")
+    return [*KEYS, *names]
 
 
 def read_results(source: Path | io.StringIO, kind: Kind) -> pd.DataFrame:
-    """``results.csv`` as a DataFrame: the label columns as text, as written (no "NA" or
-    "None" taken for missing), the metrics as numbers, empty ones NaN."""
-    return pd.read_csv(source, dtype=TEXT_KEYS, keep_default_na=False,
+    """``results.csv`` as a DataFrame: the label and text columns as text, as written (no "NA"
+    or "None" taken for missing), the metrics as numbers, empty ones NaN."""
+    return pd.read_csv(source, dtype=TEXT_KEYS | dict.fromkeys(kind.texts, str),
+                       keep_default_na=False,
                        na_values={metric.name: [""] for metric in kind.metrics})
 
 

@@ -446,13 +446,15 @@ def test_an_emulated_cell_run_again_reads_its_new_run_not_an_earlier_one(tmp_pat
     monkeypatch.setattr(sweep_kinds.subprocess, "run", made_run)
     monkeypatch.setattr(emulation, "viewer_qoe", lambda run_dir: [run_dir])
     monkeypatch.setattr(emulation, "run_totals", lambda rows: {"run": rows[0]})
+    monkeypatch.setattr(emulation, "placement", lambda run_dir, rows: ({"v": ("e", 1.0)}, 0))
     cell = next(experiments.Experiment(
         "t.yaml", "t", emulation.KIND, 3, 1, emulation.Parameters(runs_dir=str(tmp_path)),
         (experiments.Sweep("s", "G", (5,), ("5",), ("lua",),
                            (emulation.Parameters(runs_dir=str(tmp_path)),), {}),), {}).cells())
     first, again = emulation.run_cell(cell), emulation.run_cell(cell)
-    assert first == [{"run": made[0], "fidelity_ok": 0}]
-    assert again == [{"run": made[1], "fidelity_ok": 1}]
+    placed = {"unconfirmed": 0, "placement": "v=e@1"}
+    assert first == [{"run": made[0], "fidelity_ok": 0} | placed]
+    assert again == [{"run": made[1], "fidelity_ok": 1} | placed]
 
 
 def test_a_metric_named_like_a_runner_column_is_refused_and_no_kind_has_one():
