@@ -22,10 +22,12 @@ from experiments.measurements import read_table
 
 @dataclass(frozen=True)
 class Playout:
-    """One viewer's playout: when it asked and when its first frame showed (epoch seconds;
-    ``shown_s`` None when no I frame arrived whole), and its stalls."""
+    """One viewer's playout: when it asked, when its first whole frame of any kind arrived and
+    when its first frame showed (epoch seconds; None when no frame, or no I frame, arrived
+    whole), and its stalls."""
 
     requested_s: float | None
+    first_s: float | None
     shown_s: float | None
     stalls: int
     stall_s: float  # all stalls together
@@ -51,9 +53,10 @@ def playout(frames: Iterable[tuple[int, float, bool]], fps: float, buffer_s: flo
         if number not in earliest or arrival < earliest[number][0]:
             earliest[number] = (arrival, key)
     arrived = sorted((number, arrival, key) for number, (arrival, key) in earliest.items())
+    first_s = min((arrival for _, arrival, _ in arrived), default=None)
     first = next((index for index, (_, _, key) in enumerate(arrived) if key), None)
     if first is None:
-        return Playout(requested_s, None, 0, 0.0, 0, 0)
+        return Playout(requested_s, first_s, None, 0, 0.0, 0, 0)
     start_number, start_arrival, _ = arrived[first]
     shown = start_arrival + buffer_s
     clock = shown - start_number / fps  # the deadline of frame n is clock + n / fps
@@ -70,7 +73,7 @@ def playout(frames: Iterable[tuple[int, float, bool]], fps: float, buffer_s: flo
         skipped += number - last - 1
         played += 1
         last = number
-    return Playout(requested_s, shown, stalls, stall_s, played, skipped)
+    return Playout(requested_s, first_s, shown, stalls, stall_s, played, skipped)
 
 
 def viewer_playouts(run_dir, viewers: Iterable[str], fps: float,

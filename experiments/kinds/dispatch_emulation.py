@@ -227,6 +227,8 @@ def measure(run_dir: Path) -> dict[str, float]:
              if entry["agent"] == "streamer"]
     shown = viewer_playouts(run_dir, viewers, fps, PLAYOUT_BUFFER_S).values()
     startups = [1e3 * p.startup_s for p in shown if p.startup_s is not None]
+    firsts = [1e3 * (p.first_s - p.requested_s) for p in shown
+              if p.first_s is not None and p.requested_s is not None]
     cut = failover(run_dir)
     # An invalid run's failover figures are kept under failover_measured_*, and left out of
     # failover_gap_ms and failover_frames_lost (empty), which the means are taken of.
@@ -254,6 +256,7 @@ def measure(run_dir: Path) -> dict[str, float]:
             "startup_mean_ms": statistics.fmean(startups) if startups else float("nan"),
             "startup_max_ms": max(startups, default=float("nan")),
             "startups_under_1s": sum(startup < 1e3 for startup in startups),
+            "first_frame_mean_ms": statistics.fmean(firsts) if firsts else float("nan"),
             "viewers": len(viewers)}
 
 
@@ -296,13 +299,15 @@ METRICS = (Metric("misplaced_by_database", "viewers the database placed abroad")
                   "ms"),
            Metric("startup_max_ms", "slowest viewer's startup", "ms"),
            Metric("startups_under_1s", "viewers that started within 1 s"),
+           Metric("first_frame_mean_ms", "mean time from join request to the first whole "
+                  "frame", "ms"),
            Metric("viewers_served", "viewers served"),
            Metric("viewers", "viewers in the scenario"))
 PLOTS = ("misplaced_by_database", "served_abroad", "access_rtt_ms",
          "cross_border_node_loss_pct", "poor_viewers", "delay_p50_ms", "failover_gap_ms",
          "failover_frames_lost", "failover_valid", "failover_reroute_ms",
          "stall_free_viewers", "stalls", "stall_ms", "startup_mean_ms", "startup_max_ms",
-         "startups_under_1s", "viewers_served")
+         "startups_under_1s", "first_frame_mean_ms", "viewers_served")
 
 ABOUT = """\
 Each cell is one emulated run of `topologies/dispatch.yaml` (real packets on a Mininet network,
@@ -350,16 +355,16 @@ with its figures under `failover_measured_*` and its longest waits, the remarks 
 the reason, and it is left out of `failover_gap_ms` and `failover_frames_lost`, whose means
 count the valid runs only.
 
-What to expect at this scale: little difference between the two. The cut is a carrier loss
-both switches at its ends see at once, so the controller's recomputation starts from the same
-port-down event that flips a fast-failover group, and with five switches and a handful of
-flows it has its routes in within about a frame interval (`failover_reroute_ms`). What
-dominates the gap neither can save: the frames in flight on the dead 90 ms link (two or three)
-and the standby route's 25 ms more, so a valid run's gap is at least 115 ms plus up to a
-frame interval of phase, and a frame sent to the dead port before the routes or the group
-moved is one more frame lost. Hot standby buys its margin where the control plane is slow or far (a
-loaded controller, many switches and flows to recompute, a controller out of reach), which
-this experiment does not vary.
+What to expect at this scale: a difference of about the controller's own reaction. The cut
+is a carrier loss both switches at its ends see at once, so recomputation starts from the same
+port-down event that flips a fast-failover group; what hot standby saves is the controller's
+part, the port-status message, the new routes and their installation in every switch
+(`failover_reroute_ms`: tens of milliseconds with five switches and a handful of flows),
+during which recomputed frames still go to the dead port. Neither saves the frames in flight
+on the dead 90 ms link (two or three) nor the standby route's 25 ms more, so a valid run's gap
+is at least 115 ms plus up to a frame interval of phase. Hot standby's margin grows where the
+control plane is slow or far (a loaded controller, many switches and flows to recompute, a
+controller out of reach), which this experiment does not vary.
 
 Playout, every viewer of every run (`experiments.playout`, the same for any scheme's runs): a
 player with 0.5 s of playout delay (a low-latency live player's; chosen, not fitted) starts on
@@ -368,7 +373,8 @@ buffer running dry: the next whole frame not there by its slot (a frame later th
 deadline); frames that never came while later ones were buffered are skipped without one.
 `startup_*` run from the viewer's join request to its first frame shown: the join's answer,
 the pull, the wait for the next I frame (every 2 s; media nodes here keep no GOP cache, so a
-viewer joining mid-GOP waits for the next) and the 0.5 s of playout delay. The anchors are
+viewer joining mid-GOP waits for the next) and the 0.5 s of playout delay;
+`first_frame_mean_ms` is the part up to the first whole frame of any kind. The anchors are
 LiveNet's 98% stall-free views and 95% of startups under 1 s.
 """
 
@@ -407,9 +413,11 @@ def remarks(results: pd.DataFrame) -> list[str]:
         found.append(
             f"At {group['parameter'].iloc[0]} = {value}, {policy}: "
             f"{int(group['stall_free_viewers'].sum())} of {views} views never stalled "
-            f"({int(group['stalls'].sum())} stalls, {group['stall_ms'].sum() / 1e3:.1f} s "
+            f"({int(group['stalls'].sum())} stalls, {group['stall_ms'].sum():.0f} ms "
             f"together), " + (f"{int(group['startups_under_1s'].sum())} of {views} started "
-                              f"within 1 s (slowest {group['startup_max_ms'].max():.0f} ms)"
+                              f"within 1 s (slowest {group['startup_max_ms'].max():.0f} ms; "
+                              f"the first whole frame came a mean "
+                              f"{group['first_frame_mean_ms'].mean():.0f} ms after the join)"
                               if group["startup_max_ms"].notna().any()
                               else "startup not recorded") + f" in {len(group)} runs.")
     for (baseline, mechanism), metric, what in (

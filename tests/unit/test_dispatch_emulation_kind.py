@@ -104,7 +104,7 @@ def test_a_viewer_stalled_before_the_cut_makes_the_run_invalid(tmp_path):
 def test_the_remarks_leave_flagged_runs_out_of_the_means_and_say_why():
     row = dict(sweep="cut", parameter="border_loss_p", value="0.5%", seed=7,
                stall_free_viewers=6, stalls=0, stall_ms=0.0, startups_under_1s=5,
-               startup_max_ms=1200.0, viewers=6)
+               startup_max_ms=1200.0, first_frame_mean_ms=450.0, viewers=6)
     valid = dict(failover_valid=1, failover_wait_before_ms=50.0, failover_ingest_wait_ms=60.0,
                  failover_reroute_ms=30.0)
     results = pd.DataFrame([
@@ -121,8 +121,9 @@ def test_the_remarks_leave_flagged_runs_out_of_the_means_and_say_why():
                    failover_reroute_ms=90.0)])
     [recompute_playout, hot_playout, summary, *runs] = remarks(results)
     assert hot_playout == ("At border_loss_p = 0.5%, hot_standby: 12 of 12 views never "
-                           "stalled (0 stalls, 0.0 s together), 10 of 12 started within 1 s "
-                           "(slowest 1200 ms) in 2 runs."), hot_playout
+                           "stalled (0 stalls, 0 ms together), 10 of 12 started within 1 s "
+                           "(slowest 1200 ms; the first whole frame came a mean 450 ms after "
+                           "the join) in 2 runs."), hot_playout
     assert summary == ("At border_loss_p = 0.5%: failover gap 130-130 ms (mean 130 ms) with "
                        "hot_standby, 2 frames lost in 1 valid runs, routes recomputed 30-30 ms "
                        "after the cut (1 of 2 flagged and left out) against 150-150 ms (mean "

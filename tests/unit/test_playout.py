@@ -24,6 +24,7 @@ def test_a_steady_stream_never_stalls_and_starts_on_its_first_i_frame():
     shown = playout(stream(range(25, 200)), FPS, buffer_s=0.5, requested_s=100.9)
     assert (shown.stalls, shown.stall_s, shown.played, shown.skipped) == (0, 0.0, 150, 0)
     assert shown.startup_s == pytest.approx(102.1 + 0.5 - 100.9)
+    assert shown.first_s == pytest.approx(101.1)  # frame 25, of no use without an I frame
 
 
 def test_a_frame_later_than_its_deadline_is_a_stall_as_long_as_it_is_late():
@@ -51,6 +52,7 @@ def test_a_frame_later_than_its_deadline_is_a_stall_as_long_as_it_is_late():
 def test_without_a_whole_i_frame_nothing_shows():
     shown = playout(stream(range(1, 49)), FPS, buffer_s=0.5, requested_s=99.0)
     assert shown.shown_s is None and shown.startup_s is None and shown.played == 0
+    assert shown.first_s == pytest.approx(100.14)
 
 
 def test_viewer_playouts_read_the_run_tables(tmp_path):
