@@ -17,6 +17,9 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
+from topologies.impairments.relay import COMPILED_RELAY, RELAY_ENGINE_KEY
 from tests.integration.conftest import (assert_nothing_left, edgebed, only_run_dir,
                                         start_edgebed)
 
@@ -56,15 +59,25 @@ workload:
 """
 
 
+@pytest.fixture(params=["python", "compiled"], autouse=True)
+def engine(request, monkeypatch):
+    """Each test once per relay: the run's relay is the one EDGEBED_RELAY names."""
+    monkeypatch.setenv(RELAY_ENGINE_KEY, request.param)
+    return request.param
+
+
 def relay_pid(status: Path) -> int:
-    """The process of the relay that writes ``status`` (a path inside this test's run
-    directory, so no other run's relay can match)."""
+    """The process that forwards the frames of the relay that writes ``status`` (a path inside
+    this test's run directory, so no other run's relay can match): the Python relay, or the
+    compiled one its front started (not the front, which only passes changes on)."""
     for entry in Path("/proc").iterdir():
         try:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"topologies.impairments.wire" in argv and str(status).encode() in argv:
+        relay = (b"topologies.impairments.wire" in argv and b"--compiled" not in argv
+                 or argv[0].endswith(COMPILED_RELAY.name.encode()))
+        if relay and str(status).encode() in argv:
             return int(entry.name)
     raise AssertionError(f"no relay writes {status}")
 

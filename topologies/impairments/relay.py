@@ -24,6 +24,13 @@ from . import tc
 # wires in series with the probe's sender and receiver on the same cores: 4000 passed, 5000
 # did not. A lone wire with nothing else running kept up to 10k per direction both ways.
 RELAY_ACCURATE_PPS = 4_000
+# The compiled relay (wire_relay.c) that scripts/setup.sh builds into the venv: the Python relay
+# keeps 50 ms within 1 ms only up to ~7,500 frames/s per direction on the 2-core reference
+# machine; see benchmarks/impairment.py for both side by side.
+COMPILED_RELAY = Path(sys.prefix) / "bin" / "edgebed-wire-relay"
+# "python" or "compiled" picks the relay; unset, the compiled one when it is built.
+RELAY_ENGINE_KEY = "EDGEBED_RELAY"
+_warned_python = False
 WIRE_TOWARD_A = "wa"
 WIRE_TOWARD_B = "wb"
 
@@ -41,6 +48,29 @@ def relay_direction(impairment: Impairment) -> dict:
                                                jitter=impairment.jitter))}
 
 
+def relay_engine() -> list[str]:
+    """The extra arguments of ``topologies.impairments.wire`` for the relay to use: the compiled
+    one when it is built (or asked for: then it must be), the Python one otherwise, said once
+    on stderr since it caps the packet rate of every delayed link."""
+    global _warned_python
+    wanted = os.environ.get(RELAY_ENGINE_KEY, "")
+    if wanted not in ("", "python", "compiled"):
+        raise ValueError(f"{RELAY_ENGINE_KEY}={wanted!r}: must be python or compiled")
+    if wanted == "python":
+        return []
+    if os.access(COMPILED_RELAY, os.X_OK):
+        return ["--compiled", str(COMPILED_RELAY)]
+    if wanted == "compiled":
+        raise RuntimeError(f"{RELAY_ENGINE_KEY}=compiled but {COMPILED_RELAY} is not built; "
+                           "run scripts/setup.sh")
+    if not _warned_python:
+        _warned_python = True
+        print(f"edgebed: the compiled relay is not built ({COMPILED_RELAY}; scripts/setup.sh "
+              "builds it): delayed links use the Python relay, accurate only to about 7,500 "
+              "packets/s per direction", file=sys.stderr, flush=True)
+    return []
+
+
 class Relay:
     """One wire's relay process, started inside the wire's namespace."""
 
@@ -56,7 +86,7 @@ class Relay:
             self.process = wire_host.popen(
                 [sys.executable, "-m", "topologies.impairments.wire", "--forward-in", WIRE_TOWARD_A,
                  "--forward-out", WIRE_TOWARD_B, "--config", json.dumps(config),
-                 "--status", str(self.status)],
+                 "--status", str(self.status), *relay_engine()],
                 stdin=subprocess.PIPE, stdout=stream, stderr=subprocess.STDOUT,
                 env=dict(os.environ, **{ENVIRONMENT_KEY: prefix}))
 
