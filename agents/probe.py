@@ -35,6 +35,7 @@ import argparse
 import csv
 import json
 import math
+import os
 import signal
 import socket
 import statistics
@@ -317,6 +318,7 @@ class Receiver:
                     stopped = "expected packets arrived"
                     deadline = min(deadline, time.monotonic() + self.grace_s)
         finally:
+            socket_drops = udp_socket_drops(self._socket)
             self._socket.close()
         return summarize(self.records, self.expect) | {
             "flow": self.flow,
@@ -326,9 +328,29 @@ class Receiver:
             "not_probe": self.not_probe,
             "other_flow": self.other_flow,
             "receive_buffer_bytes": self.receive_buffer,
+            # Of the lost: those this socket dropped itself, its receive buffer full (the
+            # receiver did not keep up), not the path; None where the kernel does not say.
+            "socket_drops": socket_drops,
             "listened_s": time.monotonic() - started,
             "stopped": stopped,
         }
+
+
+def udp_socket_drops(sock: socket.socket) -> int | None:
+    """The datagrams the kernel dropped for ``sock`` because its receive buffer was full (the
+    ``drops`` column of /proc/net/udp, this namespace's, found by the socket's inode)."""
+    inode = str(os.fstat(sock.fileno()).st_ino)
+    try:
+        with open("/proc/self/net/udp") as table:
+            header = table.readline().split()
+            for line in table:
+                fields = line.split()
+                # The header names "tx_queue rx_queue" and "tr tm->when" as one field each.
+                if len(fields) == len(header) - 2 and fields[9] == inode:
+                    return int(fields[-1])
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 def receive_time_ns(control) -> int:

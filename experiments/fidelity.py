@@ -133,26 +133,40 @@ class FidelityPath(EmulatedNetwork):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"v1 -> e1 passed no echo within {timeout_s:g}s")
 
-    def udp(self, rate_pps: float, count: int, size: int = 64, all_sent: bool = True) -> dict:
-        """Send ``count`` probe packets v1 -> e1; the receiver's summary. ``all_sent``: the
-        sender's socket took every packet (false when v1's own interface is down)."""
+    def udp(self, rate_pps: float, count: int, size: int = 64, all_sent: bool = True,
+            both_ways: bool = False) -> dict:
+        """Send ``count`` probe packets v1 -> e1; the receiver's summary, with the sender's under
+        ``sender``. ``all_sent``: the sender's socket took every packet (false when v1's own
+        interface is down). ``both_ways``: e1 sends as many to v1 at the same time, and that
+        flow's summary is under ``reverse``."""
+        ways = (("v1", "e1", "10.9.0.2"), ("e1", "v1", "10.9.0.1"))[:2 if both_ways else 1]
         slack_s = 5 + 3 * self.agent_start_s
-        receiver = self.host("e1").popen(
-            [sys.executable, "-m", "agents.probe", "receive", "--port", "5005", "--expect",
-             str(count), "--duration", str(count / rate_pps + slack_s)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        assert "listening" in receiver.stderr.readline()
-        sender = self.host("v1").popen(
-            [sys.executable, "-m", "agents.probe", "send", "--to", "10.9.0.2:5005", "--rate",
+        timeout_s = count / rate_pps + 30 + slack_s
+        receivers = []
+        for _, target, _ in ways:
+            receivers.append(self.host(target).popen(
+                [sys.executable, "-m", "agents.probe", "receive", "--port", "5005", "--expect",
+                 str(count), "--duration", str(count / rate_pps + slack_s)],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+            assert "listening" in receivers[-1].stderr.readline()
+        senders = [self.host(source).popen(
+            [sys.executable, "-m", "agents.probe", "send", "--to", f"{address}:5005", "--rate",
              str(rate_pps), "--count", str(count), "--size", str(size)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        sent, sender_errors = sender.communicate(timeout=count / rate_pps + 30 + slack_s)
-        if all_sent:
-            assert sender.returncode == 0, sender_errors
-            assert json.loads(sent)["sent"] == count
-        output, errors = receiver.communicate(timeout=count / rate_pps + 30 + slack_s)
-        assert receiver.returncode == 0, errors
-        return json.loads(output)
+            for source, _, address in ways]
+        summaries = []
+        for sender, receiver in zip(senders, receivers):
+            sent, sender_errors = sender.communicate(timeout=timeout_s)
+            if all_sent:
+                assert sender.returncode == 0, sender_errors
+                assert json.loads(sent)["sent"] == count
+            output, errors = receiver.communicate(timeout=timeout_s)
+            assert receiver.returncode == 0, errors
+            summaries.append(json.loads(output)
+                             | {"sender": json.loads(sent) if sender.returncode == 0 else None})
+        if both_ways:
+            summaries[0]["reverse"] = summaries[1]
+        return summaries[0]
 
     def tcp_goodput(self, seconds: int = 6) -> float:
         """iperf3 TCP goodput v1 -> e1 in bit/s, the first second (slow start) left out."""

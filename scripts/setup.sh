@@ -17,14 +17,16 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$repo/.venv"
 # python3-setuptools: Mininet 2.3.0 imports distutils, which Python 3.12 (Ubuntu 24.04) only
 # has through setuptools' shim. tshark: the tests check the shipped Wireshark dissector with it.
-# gcc, libc6-dev: the compiled wire relay (topologies/impairments/wire_relay.c) is built here.
 packages=(mininet openvswitch-switch iperf3 tcpdump ethtool iproute2 iputils-ping procps
-          util-linux python3-venv python3-pip python3-setuptools tshark gcc libc6-dev)
+          util-linux python3-venv python3-pip python3-setuptools tshark)
+# Wanted, not needed: gcc and libc6-dev build the compiled wire relay (scripts/build-relay.sh);
+# without them delayed links use the Python relay, slower, and setup says so instead of failing.
+optional_packages=(gcc libc6-dev)
 
 say() { printf 'setup: %s\n' "$*"; }
 
 if [ "${1:-}" = "--print-packages" ]; then
-    printf '%s\n' "${packages[@]}"
+    printf '%s\n' "${packages[@]}" "${optional_packages[@]}"
     exit 0
 fi
 wheelhouse="${EDGEBED_WHEELHOUSE:-}"
@@ -38,9 +40,14 @@ if [ "$(id -u)" -ne 0 ]; then
     exit 3
 fi
 
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "ok installed"; }
 missing=()
 for package in "${packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" || missing+=("$package")
+    installed "$package" || missing+=("$package")
+done
+missing_optional=()
+for package in "${optional_packages[@]}"; do
+    installed "$package" || missing_optional+=("$package")
 done
 if [ "${#missing[@]}" -gt 0 ] && [ -n "$wheelhouse" ]; then
     say "offline (EDGEBED_WHEELHOUSE set) and these apt packages are missing: ${missing[*]}" >&2
@@ -52,6 +59,13 @@ if [ "${#missing[@]}" -gt 0 ]; then
     apt-get update -qq
     # policy-rc.d-style failures to start services inside containers are handled below.
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if [ "${#missing_optional[@]}" -gt 0 ] && [ -z "$wheelhouse" ]; then
+    say "installing ${missing_optional[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    [ "${#missing[@]}" -gt 0 ] || apt-get update -qq || true
+    apt-get install -y -qq --no-install-recommends "${missing_optional[@]}" >/dev/null \
+        || say "WARNING: could not install ${missing_optional[*]}" >&2
 fi
 
 # The venv uses the distribution's python3 (the one apt's Mininet is built for) and sees its
@@ -74,19 +88,9 @@ fi
 "$venv/bin/python" -c "import mininet.net" || { say "the venv cannot import Mininet" >&2; exit 1; }
 
 # The compiled wire relay: the Python one is accurate only to ~7,500 packets/s per direction on
-# two cores. Rebuilt when its source is newer; a failed build leaves the Python relay in use,
-# said here and by every run (topologies/impairments/relay.py).
-relay_source="$repo/topologies/impairments/wire_relay.c"
-relay_binary="$venv/bin/edgebed-wire-relay"
-if [ ! -x "$relay_binary" ] || [ "$relay_source" -nt "$relay_binary" ]; then
-    if gcc -O2 -Wall -o "$relay_binary.tmp" "$relay_source" -lm; then
-        mv "$relay_binary.tmp" "$relay_binary"
-        say "built the compiled wire relay $relay_binary"
-    else
-        rm -f "$relay_binary.tmp" "$relay_binary"
-        say "WARNING: the compiled wire relay did not build; delayed links use the Python relay (accurate to ~7,500 packets/s per direction)" >&2
-    fi
-fi
+# two cores. Without a compiler, or if it does not build, the Python relay stays in use, said
+# here and by every run (topologies/impairments/relay.py).
+bash "$repo/scripts/build-relay.sh" "$venv/bin/edgebed-wire-relay"
 
 # Open vSwitch: start it unless it answers already (systemd starts it on Ubuntu).
 if ! ovs-vsctl --timeout=3 show >/dev/null 2>&1; then

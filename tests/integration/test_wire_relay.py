@@ -35,6 +35,7 @@ from pathlib import Path
 import pytest
 
 from agents.common import run_realtime
+from agents.probe import udp_socket_drops
 from topologies.impairments.relay import COMPILED_RELAY
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,7 +77,8 @@ def send(target: str, rate: float, count: int, first: int, size: int) -> None:
 
 def receive(expect: int) -> None:
     """Print "ready", then ``seq send_ns receive_ns`` per datagram as it comes, until ``expect``
-    have come or stdin ends."""
+    have come or stdin ends, then ``dropped N``: the datagrams its own socket dropped (this
+    receiver did not keep up; not the relay's)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 16 << 20)
     sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
@@ -102,6 +104,7 @@ def receive(expect: int) -> None:
             received += 1
         sys.stdout.write("".join(lines))
         sys.stdout.flush()
+    print(f"dropped {udp_socket_drops(sock)}", flush=True)
 
 
 def raw_socket(interface: str) -> socket.socket:
@@ -194,12 +197,17 @@ class Receiver:
         self.process = wire.popen(namespace, "receive", "--expect", str(expect))
         assert self.process.stdout.readline().strip() == "ready", self.process.stderr.read()
         self.arrivals: list[Arrival] = []
+        # What its own socket dropped, once it has ended (None before).
+        self.dropped: int | None = None
         self.reader = threading.Thread(target=self._collect, daemon=True)
         self.reader.start()
 
     def _collect(self) -> None:
         for line in self.process.stdout:
-            self.arrivals.append(Arrival(*map(int, line.split())))
+            if line.startswith("dropped"):
+                self.dropped = int(line.split()[1])
+            else:
+                self.arrivals.append(Arrival(*map(int, line.split())))
 
     def wait_for(self, count: int) -> None:
         deadline = time.monotonic() + PATIENCE_S
@@ -344,12 +352,13 @@ class Wire:
         return Receiver(self, expect, at or self.b)
 
     def start_sender(self, rate: float, count: int, first: int = 0,
-                     source: str | None = None) -> subprocess.Popen:
-        """A sender from ``source`` (a unless told) to the other host."""
+                     source: str | None = None, size: int = 64) -> subprocess.Popen:
+        """A sender from ``source`` (a unless told) to the other host, of ``size``-byte UDP
+        payloads."""
         source = source or self.a
         target = IP_B if source == self.a else IP_A
         return self.popen(source, "send", "--to", target, "--rate", str(rate),
-                          "--count", str(count), "--first", str(first))
+                          "--count", str(count), "--first", str(first), "--size", str(size))
 
     def send(self, rate: float, count: int, first: int = 0) -> dict:
         """Send from a to b; returns when the last datagram has left."""
@@ -743,36 +752,56 @@ def test_rejected_changes_leave_the_relay_running(wire):
     assert min(delays) >= 2.0
 
 
+# The relay's drop causes that nobody configured (topologies/impairments/wire.py).
+EMULATOR_CAUSES = ("dropped_receive_queue", "dropped_queue_full", "dropped_oversize",
+                   "send_errors")
+# Issue 17's frames: 1,200 bytes on the wire (Ethernet 14 + IPv4 20 + UDP 8 + payload).
+FRAME_PAYLOAD_BYTES = 1200 - 42
+
+
 def measure_rates(wire: Wire, rates: tuple[int, ...], both_ways: bool) -> None:
-    """For each rate (per direction): datagrams through a fresh relay holding them 50 ms,
-    one way or both at once; prints what came out and the highest rate whose mean error stayed
-    below 1 ms (measured, not asserted: it depends on the machine)."""
+    """For each rate (per direction): 1,200-byte frames through a fresh relay holding them
+    50 ms, one way or both at once; prints what came out and the highest rate whose mean error
+    stayed below 1 ms (measured, not asserted: it depends on the machine). Asserted: every
+    datagram sent arrived or was counted as dropped, by the relay (emulator-made) or by the
+    receiver's own socket, and the relay's counts add up to what it took in."""
     delay_ms, seconds = 50.0, 2.0
     ways = [(wire.a, wire.b, "forward"), (wire.b, wire.a, "reverse")][:2 if both_ways else 1]
     print(f"\n{'both ways' if both_ways else 'one way'}, {delay_ms:.0f} ms delay, "
-          f"{seconds:.0f} s per rate\n"
-          f"  rate  direction  sent/s  arrived  mean err ms  p99 err ms  "
-          f"relay late µs p50/p99/max  max queued")
+          f"{seconds:.0f} s per rate, 1,200-byte frames\n"
+          f"  rate  direction  sent/s  arrived  relay-dropped  receiver-dropped  mean err ms  "
+          f"p99 err ms  relay late µs p50/p99/max  max queued")
     accurate = []
     for rate in rates:
         count = int(rate * seconds)
         relay = wire.relay({"delay": delay_ms / 1e3}, {"delay": delay_ms / 1e3})
         receivers = [wire.receiver(count, at=target) for _, target, _ in ways]
-        senders = [wire.start_sender(rate, count, source=source) for source, _, _ in ways]
+        senders = [wire.start_sender(rate, count, source=source, size=FRAME_PAYLOAD_BYTES)
+                   for source, _, _ in ways]
         sent = [sender_result(sender) for sender in senders]
         arrivals = [receiver.settle(count) for receiver in receivers]
         relay_statistics = relay.stop()
         errors = []
-        for (_, _, direction), achieved, arrived in zip(ways, sent, arrivals):
+        for (_, _, direction), achieved, arrived, receiver in zip(ways, sent, arrivals,
+                                                                  receivers):
             delays = delays_ms(arrived)
             mean_error = statistics.fmean(delays) - delay_ms
             errors.append(len(arrived) == count and abs(mean_error) < 1.0)
             late = relay_statistics[direction]
+            emulator = sum(late[cause] for cause in EMULATOR_CAUSES)
             lateness = "/".join(str(late["late_us"][key]) for key in ("p50", "p99", "max"))
             print(f"{rate:6d}  {direction:9s} {achieved['rate']:7.0f}  "
-                  f"{len(arrived) / count:7.2%}  {mean_error:+11.3f}  "
-                  f"{percentile(delays, 0.99) - delay_ms:+10.3f}  {lateness:>25s}  "
-                  f"{late['max_queued']:10d}")
+                  f"{len(arrived) / count:7.2%}  {emulator:13d}  {receiver.dropped:16d}  "
+                  f"{mean_error:+11.3f}  {percentile(delays, 0.99) - delay_ms:+10.3f}  "
+                  f"{lateness:>25s}  {late['max_queued']:10d}")
+            assert late["frames_in"] == (late["frames_out"] + late["dropped_loss"]
+                                         + late["dropped_down"] + late["dropped_queue_full"]
+                                         + late["dropped_oversize"] + late["send_errors"]
+                                         + late["queued_at_exit"]), late
+            assert len(arrived) + emulator + receiver.dropped == achieved["sent"], (
+                f"{direction} at {rate}/s: {achieved['sent']} sent, {len(arrived)} arrived, "
+                f"{emulator} dropped by the relay, {receiver.dropped} by the receiver: "
+                f"{achieved['sent'] - len(arrived) - emulator - receiver.dropped} uncounted")
         if all(errors):
             accurate.append(rate)
     print(f"highest rate per direction with a mean error below 1 ms: "

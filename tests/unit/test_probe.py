@@ -173,3 +173,18 @@ def test_receiver_stops_when_asked():
     summary = receiver.join()
     assert summary["stopped"] == "stop requested"
     assert summary["received"] == 0 and summary["lost"] == 0
+
+
+def test_the_receiver_counts_what_its_own_full_buffer_dropped():
+    """Datagrams its socket dropped (the receiver did not keep up) are told apart from those the
+    path lost: the socket's count, the rest reached it."""
+    receiver = probe.Receiver(port=0, duration_s=0.5, expect=2000)
+    # A small buffer and nobody reading yet: the kernel keeps a few and drops the rest.
+    receiver._socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for sequence in range(2000):
+            sock.sendto(probe.encode(flow=0, sequence=sequence, send_ns=time.time_ns(),
+                                     size=1000), ("127.0.0.1", receiver.port))
+    summary = receiver.run()
+    assert summary["socket_drops"] > 0
+    assert summary["socket_drops"] + summary["unique"] == 2000 == summary["lost"] + summary["unique"]
