@@ -34,13 +34,32 @@ LISTENERS = [
 ]
 
 
-def bound(port: int) -> bool:
-    """Some socket of this machine is bound to UDP ``port``."""
+def receive_queues(port: int) -> list[int]:
+    """The bytes waiting in the receive queue of each socket of this machine bound to UDP
+    ``port`` (none bound: empty)."""
+    queues = []
     for table in ("/proc/net/udp", "/proc/net/udp6"):
         for line in Path(table).read_text().splitlines()[1:]:
-            if int(line.split()[1].rsplit(":", 1)[1], 16) == port:
-                return True
-    return False
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port:
+                queues.append(int(fields[4].split(":")[1], 16))
+    return queues
+
+
+def bound(port: int) -> bool:
+    """Some socket of this machine is bound to UDP ``port``."""
+    return bool(receive_queues(port))
+
+
+def drained(ports: list[int], timeout_s: float = 30.0) -> bool:
+    """Wait until the agent has read everything sent to its ports: on a loaded machine it may
+    be scheduled long after the sender finished, and stopped before, it would read nothing."""
+    deadline = time.monotonic() + timeout_s
+    while any(any(receive_queues(port)) for port in ports):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 @pytest.mark.parametrize("agent, params, ports", LISTENERS, ids=[item[0] for item in LISTENERS])
@@ -63,6 +82,7 @@ def test_listening_agent_survives_fuzzing(agent, params, ports, tmp_path):
                     sender.sendto(datagram, ("127.0.0.1", port))
                     if index % 500 == 0:
                         time.sleep(0.001)  # a burst larger than the receive buffer is not fuzz
+        assert drained(ports), f"{agent} left fuzzed datagrams unread for 30 s"
         time.sleep(0.5)
         assert process.poll() is None, f"{agent} died under fuzzing: {process.communicate()}"
     finally:
