@@ -89,3 +89,29 @@ def test_the_placement_travels_through_results_csv_as_text(tmp_path):
     pd.DataFrame([{name: row.get(name, "") for name in header}]).to_csv(path, index=False)
     [back] = read_results(path, KIND).to_dict("records")
     assert back["placement"] == "v1=edge1@1000000" and back["objective_model"] == 1.0
+
+
+def test_a_last_stream_of_one_packet_counts_as_nothing_arrived_not_as_minus_infinity(tmp_path):
+    # From a run of Random on live_edge-capacity: a viewer's last decision came as the run
+    # ended and one packet of it arrived, with no duration and so no goodput (an empty field).
+    import math
+    import shutil
+    from pathlib import Path
+
+    from experiments.kinds.live_edge_emulation import run_totals, viewer_qoe
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(Path(__file__).parent / "recorded" / "live_edge-unserved", run_dir)
+    path = run_dir / "tables" / "flows.csv"
+    with open(path, newline="") as stream:
+        rows = list(csv.DictReader(stream))
+    [last] = [row for row in rows if (row["node"], row["flow"]) == ("viewer1", "stream-5")]
+    last.update(packets="1", unique="1", duration_s="0", goodput_bps="")
+    with open(path, "w", newline="") as stream:
+        writer = csv.DictWriter(stream, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    served = {row["viewer"]: row for row in viewer_qoe(run_dir)}
+    assert served["viewer1"]["qoe_measured"] == 0 and served["viewer1"]["goodput_bps"] == 0
+    assert math.isnan(served["viewer1"]["latency_measured_ms"])
+    assert math.isfinite(run_totals(list(served.values()))["objective_measured"])
