@@ -156,7 +156,8 @@ def main() -> int:
                         help="only the fallback relays' rate sweep, both relays")
     arguments = parser.parse_args()
     setLogLevel("error")
-    console = Console()
+    # Wide enough for the sweep's eleven columns when the output is not a terminal.
+    console = Console(width=160)
     backends = ["fallback"] + (["netem"] if probe_qdiscs()["netem"] else [])
     if "netem" not in backends:
         console.print("netem: not measured, this kernel has no sch_netem")
