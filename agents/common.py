@@ -485,10 +485,18 @@ def waiting_datagrams(sock: socket.socket, buffer: bytearray,
                       until_ns: int) -> Iterator[tuple[int, int, tuple]]:
     """The datagrams waiting on ``sock`` that arrived by ``until_ns`` (realtime ns), read
     without waiting, as :func:`datagrams` gives them; the first one received later ends them
-    (it is given too: it was read), so a sender that keeps sending cannot hold them up."""
-    while (arrival := receive(sock, buffer, wait=False)) is not None:
+    (it is given too: it was read), so a sender that keeps sending cannot hold them up.
+
+    A stamp no earlier than the read itself is not an arrival time: while the kernel turns
+    timestamping on for the first socket that asks (deferred work), it stamps datagrams when
+    they are read. Such a datagram was waiting, so it is given and the reading goes on."""
+    while True:
+        asked_ns = time.time_ns()
+        arrival = receive(sock, buffer, wait=False)
+        if arrival is None:
+            return
         yield arrival
-        if arrival[1] > until_ns:
+        if until_ns < arrival[1] < asked_ns:
             return
 
 
