@@ -427,6 +427,42 @@ def open_interface(name: str) -> socket.socket:
     return sock
 
 
+def report(document: dict) -> None:
+    """One line of JSON on stdout: an acknowledgement, a rejection or the final statistics."""
+    try:
+        sys.stdout.write(json.dumps(document) + "\n")
+        sys.stdout.flush()
+    except OSError:
+        pass  # nobody listening is no reason to stop forwarding
+
+
+class Changes:
+    """The changes read from stdin, one JSON document a line, as both relays' fronts take
+    them: each line gets the next number, and one that is not JSON or that ``configure``
+    refuses is reported rejected under that number (with the reason) and changes nothing.
+    One step for both, so the compiled relay cannot come to mean something else by a change."""
+
+    def __init__(self, configure):
+        self.configure = configure
+        self.seen = 0
+
+    def take(self, line: bytes) -> int | None:
+        """The change's number when ``configure`` took it, None when it was rejected; the
+        caller acknowledges it once it is in effect."""
+        self.seen += 1
+        try:
+            document = json.loads(line)
+        except ValueError as error:
+            report({"rejected": self.seen, "error": f"not JSON: {error}"})
+            return None
+        try:
+            self.configure(document)
+        except ValueError as error:
+            report({"rejected": self.seen, "error": str(error)})
+            return None
+        return self.seen
+
+
 class Relay:
     """The event loop: reads frames as they arrive, sends each when it is due, takes changes
     from stdin and stops on a signal."""
@@ -445,7 +481,7 @@ class Relay:
         self.buffer = bytearray(FRAME_BUFFER_BYTES)
         self.view = memoryview(self.buffer)
         self.stdin_pending = b""
-        self.changes_seen = 0
+        self.changes = Changes(self.configure)
         self.stopping = False
         self.wakeup_read, wakeup_write = os.pipe()
         os.set_blocking(self.wakeup_read, False)
@@ -532,18 +568,9 @@ class Relay:
         # queued under the settings they arrived under.
         for direction in self.directions.values():
             self.receive(direction, batch=None)
-        self.changes_seen += 1
-        try:
-            document = json.loads(line)
-        except ValueError as error:
-            self.report({"rejected": self.changes_seen, "error": f"not JSON: {error}"})
-            return
-        try:
-            self.configure(document)
-        except ValueError as error:
-            self.report({"rejected": self.changes_seen, "error": str(error)})
-        else:
-            self.report({"applied": self.changes_seen})
+        number = self.changes.take(line)
+        if number is not None:
+            report({"applied": number})
 
     def clear_wakeup(self) -> None:
         try:
@@ -551,14 +578,6 @@ class Relay:
                 pass
         except BlockingIOError:
             pass
-
-    @staticmethod
-    def report(document: dict) -> None:
-        try:
-            sys.stdout.write(json.dumps(document) + "\n")
-            sys.stdout.flush()
-        except OSError:
-            pass  # nobody listening is no reason to stop forwarding
 
     def write_status(self, now: int) -> None:
         """The statistics so far, replaced atomically once a second, for whoever watches the
@@ -623,7 +642,7 @@ class CompiledRelay:
         self.settings = {name: {"delay_ns": 0, "jitter_ns": 0, "distribution": "normal",
                                 "reorder": False, "loss": 0.0, "burst": None, "down": False,
                                 "limit": DEFAULT_LIMIT} for name in DIRECTIONS}
-        self.changes_seen = 0
+        self.changes = Changes(self.configure)
 
     def configure(self, document) -> None:
         changes, seed = parse_config(document)
@@ -678,18 +697,10 @@ class CompiledRelay:
                 pass
 
     def change(self, line: bytes) -> None:
-        self.changes_seen += 1
-        try:
-            document = json.loads(line)
-        except ValueError as error:
-            Relay.report({"rejected": self.changes_seen, "error": f"not JSON: {error}"})
-            return
-        try:
-            self.configure(document)
-        except ValueError as error:
-            Relay.report({"rejected": self.changes_seen, "error": str(error)})
-            return
-        self.send([f"A {self.changes_seen}"])
+        number = self.changes.take(line)
+        if number is not None:
+            # Acknowledged by the C relay once it has applied the settings sent before this.
+            self.send([f"A {number}"])
 
 
 class _Stopped(Exception):
@@ -737,7 +748,7 @@ def main(argv: list[str] | None = None) -> int:
     # The hot path makes no reference cycles; the cycle collector would only add pauses.
     gc.disable()
     relay.run()
-    relay.report(relay.statistics())
+    report(relay.statistics())
     return 0
 
 
