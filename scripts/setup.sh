@@ -8,6 +8,9 @@
 #   scripts/setup.sh                    # as root: set this machine up
 #   scripts/setup.sh --print-packages   # the apt packages it needs, one a line (scripts/vm.sh
 #                                       # bakes them into the VM image)
+#   scripts/setup.sh --no-services      # everything but starting Open vSwitch and loading its
+#                                       # module: for a root filesystem being built in a chroot
+#                                       # (scripts/vm.sh), whose kernel is not the one running
 #   EDGEBED_WHEELHOUSE=DIR scripts/setup.sh
 #       offline: Python packages only from the wheels in DIR (no index), and no apt-get: a
 #       missing apt package is an error. The VM lane (scripts/vm.sh) runs it this way.
@@ -25,10 +28,15 @@ optional_packages=(gcc libc6-dev)
 
 say() { printf 'setup: %s\n' "$*"; }
 
-if [ "${1:-}" = "--print-packages" ]; then
-    printf '%s\n' "${packages[@]}" "${optional_packages[@]}"
-    exit 0
-fi
+services=1
+case "${1:-}" in
+    --print-packages)
+        printf '%s\n' "${packages[@]}" "${optional_packages[@]}"
+        exit 0 ;;
+    --no-services) services=0 ;;
+    "") ;;
+    *) say "usage: scripts/setup.sh [--print-packages|--no-services]" >&2; exit 2 ;;
+esac
 wheelhouse="${EDGEBED_WHEELHOUSE:-}"
 if [ -n "$wheelhouse" ] && [ ! -d "$wheelhouse" ]; then
     say "EDGEBED_WHEELHOUSE=$wheelhouse is not a directory" >&2
@@ -78,9 +86,7 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
     pip_source=()
     if [ -n "$wheelhouse" ]; then
         say "offline: Python packages from the wheelhouse $wheelhouse"
-        # --no-compile: offline is how the VM lane installs, under CPU emulation, where
-        # byte-compiling every installed module takes minutes; Python compiles what it imports.
-        pip_source=(--no-index --find-links "$wheelhouse" --no-compile)
+        pip_source=(--no-index --find-links "$wheelhouse")
     fi
     "$venv/bin/pip" install --quiet --disable-pip-version-check "${pip_source[@]}" -e "$repo[test]"
     echo "$want" > "$stamp"
@@ -92,6 +98,10 @@ fi
 # here and by every run (topologies/impairments/relay.py).
 bash "$repo/scripts/build-relay.sh" "$venv/bin/edgebed-wire-relay"
 
+if [ "$services" -eq 0 ]; then
+    say "installed; Open vSwitch not started (--no-services)"
+    exit 0
+fi
 # Open vSwitch: start it unless it answers already (systemd starts it on Ubuntu).
 if ! ovs-vsctl --timeout=3 show >/dev/null 2>&1; then
     say "starting Open vSwitch"

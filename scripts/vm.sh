@@ -4,19 +4,24 @@
 # backend's tests skip there).
 #
 #   scripts/vm.sh            # as root, on the host: build the image if needed, boot, test
+#   scripts/vm.sh key        # the image's cache key (what the image is built from, hashed)
 #   scripts/vm.sh guest      # inside the VM, started by the VM's init: the job itself
 #
-# Host side: builds a Debian root filesystem once with debootstrap (every apt package that
-# scripts/setup.sh needs, plus a kernel), cached under $EDGEBED_VM_CACHE and rebuilt when its
-# package list or init changes; prepares a wheelhouse of the Python dependencies with pip; boots
-# the image read-only (qemu -snapshot) with KVM where a quick probe shows it works and TCG
-# otherwise. Three 9p shares: the checkout (read-only), the wheelhouse (read-only) and the results
-# folder (read-write). The VM has no network device: it needs none.
+# Host side: everything that does not need the guest's kernel is done on the host at native
+# speed (an emulated CPU is 5-10 times slower). The image is a Debian root filesystem made with
+# debootstrap (every apt package scripts/setup.sh needs, plus a kernel), then provisioned in a
+# chroot by scripts/setup.sh --no-services itself, offline from a wheelhouse the host's pip
+# prepared, and byte-compiled; cached under $EDGEBED_VM_CACHE on a key over everything that goes
+# into it (`scripts/vm.sh key`). Each run stages the checkout as one tar file, byte-compiled by
+# the host's Python (the guest's version), and boots the image read-only (qemu -snapshot) with KVM
+# where a quick probe shows it works and TCG otherwise. Two 9p shares: the job (read-only) and
+# the results folder (read-write). The VM has no network device: it needs none.
 #
-# Guest side: copies the checkout, runs scripts/setup.sh offline (EDGEBED_WHEELHOUSE), checks that
-# `edgebed doctor` reports netem and the kernel datapath, runs the tests that need this kernel and
-# `make demo`, and writes logs and the exit status into the results folder. The host's exit
-# status is the guest's; a VM that never reports one fails.
+# Guest side: unpacks the checkout over the provisioned one (keeping its .venv), runs
+# scripts/setup.sh (which finds everything installed and starts Open vSwitch on the kernel
+# datapath), runs the tests that need this kernel, `edgebed doctor` (it must report netem and the
+# kernel datapath) and `make demo`, and writes logs and the exit status into the results
+# folder. The host's exit status is the guest's; a VM that never reports one fails.
 #
 # Settings (environment):
 #   EDGEBED_VM_CACHE    image and wheelhouse cache     (/var/cache/edgebed/vm)
@@ -43,10 +48,18 @@ VM_PACKAGES=(linux-image-amd64 kmod make psmisc)
 # scenario with both. Everything else already runs on the host; under TCG each test takes about
 # a minute, so the lane runs only these by default (EDGEBED_VM_TESTS runs others).
 DEFAULT_TESTS="tests/integration/test_impairments.py -k netem"
-GUEST_PYTHON_MINOR=3.11  # bookworm's python3: the wheelhouse is built for it
+GUEST_PYTHON_MINOR=3.11  # bookworm's python3: the wheelhouse and the byte code are made for it
+# The checkout's files the chroot's provisioning reads, and so part of the image's key: setup.sh
+# and what it runs, and pyproject.toml (the dependencies pip installs; setup.sh's own stamp is
+# over the whole file, so any change to it would make the guest's setup.sh install again).
+IMAGE_INPUTS=(scripts/setup.sh scripts/build-relay.sh topologies/impairments/wire_relay.c
+              pyproject.toml)
+# Where the checkout lives in the VM: the editable install in the provisioned .venv points here.
+GUEST_CHECKOUT=/root/edgebed
 
-# PID 1 of the VM: mounts what a job needs, runs `vm.sh guest` from the shared checkout (so the
-# job is the checkout's, not the image's) and powers off.
+# PID 1 of the VM: mounts what a job needs, unpacks the job's checkout over the provisioned one
+# (all but its .venv), runs its `vm.sh guest` (so the job is the checkout's, not the image's) and
+# powers off.
 read -r -d '' GUEST_INIT <<'EOF' || true
 #!/bin/sh
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8
@@ -64,12 +77,12 @@ hostname edgebed-vm
 ip link set lo up
 modprobe 9pnet_virtio
 modprobe 9p
-mkdir -p /mnt/checkout /mnt/wheels /mnt/results
+mkdir -p /mnt/job /mnt/results
 options=trans=virtio,version=9p2000.L,msize=262144
-mount -t 9p -o "$options,ro" checkout /mnt/checkout
-mount -t 9p -o "$options,ro" wheels /mnt/wheels
+mount -t 9p -o "$options,ro" job /mnt/job
 mount -t 9p -o "$options" results /mnt/results
-bash /mnt/checkout/scripts/vm.sh guest
+cd /root/edgebed && find . -mindepth 1 -maxdepth 1 ! -name .venv -exec rm -rf {} + &&
+    tar -xf /mnt/job/checkout.tar && bash scripts/vm.sh guest
 sync
 mount -o remount,ro / 2>/dev/null
 echo o > /proc/sysrq-trigger
@@ -80,11 +93,37 @@ image_packages() {
     { bash "$repo/scripts/setup.sh" --print-packages; printf '%s\n' "${VM_PACKAGES[@]}"; } | sort -u
 }
 
+# The checkout as the VM gets it, into the directory $1: the files git tracks or would (not
+# .venv, runs or .git) and not the committed reports (most of its bytes; nothing in the VM reads
+# them).
+stage_checkout() {
+    tar -C "$repo" --exclude=./.venv --exclude=./runs --exclude=./.git --exclude=./reports \
+        --exclude='__pycache__' -cf - . | tar -C "$1" -xf -
+}
+
 # ---------------------------------------------------------------------------------------- host
+
+# The image's cache key: a hash of everything that goes into it (the suite, the package list,
+# the VM's init, the recipe below and the checkout files the provisioning reads). An image
+# whose key is unchanged is the same image; any change builds a new one.
+image_key() {
+    {
+        echo "$SUITE"
+        image_packages
+        printf '%s\n' "$GUEST_INIT" "$GUEST_CHECKOUT"
+        declare -f build_image provision_root
+        local input
+        for input in "${IMAGE_INPUTS[@]}"; do
+            printf '== %s\n' "$input"
+            cat "$repo/$input"
+        done
+    } | sha256sum | cut -c1-16
+}
 
 install_host_tools() {
     local missing=()
     command -v qemu-system-x86_64 >/dev/null || missing+=(qemu-system-x86)
+    command -v qemu-img >/dev/null || missing+=(qemu-utils)
     command -v debootstrap >/dev/null || missing+=(debootstrap)
     command -v mkfs.ext4 >/dev/null || missing+=(e2fsprogs)
     if [ "${#missing[@]}" -gt 0 ]; then
@@ -95,24 +134,61 @@ install_host_tools() {
     fi
 }
 
-build_image() {  # $1: the image directory to create
-    local image="$1" build root size_mb
+# The host's Python for what the guest's Python runs (the wheelhouse, the checkout's byte
+# code): it must be the guest's version.
+host_python() {
+    local python="$repo/.venv/bin/python"
+    [ -x "$python" ] || python=/usr/bin/python3
+    [ "$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" = "$GUEST_PYTHON_MINOR" ] ||
+        fail "the wheelhouse and byte code are made with the host's Python, which must be $GUEST_PYTHON_MINOR like the VM's ($SUITE); $python is not"
+    echo "$python"
+}
+
+# The provisioning, in a chroot on the host: the checkout copied to where the VM keeps it,
+# then scripts/setup.sh --no-services there, offline (EDGEBED_WHEELHOUSE: pip from the
+# wheelhouse only, no apt-get, so a package debootstrap did not install is an error), exactly as
+# on any fresh Debian; then everything the image's Pythons import byte-compiled, which under an
+# emulated CPU would take most of a minute per Python start. Its own mount namespace: the
+# mounts go when it ends, however it ends.
+provision_root() {  # $1: the root filesystem, $2: the wheelhouse
+    local root="$1" wheels="$2"
+    mkdir -p "$root$GUEST_CHECKOUT" "$root/mnt/wheels"
+    stage_checkout "$root$GUEST_CHECKOUT"
+    unshare --mount --propagation private -- bash -euc '
+        root="$1"
+        mount -t proc proc "$root/proc"
+        mount --bind /dev "$root/dev"
+        mount --bind -o ro "$2" "$root/mnt/wheels"
+        in_root() { chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 "$@"; }
+        in_root EDGEBED_WHEELHOUSE=/mnt/wheels bash "$3/scripts/setup.sh" --no-services
+        in_root python3 -m compileall -q -j 0 -x "/test/|/tests/" /usr/lib/python3 /usr/lib/python3.11 \
+            "$3/.venv/lib" >/dev/null || true
+    ' provision "$root" "$wheels" "$GUEST_CHECKOUT"
+}
+
+build_image() {  # $1: the image directory to create, $2: the wheelhouse
+    local image="$1" build root size_mb begin=$SECONDS
     build="$(mktemp -d "$cache/build.XXXXXX")"
     root="$build/root"
     trap 'rm -rf "$build"' EXIT
-    say "building the VM image (debootstrap $SUITE, $(image_packages | wc -l) packages and their dependencies; a few minutes)"
+    say "building the VM image (debootstrap $SUITE, $(image_packages | wc -l) packages and their dependencies)"
     debootstrap --variant=minbase --include="$(image_packages | paste -sd,)" \
         "$SUITE" "$root" "${EDGEBED_VM_MIRROR:-http://deb.debian.org/debian}" \
         > "$build/debootstrap.log" 2>&1 || { tail -20 "$build/debootstrap.log" >&2; fail "debootstrap failed"; }
+    say "debootstrap done in $((SECONDS - begin)) s; provisioning it in a chroot with scripts/setup.sh --no-services"
+    begin=$SECONDS
+    provision_root "$root" "$2" 2>&1 | tee "$build/provision.log" | sed 's/^/vm: chroot: /'
+    say "provisioned in $((SECONDS - begin)) s"
     printf '%s\n' "$GUEST_INIT" > "$root/sbin/edgebed-vm-init"
     chmod 755 "$root/sbin/edgebed-vm-init"
     echo edgebed-vm > "$root/etc/hostname"
     rm -f "$root"/var/cache/apt/archives/*.deb
+    rm -rf "$root/root/.cache"
     cp "$root"/boot/vmlinuz-* "$build/vmlinuz"
     cp "$root"/boot/initrd.img-* "$build/initrd.img"
-    # Room for the copied checkout, its .venv and the runs, on top of the system.
-    size_mb=$(( $(du -sm "$root" | cut -f1) + 3072 ))
-    mkfs.ext4 -q -F -L edgebed-vm -d "$root" "$build/root.img" "${size_mb}M"
+    # Room for the runs and the tests' captures on top of the system.
+    size_mb=$(( $(du -sm "$root" | cut -f1) + 2048 ))
+    mkfs.ext4 -q -F -L edgebed-vm -d "$root" "$build/root.img" "${size_mb}M" >/dev/null
     rm -rf "$root"
     image_packages > "$build/packages"
     mv "$build" "$image"
@@ -120,10 +196,10 @@ build_image() {  # $1: the image directory to create
     say "image ready: $image ($(du -sh "$image/root.img" | cut -f1) on disk)"
 }
 
-# pyproject.toml's dependencies, test extras and build requirements (the VM installs edgebed
-# editable, offline, so setuptools must be in the wheelhouse too), one a line: what the
-# wheelhouse holds and what the provisioned layer installed, so both are keyed on it (and not
-# on the rest of pyproject.toml, whose tool settings change more often and install nothing).
+# pyproject.toml's dependencies, test extras and build requirements (the chroot installs
+# edgebed editable, offline, so setuptools must be in the wheelhouse too), one a line: what
+# the wheelhouse holds, so it is keyed on it (and not on the rest of pyproject.toml, whose tool
+# settings change more often and install nothing).
 python_requirements() {
     /usr/bin/python3 - "$repo/pyproject.toml" <<'PY'
 import sys, tomllib
@@ -136,10 +212,7 @@ PY
 
 build_wheelhouse() {  # $1: the wheelhouse directory to create
     local wheels="$1" build python requirements
-    python="$repo/.venv/bin/python"
-    [ -x "$python" ] || python=/usr/bin/python3
-    [ "$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" = "$GUEST_PYTHON_MINOR" ] ||
-        fail "the wheelhouse is built with the host's Python, which must be $GUEST_PYTHON_MINOR like the VM's ($SUITE); $python is not"
+    python="$(host_python)"
     build="$(mktemp -d "$cache/wheels.XXXXXX")"
     trap 'rm -rf "$build"' EXIT
     requirements="$build/requirements.txt"
@@ -177,9 +250,9 @@ choose_accel() {  # $1: kernel
     cat "$answer"
 }
 
-# EDGEBED_VM_LOCK: each boot holds the lock (flock) from start to power-off. The emulated CPUs
-# keep the host's cores busy the whole time, provisioning included, which would disturb other
-# timing-sensitive runs sharing the machine.
+# EDGEBED_VM_LOCK: the boot holds the lock (flock) from start to power-off. The emulated CPUs
+# keep the host's cores busy the whole time, which would disturb other timing-sensitive runs
+# sharing the machine.
 locked() {
     if [ -n "${EDGEBED_VM_LOCK:-}" ]; then
         say "waiting for the lock $EDGEBED_VM_LOCK"
@@ -189,61 +262,82 @@ locked() {
     fi
 }
 
-boot() {  # boot MODE DISK RESULTS [-snapshot]: one VM run of the guest job in MODE
-    local mode="$1" disk="$2" results="$3" snapshot="${4:-}" status=0 started=$SECONDS
-    # The job's settings, read by the guest half.
+# The job the VM runs: its settings (read by the guest half) and the checkout as one tar file
+# (one read over 9p instead of hundreds), byte-compiled here so that no Python start in the
+# guest compiles the checkout's modules (the tar keeps the files' times, which the byte code is
+# checked against).
+stage_job() {  # $1: the job directory
+    local job="$1" staged
+    staged="$job/checkout"
+    mkdir -p "$staged"
+    stage_checkout "$staged"
+    "$(host_python)" -m compileall -q -j 0 "$staged" >/dev/null
+    tar -C "$staged" -cf "$job/checkout.tar" .
+    rm -rf "$staged"
     {
-        printf 'mode=%q\n' "$mode"
         printf 'accel=%q\n' "$accel"
         printf 'tests=%q\n' "${EDGEBED_VM_TESTS:-$DEFAULT_TESTS}"
         printf 'demo=%q\n' "${EDGEBED_VM_DEMO:-1}"
-    } > "$results/job.env"
+    } > "$job/job.env"
+}
+
+boot() {  # boot JOB RESULTS: the test VM, booted from the image, its disk thrown away after
+    local job="$1" results="$2" status=0 started=$SECONDS
     local qemu=(qemu-system-x86_64 -accel "$accel" -cpu "$cpu"
                 -m "${EDGEBED_VM_MEMORY:-3072}" -smp "${EDGEBED_VM_CPUS:-2}"
                 -nodefaults -display none -serial stdio -no-reboot -nic none
                 -device virtio-rng-pci
                 -kernel "$image/vmlinuz" -initrd "$image/initrd.img"
                 -append "root=/dev/vda rw console=ttyS0 quiet panic=-1 init=/sbin/edgebed-vm-init"
-                -drive "file=$disk,if=virtio,format=qcow2" $snapshot
-                -virtfs "local,path=$repo,mount_tag=checkout,security_model=none,readonly=on"
-                -virtfs "local,path=$wheels,mount_tag=wheels,security_model=none,readonly=on"
-                -virtfs "local,path=$results,mount_tag=results,security_model=none"
-                -virtfs "local,path=$pycache,mount_tag=pycache,security_model=none")
-    locked timeout "${EDGEBED_VM_TIMEOUT:-3600}" "${qemu[@]}" </dev/null | tee "$results/console.log" || status=$?
-    say "the $mode VM ran for $((SECONDS - started)) s"
+                -drive "file=$image/root.img,if=virtio,format=raw" -snapshot
+                -virtfs "local,path=$job,mount_tag=job,security_model=none,readonly=on"
+                -virtfs "local,path=$results,mount_tag=results,security_model=none")
+    locked bash -c 'date +%s.%N > "$1/qemu_started"; shift; exec "$@"' boot "$results" \
+        timeout "${EDGEBED_VM_TIMEOUT:-3600}" "${qemu[@]}" </dev/null | tee "$results/console.log" || status=$?
+    say "the VM ran for $((SECONDS - started)) s"
     grep -h "^=.* in [0-9.]*s" "$results/pytest.log" 2>/dev/null | tail -1 | sed 's/^/vm: pytest in the VM: /' || true
+    first_test_after "$results"
     [ "$status" -eq 0 ] || fail "qemu failed or timed out (status $status); see $results/console.log"
     [ -f "$results/status" ] || fail "the VM reported no exit status; see $results/console.log"
     status="$(cat "$results/status")"
-    [ "$status" -eq 0 ] || fail "the $mode VM failed (status $status): $(cat "$results/failed" 2>/dev/null); logs in $results"
+    [ "$status" -eq 0 ] || fail "the test VM failed (status $status): $(cat "$results/failed" 2>/dev/null); logs in $results"
+}
+
+# Boot to first test: from qemu's start (the host's clock) to the first test's start (the
+# guest's clock, which qemu sets from the host's at boot, to the second).
+first_test_after() {  # $1: results
+    local first
+    first="$(awk -F'\t' '$2 == "start" { print $1; exit }' "$1/tests.tsv" 2>/dev/null)"
+    [ -n "$first" ] && [ -f "$1/qemu_started" ] || return 0
+    say "qemu started to the first test started: $(awk -v a="$(cat "$1/qemu_started")" -v b="$first" 'BEGIN { printf "%.0f", b - a }') s"
 }
 
 host_main() {
-    [ "$(id -u)" -eq 0 ] || fail "needs root (debootstrap, the image cache); run it with sudo"
-    local cache results key requirements_key image wheels provisioned pycache accel cpu
+    [ "$(id -u)" -eq 0 ] || fail "needs root (debootstrap, chroot, the image cache); run it with sudo"
+    local cache results job key requirements_key image wheels accel cpu
     cache="${EDGEBED_VM_CACHE:-/var/cache/edgebed/vm}"
     results="${EDGEBED_VM_RESULTS:-$repo/runs/vm-test}"
     mkdir -p "$cache"
     install_host_tools
 
-    key="$( { echo "$SUITE"; image_packages; printf '%s\n' "$GUEST_INIT"; } | sha256sum | cut -c1-16)"
+    key="$(image_key)"
     image="$cache/image-$key"
     if [ -f "$image/root.img" ]; then
         say "reusing the VM image $image"
     else
-        build_image "$image"
-        for old in "$cache"/image-*; do
+        requirements_key="$(python_requirements | sha256sum | cut -c1-16)"
+        wheels="$cache/wheels-$requirements_key"
+        if [ -d "$wheels" ]; then
+            say "reusing the wheelhouse $wheels"
+        else
+            build_wheelhouse "$wheels"
+            for old in "$cache"/wheels-*; do
+                [ "$old" = "$wheels" ] || rm -rf "$old"
+            done
+        fi
+        build_image "$image" "$wheels"
+        for old in "$cache"/image-* "$cache"/provisioned-*; do
             [ "$old" = "$image" ] || rm -rf "$old"
-        done
-    fi
-    requirements_key="$(python_requirements | sha256sum | cut -c1-16)"
-    wheels="$cache/wheels-$requirements_key"
-    if [ -d "$wheels" ]; then
-        say "reusing the wheelhouse $wheels"
-    else
-        build_wheelhouse "$wheels"
-        for old in "$cache"/wheels-*; do
-            [ "$old" = "$wheels" ] || rm -rf "$old"
         done
     fi
 
@@ -251,44 +345,23 @@ host_main() {
     mkdir -p "$results"
     accel="$(choose_accel "$image/vmlinuz")"
     if [ "$accel" = kvm ]; then cpu=host; else cpu=max; fi
-
-    # Provisioning: scripts/setup.sh on the fresh image, offline, kept as a copy-on-write layer
-    # over it, made again when the image, pyproject.toml or setup.sh change. Installing the
-    # Python packages under TCG takes many minutes; the test boot runs setup.sh again on top of
-    # this layer, where it finds everything installed.
-    provisioned="$cache/provisioned-$( { echo "$key" "$requirements_key"; cat "$repo/scripts/setup.sh"; } | sha256sum | cut -c1-16).qcow2"
-    # Python's byte code for what the guest imports, kept across boots (the test boot's disk is
-    # a throwaway snapshot, and the layer is installed without byte-compiling): under TCG,
-    # compiling the imports of one Python start takes most of a minute.
-    pycache="${provisioned%.qcow2}.pycache"
-    mkdir -p "$pycache"
-    if [ -f "$provisioned" ]; then
-        say "reusing the provisioned VM layer $provisioned"
-    else
-        say "provisioning a fresh VM with scripts/setup.sh, offline ($accel; under TCG many minutes)"
-        mkdir -p "$results/provision"
-        qemu-img create -q -f qcow2 -b "$image/root.img" -F raw "$provisioned.part"
-        boot provision "$provisioned.part" "$results/provision"
-        mv "$provisioned.part" "$provisioned"
-        for old in "$cache"/provisioned-*.qcow2 "$cache"/provisioned-*.pycache; do
-            [ "$old" = "$provisioned" ] || [ "$old" = "$pycache" ] || rm -rf "$old"
-        done
-    fi
-
-    say "booting the VM for the tests ($accel; results in $results)"
-    boot test "$provisioned" "$results" -snapshot
+    job="$(mktemp -d "$cache/job.XXXXXX")"
+    trap "rm -rf ${job@Q}" EXIT
+    stage_job "$job"
+    say "booting the VM ($accel; results in $results)"
+    boot "$job" "$results"
     say "the VM lane passed; logs in $results"
 }
 
 # --------------------------------------------------------------------------------------- guest
 
 guest_main() {
-    local results=/mnt/results work=/root/edgebed failed=()
+    local results=/mnt/results failed=()
     # Everything the job prints goes to the results folder and to the console (the host's log).
     exec > >(tee -a "$results/guest.log" > /dev/console) 2>&1
     # shellcheck source=/dev/null
-    . "$results/job.env"
-    say "guest: kernel $(uname -r), accel $accel, $(nproc) CPUs ($(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2-))"
+    . /mnt/job/job.env
+    say "guest: kernel $(uname -r), accel $accel, $(nproc) CPUs ($(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2-)), up $(cut -d' ' -f1 /proc/uptime) s"
     # The tests' bounds for an emulated CPU apply (topologies.capabilities.cpu_emulated).
     if [ "$accel" = tcg ]; then export EDGEBED_CPU_EMULATED=1; fi
     step() {  # step NAME COMMAND...: run one step, log it, remember a failure
@@ -300,28 +373,22 @@ guest_main() {
         [ "$rc" -eq 0 ] || failed+=("$name")
         return 0
     }
-    # A private, writable copy of the read-only checkout (setup.sh puts .venv beside it). The
-    # test boot refreshes the provisioned copy: everything but its .venv comes from the share.
-    mkdir -p "$work"
-    find "$work" -mindepth 1 -maxdepth 1 ! -name .venv -exec rm -rf {} +
-    # Not the committed reports (most of the checkout's bytes; nothing here reads them).
-    tar -C /mnt/checkout --exclude=./.venv --exclude=./runs --exclude=./.git --exclude=./reports \
-        -cf - . | tar -C "$work" -xf -
-    cd "$work"
-    mkdir -p /mnt/pycache
-    if mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 pycache /mnt/pycache; then
-        export PYTHONPYCACHEPREFIX=/mnt/pycache
-    fi
     modprobe sch_netem
-    step setup env EDGEBED_WHEELHOUSE=/mnt/wheels bash scripts/setup.sh
-    if [ "$mode" = test ]; then
-        step doctor guest_doctor "$results"
+    # The service-start part of setup.sh (the chroot ran the rest): it finds everything
+    # installed, starts Open vSwitch and loads its kernel module.
+    step setup bash scripts/setup.sh
+    # A test run on the userspace datapath or without netem would pass without testing what the
+    # lane is for: both modules must be in before the tests start (edgebed doctor checks the
+    # same from Python after them).
+    step modules guest_modules
+    if [ "${#failed[@]}" -eq 0 ]; then
         # $tests is pytest's arguments as shell words (EDGEBED_VM_TESTS='... -k "a and b"').
         eval "set -- $tests"
         step pytest guest_pytest "$results" "$@"
-        if [ "$demo" = 1 ]; then
-            step demo guest_demo "$results"
-        fi
+    fi
+    step doctor guest_doctor "$results"
+    if [ "$demo" = 1 ]; then
+        step demo guest_demo "$results"
     fi
     if [ "${#failed[@]}" -gt 0 ]; then
         echo "${failed[*]}" > "$results/failed"
@@ -331,6 +398,13 @@ guest_main() {
     fi
     say "guest: done, failed steps: ${failed[*]:-none}"
     sync
+}
+
+guest_modules() {  # sch_netem loaded and Open vSwitch on the kernel datapath
+    local module
+    for module in sch_netem openvswitch; do
+        [ -d "/sys/module/$module" ] || { say "guest: kernel module $module not loaded"; return 1; }
+    done
 }
 
 guest_doctor() {  # edgebed doctor must see netem and choose the kernel datapath
@@ -350,8 +424,24 @@ PY
 guest_pytest() {  # the tests, none of them skipped: a skip here is a test that never ran
     local results="$1" rc=0
     shift
-    .venv/bin/python -m pytest -ra -v -p no:cacheprovider --junitxml="$results/pytest.xml" "$@" \
-        2>&1 | tee "$results/pytest.log" || rc=$?
+    # Each test's start and finish on the guest's clock (tests.tsv; the host reports boot to
+    # first test from it), by a pytest plugin of a few lines kept out of the checkout.
+    mkdir -p /tmp/edgebed-vm-plugin
+    cat > /tmp/edgebed-vm-plugin/edgebed_vm_clock.py <<'PY'
+import time
+
+def _note(event, nodeid):
+    with open("/mnt/results/tests.tsv", "a") as clock, open("/proc/uptime") as uptime:
+        print(f"{time.time():.3f}", event, uptime.read().split()[0], nodeid, sep="\t", file=clock)
+
+def pytest_runtest_logstart(nodeid, location):
+    _note("start", nodeid)
+
+def pytest_runtest_logfinish(nodeid, location):
+    _note("finish", nodeid)
+PY
+    PYTHONPATH=/tmp/edgebed-vm-plugin .venv/bin/python -m pytest -ra -v -p no:cacheprovider \
+        -p edgebed_vm_clock --junitxml="$results/pytest.xml" "$@" 2>&1 | tee "$results/pytest.log" || rc=$?
     # The tests' own logs (relays, agents) come back too.
     cp -r /tmp/pytest-of-root "$results/pytest-tmp" 2>/dev/null || true
     # What each test measured (its `measured` properties), passed or failed, one line each.
@@ -394,6 +484,7 @@ PY
 
 case "${1:-host}" in
     host) host_main ;;
+    key) image_key ;;
     guest) guest_main ;;
-    *) fail "usage: scripts/vm.sh [host|guest]" ;;
+    *) fail "usage: scripts/vm.sh [host|key|guest]" ;;
 esac
