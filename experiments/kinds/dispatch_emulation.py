@@ -60,6 +60,9 @@ STALL_S = 0.25
 # The viewers' player (experiments.playout): half a second of playout delay, a low-latency
 # live player's (not fitted to anything; the talk gives none).
 PLAYOUT_BUFFER_S = 0.5
+# LiveNet's goals (the issue's anchors): shares of views never stalled and of startups under 1 s.
+STALL_FREE_GOAL = 0.98
+STARTUP_GOAL = 0.95
 
 
 class Parameters(BaseModel):
@@ -332,7 +335,15 @@ candidates answered: a viewer the database puts in another country gets that cou
 node and the best of one other region (`other_regions: 1`), which need not be its own, so it
 may stay abroad, nearer than the database's pick (the model-level report's list-reach sweep
 measures this at scale). Runs made while other work loaded the machine: delays carry its
-queues. One repetition per seed: read the counts with the number of runs beside them.
+queues, and a run whose impairment relays fell behind (its fidelity flags in the run's
+`summary.json`) delivers frames late by up to hundreds of milliseconds, which can make every
+viewer of that run poor by VIA's round trip, and can make them stall. In the relay report of
+2 December 2026, two of the three relay runs at p 0.5% had nearly every wire delivering frames
+up to about 1 s late (their fidelity flags; one with the CPU saturated, one at 30-70% busy):
+all six viewers of each were poor, the nodes outside cn lost 12.4% and 7.6% of the stream, and
+in the second all six stalled (11 stalls, 2.8 s together); the other ten runs of that report
+had no stall and at most 367 ms of lateness. Few repetitions: read the counts with the number
+of runs beside them.
 
 Failover: at 9 s the scenario takes the cn-eu link down (both ends lose carrier), over which
 eu1 gets the stream for euv1; the standby route is cn-us-eu (80 + 35 ms against 90 ms one way).
@@ -375,7 +386,25 @@ deadline); frames that never came while later ones were buffered are skipped wit
 the pull, the wait for the next I frame (every 2 s; media nodes here keep no GOP cache, so a
 viewer joining mid-GOP waits for the next) and the 0.5 s of playout delay;
 `first_frame_mean_ms` is the part up to the first whole frame of any kind. The anchors are
-LiveNet's 98% stall-free views and 95% of startups under 1 s.
+LiveNet's 98% stall-free views and 95% of startups under 1 s; the remarks give each policy's
+shares against them with the number of views and a 95% interval (at six views a run, a share
+of 98% cannot be shown: 6 of 6 has an interval down to 54%), and split the mean startup into
+its parts.
+
+Why startup misses 1 s here, from the runs' own tables (2 December 2026): a viewer probes its
+candidates one after another (five ICMP echoes 20 ms apart and the round trip, for each: about
+100 ms for a node in its region, 250 ms for one abroad), so with three candidates its first
+pull reached its node 400-1190 ms after the join (mean 540 ms; the probing report's runs),
+against 90-390 ms (mean 150 ms) for the database policy's viewers, which have one node to
+probe; the center answers in milliseconds and the first whole frame follows within about
+50 ms. So the database policy's viewers had their first whole frame a mean 195-231 ms after the
+join against probing's 544-649 ms, and 17 of its 36 views started within 1 s against 3 of 36
+(`reports/dispatch-probing/`). Then the wait for an I frame (every 2 s, no GOP cache at the
+media nodes): all six viewers join together at 2 s, so they share one phase of the GOP (1.0-1.9
+s of waiting in the relay runs). Even an I frame at once would leave the first frame plus
+0.5 s of playout delay at about 1 s with probing. Meeting 95% under 1 s would take a GOP cache
+at the media nodes (start on the cached I frame), the candidates probed at once rather than in
+turn, and a shorter delay at startup; edgebed does none of these yet.
 """
 
 
@@ -401,12 +430,42 @@ def verdict(runs: pd.DataFrame) -> str:
     return f"hot standby is not shown faster than recomputation at this scale: {figures}."
 
 
+def goals(group: pd.DataFrame) -> str:
+    """``group``'s views (one policy's runs at one swept value) against LiveNet's goals: the
+    share never stalled against :data:`STALL_FREE_GOAL` and the share started within 1 s
+    against :data:`STARTUP_GOAL`, each with its 95% Clopper-Pearson interval (the views are
+    few, so the interval says what the count can show), and where the startup went: the mean
+    first whole frame after the join, the wait from it to the first frame shown less the
+    playout delay (the wait for an I frame) and the playout delay. A view that never showed
+    a frame counts as neither stall-free nor started."""
+    views = int(group["viewers"].sum())
+    parts = []
+    for count, goal, what in ((int(group["stall_free_viewers"].sum()), STALL_FREE_GOAL,
+                               "stall-free"),
+                              (int(group["startups_under_1s"].sum()), STARTUP_GOAL,
+                               "started within 1 s")):
+        low, high = stats.binomtest(count, views).proportion_ci(0.95) if views else (0, 1)
+        parts.append(f"{what} {count} of {views} ({100 * count / views:.0f}%, 95% interval "
+                     f"{100 * low:.0f}-{100 * high:.0f}%) against {100 * goal:.0f}%: "
+                     + ("met" if count >= goal * views else "not met"))
+    first = group["first_frame_mean_ms"].mean()
+    keyframe = group["startup_mean_ms"].mean() - first - 1e3 * PLAYOUT_BUFFER_S
+    return (f"LiveNet's goals at {group['parameter'].iloc[0]} = {group['value'].iloc[0]}, "
+            f"{group['policy'].iloc[0]} ({views} views in {len(group)} runs): "
+            + "; ".join(parts)
+            + (f". Startup a mean {group['startup_mean_ms'].mean():.0f} ms: the first whole "
+               f"frame {first:.0f} ms after the join, {keyframe:.0f} ms more to the first I "
+               f"frame, {1e3 * PLAYOUT_BUFFER_S:.0f} ms of playout delay"
+               if group["startup_mean_ms"].notna().any() else "") + ".")
+
+
 def remarks(results: pd.DataFrame) -> list[str]:
     """Per swept value, what each mechanism bought against its absence, from the results:
     viewers served from abroad (probing) and viewers poor by VIA (relays), in total over the
     value's repetitions; the failover gap's range and mean and the frames lost in total over
     the valid runs, the number flagged, and every run as measured (failover); the views that
-    never stalled and the startups under 1 s, per policy over all its runs (playout)."""
+    never stalled and the startups under 1 s, per policy over all its runs, and the same
+    against LiveNet's goals (:func:`goals`)."""
     found = []
     for (value, policy), group in results.groupby(["value", "policy"], sort=False):
         views = int(group["viewers"].sum())
@@ -420,6 +479,7 @@ def remarks(results: pd.DataFrame) -> list[str]:
                               f"{group['first_frame_mean_ms'].mean():.0f} ms after the join)"
                               if group["startup_max_ms"].notna().any()
                               else "startup not recorded") + f" in {len(group)} runs.")
+        found.append(goals(group))
     for (baseline, mechanism), metric, what in (
             (ACCESS, "served_abroad", "viewers served from another region"),
             (RELAYS, "poor_viewers", "viewers poor by VIA's thresholds")):

@@ -11,7 +11,7 @@ import pytest
 
 from experiments.kinds import registered
 from experiments.kinds.dispatch_emulation import (PRE_CUT_S, STALL_S, Parameters, failover,
-                                                  remarks, variables, verdict)
+                                                  goals, remarks, variables, verdict)
 from experiments.sweeps.kinds import Cell
 
 
@@ -104,7 +104,8 @@ def test_a_viewer_stalled_before_the_cut_makes_the_run_invalid(tmp_path):
 def test_the_remarks_leave_flagged_runs_out_of_the_means_and_say_why():
     row = dict(sweep="cut", parameter="border_loss_p", value="0.5%", seed=7,
                stall_free_viewers=6, stalls=0, stall_ms=0.0, startups_under_1s=5,
-               startup_max_ms=1200.0, first_frame_mean_ms=450.0, viewers=6)
+               startup_max_ms=1200.0, startup_mean_ms=1000.0, first_frame_mean_ms=450.0,
+               viewers=6)
     valid = dict(failover_valid=1, failover_wait_before_ms=50.0, failover_ingest_wait_ms=60.0,
                  failover_reroute_ms=30.0)
     results = pd.DataFrame([
@@ -119,7 +120,9 @@ def test_the_remarks_leave_flagged_runs_out_of_the_means_and_say_why():
                    failover_measured_gap_ms=4271.0, failover_measured_frames_lost=33,
                    failover_wait_before_ms=1000.0, failover_ingest_wait_ms=110.0,
                    failover_reroute_ms=90.0)])
-    [recompute_playout, hot_playout, summary, *runs] = remarks(results)
+    [recompute_playout, _, hot_playout, hot_goals, summary, *runs] = remarks(results)
+    assert hot_goals.startswith("LiveNet's goals at border_loss_p = 0.5%, hot_standby (12 views "
+                                "in 2 runs): stall-free 12 of 12"), hot_goals
     assert hot_playout == ("At border_loss_p = 0.5%, hot_standby: 12 of 12 views never "
                            "stalled (0 stalls, 0 ms together), 10 of 12 started within 1 s "
                            "(slowest 1200 ms; the first whole frame came a mean 450 ms after "
@@ -148,3 +151,31 @@ def test_the_verdict_says_whether_hot_standby_is_faster_beyond_the_runs_spread()
         "ms recomputed")
     assert verdict(runs([134, 141, 150], [133, 139, 167])).startswith(
         "hot standby is not shown faster than recomputation at this scale")
+
+
+def test_the_goals_give_the_shares_of_views_against_livenets_and_where_startup_went():
+    def runs(stall_free, started, startup_ms=(900.0, 1100.0), first_ms=(400.0, 350.0)):
+        return pd.DataFrame([dict(parameter="border_loss_p", value="1.5%", policy="relay",
+                                  viewers=6, stall_free_viewers=free, startups_under_1s=fast,
+                                  startup_mean_ms=startup, first_frame_mean_ms=first)
+                             for free, fast, startup, first in zip(stall_free, started,
+                                                                    startup_ms, first_ms)])
+    line = goals(runs((6, 5), (6, 6)))
+    # 11 of 12 is 92%, under 98%; 12 of 12 meets 95% though its interval reaches down to 74%.
+    assert line.startswith(
+        "LiveNet's goals at border_loss_p = 1.5%, relay (12 views in 2 runs): stall-free 11 of "
+        "12 (92%, 95% interval 62-100%) against 98%: not met; started within 1 s 12 of 12 "
+        "(100%, 95% interval 74-100%) against 95%: met."), line
+    # Startup 1000 ms a mean: first whole frame 375 ms, then 125 ms to the I frame, 500 ms
+    # of playout delay.
+    assert line.endswith("Startup a mean 1000 ms: the first whole frame 375 ms after the "
+                         "join, 125 ms more to the first I frame, 500 ms of playout delay."), line
+    # Exactly at the goal counts as met, one view short of it does not; no startup recorded,
+    # no account of it.
+    line = goals(pd.DataFrame([dict(parameter="p", value="0", policy="relay", viewers=50,
+                                    stall_free_viewers=49, startups_under_1s=47,
+                                    startup_mean_ms=float("nan"),
+                                    first_frame_mean_ms=float("nan"))]))
+    assert "stall-free 49 of 50 (98%, 95% interval 89-100%) against 98%: met;" in line, line
+    assert line.endswith("started within 1 s 47 of 50 (94%, 95% interval 83-99%) against "
+                         "95%: not met."), line
