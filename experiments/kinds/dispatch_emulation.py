@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +38,7 @@ from controller.config import ControllerConfig
 from controller.policies.dispatch.quality import VIA
 from controller.view import NetworkView
 from experiments.measurements import read_table
-from experiments.playout import viewer_playouts
+from experiments.playout import Playout, viewer_playouts
 from experiments.sweeps.kinds import Cell, Kind, Metric, emulated_run
 from topologies.units import parse_duration
 
@@ -229,9 +230,6 @@ def measure(run_dir: Path) -> dict[str, float]:
     [fps] = [float(entry["params"]["fps"]) for entry in resolved["workload"]
              if entry["agent"] == "streamer"]
     shown = viewer_playouts(run_dir, viewers, fps, PLAYOUT_BUFFER_S).values()
-    startups = [1e3 * p.startup_s for p in shown if p.startup_s is not None]
-    firsts = [1e3 * (p.first_s - p.requested_s) for p in shown
-              if p.first_s is not None and p.requested_s is not None]
     cut = failover(run_dir)
     # An invalid run's failover figures are kept under failover_measured_*, and left out of
     # failover_gap_ms and failover_frames_lost (empty), which the means are taken of.
@@ -253,14 +251,25 @@ def measure(run_dir: Path) -> dict[str, float]:
             "failover_wait_before_ms": 1e3 * cut.viewer_wait_before_s,
             "failover_ingest_wait_ms": 1e3 * cut.ingest_wait_s,
             "failover_reroute_ms": 1e3 * rerouted_after(run_dir),
-            "stall_free_viewers": sum(p.shown_s is not None and not p.stalls for p in shown),
+            **playout_metrics(shown), "viewers": len(viewers)}
+
+
+def playout_metrics(shown: Iterable[Playout]) -> dict[str, float]:
+    """The playout columns of a run's row from its viewers' playouts: the views never stalled
+    (a view that never showed a frame is not one), the stalls and their time, startup's mean,
+    maximum and how many were under 1 s (views whose startup is known), and the mean time from
+    the join to the first whole frame."""
+    shown = list(shown)
+    startups = [1e3 * p.startup_s for p in shown if p.startup_s is not None]
+    firsts = [1e3 * (p.first_s - p.requested_s) for p in shown
+              if p.first_s is not None and p.requested_s is not None]
+    return {"stall_free_viewers": sum(p.shown_s is not None and not p.stalls for p in shown),
             "stalls": sum(p.stalls for p in shown),
             "stall_ms": 1e3 * sum(p.stall_s for p in shown),
             "startup_mean_ms": statistics.fmean(startups) if startups else float("nan"),
             "startup_max_ms": max(startups, default=float("nan")),
             "startups_under_1s": sum(startup < 1e3 for startup in startups),
-            "first_frame_mean_ms": statistics.fmean(firsts) if firsts else float("nan"),
-            "viewers": len(viewers)}
+            "first_frame_mean_ms": statistics.fmean(firsts) if firsts else float("nan")}
 
 
 def run_cell(cell: Cell) -> list[dict[str, object]]:

@@ -11,7 +11,9 @@ import pytest
 
 from experiments.kinds import registered
 from experiments.kinds.dispatch_emulation import (PRE_CUT_S, STALL_S, Parameters, failover,
-                                                  goals, remarks, variables, verdict)
+                                                  goals, playout_metrics, remarks, variables,
+                                                  verdict)
+from experiments.playout import playout
 from experiments.sweeps.kinds import Cell
 
 
@@ -179,3 +181,25 @@ def test_the_goals_give_the_shares_of_views_against_livenets_and_where_startup_w
     assert "stall-free 49 of 50 (98%, 95% interval 89-100%) against 98%: met;" in line, line
     assert line.endswith("started within 1 s 47 of 50 (94%, 95% interval 83-99%) against "
                          "95%: not met."), line
+
+
+def test_the_playout_columns_count_views_from_what_each_viewer_got():
+    def frames(numbers, late=lambda n: 0.1):
+        # 25 frames a second from 100 s, every 50th an I frame.
+        return [(n, 100 + n / 25 + late(n), n % 50 == 0) for n in numbers]
+    steady = playout(frames(range(0, 200)), 25, 0.5, requested_s=99.8)  # starts in 0.8 s
+    # Joined at 100.5 s, its first I frame (50) at 102.1 s: startup 2.1 s, and frame 120
+    # 0.3 s late, the buffer 0.5 s: no stall; frame 150 0.7 s late stalls for 0.2 s.
+    late = playout(frames(range(20, 200), lambda n: {120: 0.4, 150: 0.8}.get(n, 0.1)), 25, 0.5,
+                   requested_s=100.5)
+    no_key = playout(frames(range(1, 40)), 25, 0.5, requested_s=100.0)  # no I frame came
+    columns = playout_metrics([steady, late, no_key])
+    assert (late.stalls, late.stall_s) == (1, pytest.approx(0.2))
+    assert columns["stall_free_viewers"] == 1  # a view never shown is not stall-free
+    assert (columns["stalls"], columns["stall_ms"]) == (1, pytest.approx(200))
+    assert columns["startups_under_1s"] == 1
+    assert columns["startup_max_ms"] == pytest.approx(2100)
+    assert columns["startup_mean_ms"] == pytest.approx((800 + 2100) / 2)
+    # First whole frames: 0.3 s, 0.4 s and 0.14 s after the joins.
+    assert columns["first_frame_mean_ms"] == pytest.approx((300 + 400 + 140) / 3)
+    assert playout_metrics([])["stall_free_viewers"] == 0
