@@ -47,6 +47,13 @@ the ports' rates. Each report is also a row of ``ai_load`` per port, with the pa
 dropped over budget in its period. The host's own figures (``report_host``) are off by
 default: their per-interface ``port.<interface>`` metrics are not receive ports.
 
+**The hand-over to the GPU servers** (:mod:`agents.ai_gpu`). With ``manager`` (the node name of
+the access server that doubles as the cluster manager, reached on the side band:
+``$EDGEBED_SIDE_BAND``) the server hands every unit it completed, when the unit's row is
+written, to the GPU server the manager grants (in rotation), over TCP on the data plane, and
+holds its memory until then. With ``gpus`` (the GPU servers, in their order of rotation) this
+server is the cluster manager: it answers every access server's requests, its own included.
+
 It listens like the viewer (``listening on PORT`` on stderr, ``port: 0`` for any free port) and
 stops on SIGTERM or SIGINT, after ``duration``, or once ``units`` units have rows.
 """
@@ -66,15 +73,17 @@ from pydantic import Field
 
 from agents.ai_terminal import (DATA_PORT, NACK_PORT, WIRE_OVERHEAD, UnitTiming, flow_name,
                                 nack_messages)
-from agents.common import (DATAGRAM_BUFFER, POLL_S, Agent, FlowStats, MalformedLog,
+from agents.common import (DATAGRAM_BUFFER, POLL_S, Agent, FlowStats, MalformedLog, NodeRef,
                            ProcessingBudget, ProcessingParams, epoch_seconds, listen,
                            percentile,
                            waiting_datagrams)
-from agents.control import LoadReporter, ReportingParams
+from agents import ai_gpu
+from agents.control import LoadReporter, ReportingParams, side_band_address
 from agents.formats import AI_DATA, MAGIC, VERSION
 from topologies.model import Duration
 
 TABLES = {
+    "gpu_handoffs": ai_gpu.TABLES["gpu_handoffs"],
     # One row per AI data unit whose outcome is known.
     "ai_units": ("node", "agent", "stream", "unit", "fragments", "received", "missing_at_end",
                  "nacks_sent", "retransmissions_received", "complete", "completion_ms"),
@@ -101,6 +110,14 @@ class Params(UnitTiming, ReportingParams, ProcessingParams):
         None, description="wait after a unit's send window before the first NACK, and between "
                           "NACKs on top of the retransmissions' pacing; default: twice the "
                           "largest one-way delay of the unit's packets, at least 10 ms")
+    manager: Optional[str] = Field(None, description="the cluster manager's node (an access "
+                                                     "server): hand completed units to the GPU "
+                                                     "server it grants")
+    manager_port: int = Field(ai_gpu.MANAGER_PORT, ge=1, le=65535,
+                              description="the cluster manager's side-band port")
+    gpus: list[NodeRef] = Field([], description="be the cluster manager: grant units to these "
+                                                "GPU servers in rotation")
+    gpu_port: int = Field(ai_gpu.GPU_PORT, ge=1, le=65535, description="the GPU servers' port")
     units: Optional[int] = Field(None, ge=1, description="stop once this many units have rows")
     duration: Optional[Duration] = Field(None, description="default: until stopped")
 
@@ -162,8 +179,8 @@ class AiReceiver:
     """The units arriving on one socket, their NACKs and their rows."""
 
     def __init__(self, agent: Agent, params: Params, sock: socket.socket,
-                 budget: ProcessingBudget | None = None):
-        self.agent, self.params, self.sock = agent, params, sock
+                 budget: ProcessingBudget | None = None, handoff: ai_gpu.Handoff | None = None):
+        self.agent, self.params, self.sock, self.handoff = agent, params, sock, handoff
         self.budget = budget if budget is not None else params.worker()
         self.port = sock.getsockname()[1]
         self.buffer = bytearray(DATAGRAM_BUFFER)
@@ -301,7 +318,9 @@ class AiReceiver:
         self.written.append(UnitOutcome(arrival.fragments, missing, complete, completion_ms))
         receiving.rows += 1
         receiving.last_written = max(receiving.last_written, arrival.unit)
-        self.held_bytes -= arrival.held_bytes  # handed on (to a GPU server, not emulated)
+        if complete and self.handoff is not None:
+            self.handoff.put(receiving.stream, arrival.unit, b"".join(arrival.payloads))
+        self.held_bytes -= arrival.held_bytes  # handed on (to the hand-over's queue)
         del receiving.units[arrival.unit]
 
     def finish(self, now_ns: int) -> dict:
@@ -339,10 +358,11 @@ class AccessServer:
     """The receivers of a server's receive ports, one processing budget, one load reporter."""
 
     def __init__(self, agent: Agent, params: Params, socks: list[socket.socket],
-                 reporter: LoadReporter | None = None):
-        self.agent, self.params = agent, params
+                 reporter: LoadReporter | None = None, handoff: ai_gpu.Handoff | None = None):
+        self.agent, self.params, self.handoff = agent, params, handoff
         self.budget = params.worker()
-        self.receivers = [AiReceiver(agent, params, sock, self.budget) for sock in socks]
+        self.receivers = [AiReceiver(agent, params, sock, self.budget, handoff)
+                          for sock in socks]
         self.reporter = reporter or LoadReporter.for_agent(agent.node, params)
         self._last = None  # (time ns, busy ns, per receiver (first-copy bits, taken, dropped))
 
@@ -412,6 +432,8 @@ class AccessServer:
             "received": sum(part["received"] for part in summaries),
             "over_budget": sum(part["over_budget"] for part in summaries),
             "malformed": sum(part["malformed"] for part in summaries)}
+        if self.handoff is not None:
+            summary["handoff"] = self.handoff.close()
         return summary | {"load_reports": self.reporter.close()}
 
 
@@ -419,12 +441,24 @@ def main(argv: list[str] | None = None) -> int:
     agent = Agent("ai_receiver", argv, TABLES)
     params = Params.model_validate(agent.params)
     socks = []
+    manager = handoff = None
     try:
+        # The receive ports first: a terminal's first packets may come at once.
         for port in params.ports or [params.port]:
             sock = listen(port)
             sock.setblocking(False)  # select() does the waiting, with the NACK timers in view
             socks.append(sock)
-        server = AccessServer(agent, params, socks)
+        if params.gpus:
+            side_band = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            side_band.bind(("", params.manager_port))
+            manager = ai_gpu.ClusterManager(side_band, [(gpu, params.gpu_port)
+                                                        for gpu in params.gpus]).start()
+        if params.manager is not None:
+            if (address := side_band_address(params.manager)) is None:
+                raise SystemExit(f"ai_receiver: the cluster manager {params.manager!r} has no "
+                                 f"side-band address (${{EDGEBED_SIDE_BAND}})")
+            handoff = ai_gpu.Handoff((address, params.manager_port), agent.row).start()
+        server = AccessServer(agent, params, socks, handoff=handoff)
         ends = math.inf if params.duration is None else time.monotonic() + params.duration
         while (not agent.stopping and time.monotonic() < ends
                and (params.units is None or server.written < params.units)):
@@ -432,9 +466,13 @@ def main(argv: list[str] | None = None) -> int:
             wait_s = (server.step(now_ns) - now_ns) / 1e9
             select.select(socks, [], [], min(POLL_S, max(0.0, wait_s)))
         summary = server.finish(time.time_ns())
+        if manager is not None:
+            summary["cluster_manager"] = manager.close()
     finally:
         for sock in socks:
             sock.close()
+        if manager is not None:
+            manager.sock.close()
     agent.finish(summary)
     return 0
 

@@ -19,7 +19,7 @@ it are only counted. With ``retransmit: false`` NACKs are counted and ignored.
 
 **Several flows.** One terminal host may run many terminal flows (``streams``: stream ids, each
 a flow of its own with its own data socket and source port, all sharing the NACK port, since a
-NACK names its stream); flow k of K opens its units ``k * period / K`` after the first, as
+NACK names its stream; or ``flows``: that many, from stream id ``stream`` on); flow k of K opens its units ``k * period / K`` after the first, as
 terminals that started at different times do. One thread paces them all, each packet on its own
 absolute deadline.
 
@@ -142,6 +142,8 @@ class Params(UnitTiming):
     stream: int = Field(0, ge=0, lt=2**32, description="stream id, carried in every packet")
     streams: list[int] = Field([], description="stream ids of the flows this host sends, each "
                                                "its own flow (default: stream alone)")
+    flows: Optional[int] = Field(None, ge=1, description="instead of streams: this many flows, "
+                                                         "stream ids stream, stream + 1, ...")
     service: Optional[protocol.Name] = Field(None, description="join this controller service "
                                                               "for each flow and follow its "
                                                               "decisions")
@@ -158,6 +160,8 @@ class Params(UnitTiming):
         if self.fragments > 2**16 - 1:
             raise ValueError(f"a unit of {self.unit_bytes:g} bytes takes {self.fragments} "
                              f"fragments, more than a u16 index counts: raise fragment_payload")
+        if self.flows is not None and self.streams:
+            raise ValueError("give streams or flows, not both")
         if len(set(self.stream_ids)) != len(self.stream_ids) or not all(
                 0 <= stream < 2**32 for stream in self.stream_ids):
             raise ValueError("streams must be distinct stream ids (0 to 2**32 - 1)")
@@ -165,6 +169,8 @@ class Params(UnitTiming):
 
     @property
     def stream_ids(self) -> list[int]:
+        if self.flows is not None:
+            return list(range(self.stream, self.stream + self.flows))
         return list(self.streams) or [self.stream]
 
     @property

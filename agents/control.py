@@ -257,6 +257,18 @@ def controller_client(node: str) -> ControlClient | None:
     return ControlClient((host, int(port)), node=node)
 
 
+SIDE_BAND_VARIABLE = "EDGEBED_SIDE_BAND"  # host=address,... on the management network
+
+
+def side_band_address(node: str) -> str | None:
+    """``node``'s address on the side band, the out-of-band management network that carries
+    the control messages (``$EDGEBED_SIDE_BAND``, set by the runner), or None when the run has
+    no side band or no such host."""
+    entries = os.environ.get(SIDE_BAND_VARIABLE, "")
+    addresses = dict(entry.split("=", 1) for entry in entries.split(",") if "=" in entry)
+    return addresses.get(node)
+
+
 # What an interface name may not carry into a metric name's segment.
 _METRIC_SEGMENT = re.compile(r"[^A-Za-z0-9_-]")
 

@@ -35,6 +35,10 @@ cdn                      11  kind u8 (1 route, 2 fetch, 3 item), flags u8, hops 
                              copy_port u16, then padding or the item's bytes
 filter_update            12  node u16, filter_version u32, then the deflated XOR of the filter's
                              bits since the previous version
+gpu_request              13  stream u32, unit u32, unit_bytes u32
+gpu_grant                14  stream u32, unit u32, sequence u32, gpu u32 (IPv4), gpu_port u16
+ai_unit                  15  stream u32, unit u32, sequence u32, length u32, then ``length``
+                             unit bytes
 =====================  ====  ===========================================================
 
 A tail whose size a fixed field gives (text_length, length, count) ends there; bytes after it
@@ -54,6 +58,12 @@ A cdn message is seed 002's traffic between content nodes and the data center
 copy to ``copy_to`` when it is not zero) and an item sent to a node (``item``); ``client`` and
 ``client_port`` say whose request it is and ``send_ns`` when the user sent it. A filter update
 is a node's Bloom-filter synchronisation to another node.
+
+Seed 003's hand-over of AI data units to the GPU servers: an access server that completed a
+unit asks the cluster manager where it goes (``gpu_request``, on the side band), the manager
+answers with the GPU server whose turn it is (``gpu_grant``: its data-plane address and port,
+and the grant's number in the rotation, :class:`agents.ai_gpu.GpuRotation`), and the
+access server sends the unit there on the data plane (``ai_unit``, over TCP: the unit whole).
 """
 
 from __future__ import annotations
@@ -139,9 +149,16 @@ CDN = MessageFormat("cdn", 11, (
     "payload")
 FILTER_UPDATE = MessageFormat("filter_update", 12, (("node", "H"), ("filter_version", "I")),
                               "payload", "delta")
+GPU_REQUEST = MessageFormat("gpu_request", 13, (("stream", "I"), ("unit", "I"),
+                                                ("unit_bytes", "I")))
+GPU_GRANT = MessageFormat("gpu_grant", 14, (
+    ("stream", "I"), ("unit", "I"), ("sequence", "I"), ("gpu", "I"), ("gpu_port", "H")))
+AI_UNIT = MessageFormat("ai_unit", 15, (
+    ("stream", "I"), ("unit", "I"), ("sequence", "I"), ("length", "I")), "payload", "data",
+    "length")
 
 FORMATS = {f.type: f for f in (MEDIA, DANMAKU, GIFT, AI_DATA, AI_NACK, REQUEST, RESPONSE,
-                               PULL, CDN, FILTER_UPDATE)}
+                               PULL, CDN, FILTER_UPDATE, GPU_REQUEST, GPU_GRANT, AI_UNIT)}
 CDN_KINDS = {1: "route", 2: "fetch", 3: "item"}
 FRAME_TYPES = {1: "I", 2: "P"}
 # What a field means beyond its size, for the Wireshark dissector (agents/dissector.py):

@@ -89,7 +89,8 @@ def message_layer(message: formats.MessageFormat) -> type[Packet]:
 
 LAYERS: dict[int, type[Packet]] = {code: message_layer(message)
                                    for code, message in formats.FORMATS.items()}
-Media, Danmaku, Gift, AiData, AiNack, Request, Response, Pull, Cdn, FilterUpdate = LAYERS.values()
+(Media, Danmaku, Gift, AiData, AiNack, Request, Response, Pull, Cdn, FilterUpdate, GpuRequest,
+ GpuGrant, AiUnit) = LAYERS.values()
 
 
 def dissect(data: bytes) -> Packet | None:

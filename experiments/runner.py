@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+from agents.control import SIDE_BAND_VARIABLE
 from agents.processes import NodeProcesses, describe_exit, failures, tcpdump_command
 from agents.reachability import ping_pairs, role_pairs
 from topologies import capabilities as caps
@@ -326,7 +327,15 @@ class Run:
         if endpoint is None:
             return {}
         port = self.scenario.document.controller.control_port
-        return {"EDGEBED_CONTROLLER": f"{endpoint.address}:{port}"}
+        environment = {"EDGEBED_CONTROLLER": f"{endpoint.address}:{port}"}
+        management = self.network.management
+        if management is not None and \
+                self.scenario.document.controller.control_network == "out-of-band":
+            # Agents that talk to each other on the side band (seed 003's cluster manager)
+            # find their peers' management addresses here.
+            environment[SIDE_BAND_VARIABLE] = ",".join(
+                f"{host}={address}" for host, address in sorted(management.addresses.items()))
+        return environment
 
     def _write_host_logs(self) -> None:
         for node in self.scenario.hosts:

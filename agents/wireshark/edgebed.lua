@@ -111,6 +111,13 @@ local MESSAGES = {
         tail = {"payload", "bytes"}},
     [12] = {name = "filter_update", fields = {{"node", "u16"}, {"filter_version", "u32"}},
         tail = {"delta", "bytes"}},
+    [13] = {name = "gpu_request", fields = {{"stream", "u32"}, {"unit", "u32"},
+            {"unit_bytes", "u32"}}},
+    [14] = {name = "gpu_grant", fields = {{"stream", "u32"}, {"unit", "u32"},
+            {"sequence", "u32"}, {"gpu", "u32"}, {"gpu_port", "u16"}}},
+    [15] = {name = "ai_unit", fields = {{"stream", "u32"}, {"unit", "u32"}, {"sequence", "u32"},
+            {"length", "u32"}},
+        tail = {"data", "bytes", size = "length"}},
 }
 -- The probe's packets (magic "EBPR" instead of the common four bytes), zero padding after.
 local PROBE = {name = "probe", fields = {{"flow", "u32"}, {"sequence", "u64"},

@@ -19,6 +19,7 @@ has not seen measured yet.
 
 from __future__ import annotations
 
+import functools
 import statistics
 from collections import defaultdict
 from pathlib import Path
@@ -201,6 +202,8 @@ class Parameters(BaseModel):
     scenario: str = Field("topologies/ai_access.yaml", description="the scenario file")
     duration: float = Field(16.0, gt=0, description="run length (s)")
     migrate: bool = Field(False, description="migration by load prediction on every report")
+    flows_per_terminal: int = Field(4, ge=1, description="terminal flows on each of the three "
+                                                         "terminal hosts (the concurrency)")
     settle: float = Field(4.0, ge=0, description="seconds of the timeline left out at the "
                                                  "start (joins, the first units, the first "
                                                  "reports)")
@@ -242,7 +245,9 @@ def run_cell(cell: Cell) -> list[dict[str, object]]:
     parameters: Parameters = cell.parameters
     run_dir, summary = emulated_run(cell, parameters.scenario, parameters.duration,
                                     parameters.runs_dir,
-                                    {"EDGEBED_MIGRATE": str(parameters.migrate).lower()})
+                                    {"EDGEBED_MIGRATE": str(parameters.migrate).lower(),
+                                     "EDGEBED_FLOWS_PER_TERMINAL":
+                                         str(parameters.flows_per_terminal)})
     return [cell_figures(run_dir, summary, parameters.settle, parameters.duration)]
 
 
@@ -304,11 +309,41 @@ flows in real time; the model-level report has the sweep) and response time at t
 request counts (model level).
 """
 
+def over_repetitions(cells, metric: str, form: str) -> str:
+    """A metric's mean over ``cells`` (the repetitions of one value) and its range."""
+    values = cells[metric].dropna()
+    if values.empty:
+        return "-"
+    if len(values) == 1:
+        return f"{values.mean():{form}}"
+    return f"{values.mean():{form}} ({values.min():{form}}-{values.max():{form}})"
+
+
+def concurrency_remarks(results) -> list[str]:
+    """Per sweep over the concurrency (``flows_per_terminal``) and per value: the loss of all
+    servers and of the worst, the highest server's and the spread of the mean load degrees,
+    the units complete and the migrations, as mean and range over the repetitions."""
+    lines = []
+    rising = results[results["parameter"] == "flows_per_terminal"]
+    for (sweep, policy), rows in rising.groupby(["sweep", "policy"], sort=False):
+        for value, cells in rows.groupby("value", sort=False):
+            figure = functools.partial(over_repetitions, cells)
+            lines.append(f"{sweep}, {policy}, {3 * int(value)} flows ({len(cells)} runs): "
+                         f"first copies lost {figure('loss', '.1%')}, at the worst server "
+                         f"{figure('worst_server_loss', '.1%')}; highest mean L_i "
+                         f"{figure('load_max', '.3f')}, spread {figure('load_spread', '.3f')}; "
+                         f"units complete {figure('units_complete', '.1%')}; migrations "
+                         f"{figure('migrations', '.1f')}")
+    return lines
+
+
 def remarks(results) -> list[str]:
     """Per policy, the loss and the load spread without and with migration, and the access
-    response time at the terminals (median and slowest join, each way)."""
+    response time at the terminals (median and slowest join, each way); then
+    :func:`concurrency_remarks`."""
     lines = []
-    for policy, rows in results.groupby("policy", sort=False):
+    for policy, rows in results[results["parameter"] == "migrate"].groupby("policy",
+                                                                           sort=False):
         by = {str(value).lower(): row for value, row in
               rows.groupby("value")[["loss", "load_spread", "migrations", "response_ms",
                                      "response_max_ms"]].mean().iterrows()}
@@ -321,7 +356,7 @@ def remarks(results) -> list[str]:
                          f"{still['response_ms']:.1f} / {moving['response_ms']:.1f} ms, "
                          f"slowest join {still['response_max_ms']:.1f} / "
                          f"{moving['response_max_ms']:.1f} ms (without / with migration)")
-    return lines
+    return lines + concurrency_remarks(results)
 
 
 KIND = Kind(name="ai_access_emulation", parameters=Parameters,

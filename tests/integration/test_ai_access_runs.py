@@ -4,6 +4,10 @@ connections gives each of the three heterogeneous access servers four, and ar3, 
 budget (350 packets/s) is below what four flows send (400 packets/s, more in their send
 windows), drops over its budget. Two runs, migration by load prediction off and on.
 
+The access servers hand the units they completed to the GPU servers g1 and g2 in rotation, as
+ar1, the cluster manager, grants them on the side band: checked on what the GPU servers
+received against what the access servers completed and handed over.
+
 Everything is checked on what was counted: the receivers' first copies (loss before repair, per
 second), what each receiver's worker took and dropped over its budget, the load the servers
 reported (the load degree L_i from it by the policy's resource model: the run summary's,
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections import Counter
+from collections import Counter, defaultdict
 
 import pytest
 
@@ -37,6 +41,11 @@ SERVERS = ("ar1", "ar2", "ar3")
 OVERLOADED = "ar3"
 FLOWS = 12
 SETTLE_S = 2.0  # after the last migration: the moved flow's unit in flight, the smoothing
+GPUS = ("g1", "g2")  # ar1's order of rotation
+# Units handed over this long before the end were received before the GPU servers stopped
+# (the transfer of 100 KB on an idle 1 Gbit/s-class veth takes milliseconds; the GPU server
+# reads what waits on its connections before it ends).
+HANDOFF_MARGIN_S = 2.0
 
 
 def run(tmp_path, migrate: bool):
@@ -186,3 +195,45 @@ def test_each_join_is_timed_at_the_terminal_around_the_policy_call_that_granted_
         ordered = sorted(responses.values())
         print(f"{run_dir.name}: access response time at the terminals, {len(ordered)} joins: "
               f"median {ordered[len(ordered) // 2]:.1f} ms, max {ordered[-1]:.1f} ms")
+
+
+def test_every_completed_unit_reaches_one_gpu_server_and_they_take_them_in_turn(runs):
+    for run_dir, summary in runs:
+        completed = Counter(row["node"] for row in read_table(run_dir, "ai_units")
+                            if row["complete"] == "1")
+        handed = read_table(run_dir, "gpu_handoffs")
+        # Every unit an access server completed was handed over, or still waited when it
+        # stopped (completed in its last moments, or its grant not yet back).
+        for server in SERVERS:
+            pending = receiver_summary(run_dir, server)["handoff"]["pending_at_stop"]
+            assert sum(row["node"] == server for row in handed) + pending == completed[server], (
+                server, completed[server], pending)
+        received = read_table(run_dir, "gpu_units")
+        at = defaultdict(list)
+        for row in received:
+            at[row["stream"], row["unit"]].append(row)
+        # No unit at two GPU servers, or twice at one; each at the one its grant named, in the
+        # manager's rotation (grant s to GPUS[s % 2]); and each one a server handed over.
+        assert all(len(rows) == 1 for rows in at.values()), [r for r in at.values() if len(r) > 1]
+        sequences = sorted(int(row["sequence"]) for row in received)
+        assert len(set(sequences)) == len(sequences)
+        for row in received:
+            assert row["node"] == GPUS[int(row["sequence"]) % len(GPUS)], row
+        handed_keys = {(row["stream"], row["unit"]): row["sequence"] for row in handed}
+        assert all(handed_keys.get(key) == rows[0]["sequence"] for key, rows in at.items())
+        # Every unit handed over before the margin reached a GPU server, and its bytes.
+        cut = summary["timeline_origin_s"] + DURATION - HANDOFF_MARGIN_S
+        early = [row for row in handed if float(row["time_s"]) < cut]
+        assert early and all((row["stream"], row["unit"]) in at and at[row["stream"], row["unit"]][
+            0]["bytes"] == row["bytes"] for row in early), "units handed over but not received"
+        # Up to the first grant not received (if any: at the end), the GPU servers took the
+        # units in turn, so their counts are within one of each other.
+        gap = next((s for s, expected in zip(sequences, range(len(sequences))) if s != expected),
+                   len(sequences))
+        counts = Counter(row["node"] for row in received if int(row["sequence"]) < gap)
+        assert gap >= len(early) and max(counts.values()) - min(
+            counts.get(gpu, 0) for gpu in GPUS) <= 1, (gap, counts)
+        manager = receiver_summary(run_dir, "ar1")["cluster_manager"]
+        print(f"{run_dir.parent.name}: {sum(completed.values())} units completed, "
+              f"{len(handed)} handed over, {len(received)} at the GPU servers {dict(counts)} "
+              f"(grants {manager['grants']}, repeated {manager['repeated']})")

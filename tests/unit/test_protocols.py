@@ -85,7 +85,7 @@ def test_sizes_are_computed_from_the_tail(name, size, tail, entries):
 
 def test_classes_are_exported_by_name():
     names = ["Media", "Danmaku", "Gift", "AiData", "AiNack", "Request", "Response", "Pull",
-             "Cdn", "FilterUpdate"]
+             "Cdn", "FilterUpdate", "GpuRequest", "GpuGrant", "AiUnit"]
     assert [layer.__name__ for layer in protocols.LAYERS.values()] == names
     for name in names:
         assert getattr(protocols, name).__name__ == name
@@ -110,7 +110,7 @@ DANMAKU = bytes(protocols.Danmaku(user=1, text=b"hello"))
 
 @pytest.mark.parametrize("data", [
     b"", b"EB", b"EB\x01", b"XB\x01\x01" + bytes(40), b"EB\x02\x01" + bytes(40),
-    b"EB\x01\x00" + bytes(40), b"EB\x01\x0d" + bytes(40),  # unknown types
+    b"EB\x01\x00" + bytes(40), b"EB\x01\x20" + bytes(40),  # unknown types
     bytes(protocols.Gift())[:-1],  # shorter than its fixed fields
     DANMAKU[:-1],  # text shorter than text_length says
     bytes(protocols.AiNack(indexes=[1, 2]))[:-1],
