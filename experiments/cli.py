@@ -180,7 +180,8 @@ def _print_emulator_loss(losses: list[dict] | None) -> None:
         return
     table = Table(title="emulator-made loss (not configured)", title_justify="left")
     for column in ("link", "direction", "offered", "emulator-made", "relay socket",
-                   "relay queue", "interface", "qdisc", "configured loss", "limit"):
+                   "relay queue", "interface", "qdisc", "switch socket", "configured loss",
+                   "limit"):
         table.add_column(column)
     for entry in lossy:
         a, b = entry["endpoints"]
@@ -190,7 +191,7 @@ def _print_emulator_loss(losses: list[dict] | None) -> None:
                       str(entry["offered"]),
                       f"{entry['emulator_made']} ({entry['emulator_made_fraction']:.2%}){mark}",
                       str(entry["receive_queue"]), str(entry["relay_queue"]),
-                      str(entry["interface"]), str(entry["qdisc"]),
+                      str(entry["interface"]), str(entry["qdisc"]), str(entry["switch"]),
                       f"{entry['configured_loss']:.2%}",
                       f"{entry['limit_fraction']:.2%}" if "limit_fraction" in entry else "-")
     console.print(table)

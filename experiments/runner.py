@@ -255,6 +255,8 @@ class Run:
         self.network = ScenarioNetwork(self.scenario, self.names, datapath, wired)
         with processes_carry(self.names.prefix):
             self.network.start()
+        if datapath == "user":
+            self._enlarge_switch_sockets()
         self.links = LinkControl(self.scenario, self.network, backend, self.run_dir.path / "logs")
         self.links.start()
         if self.scenario.document.controller.app != "none":
@@ -277,6 +279,22 @@ class Run:
             self._interactive()
         else:
             self._timeline(log)
+
+    def _enlarge_switch_sockets(self) -> None:
+        """Room for bursts in the userspace switch's per-port sockets
+        (:mod:`topologies.switch_sockets`); a port left with the default is a warning, and
+        what its socket drops is still counted."""
+        from topologies import switch_sockets
+
+        ports = self.network.switch_ports()
+        left = switch_sockets.enlarge(ports)
+        self.summary["switch_sockets"] = {"ports": len(ports), "enlarged": len(ports) - len(left),
+                                          "receive_buffer": switch_sockets.RECEIVE_BUFFER}
+        if left:
+            self.warnings.append(
+                f"the userspace switch's receive sockets of {len(left)} port(s) keep the "
+                f"kernel's default buffer ({', '.join(left[:5])}): bursts may overflow them "
+                "(counted as emulator-made loss, cause switch)")
 
     def _start_controller(self) -> None:
         """The controller process, listening before the switches are pointed at it; returns

@@ -168,6 +168,11 @@ class ScenarioNetwork:
         if commands:
             self.net.switches[0].cmd("ovs-vsctl " + " ".join(commands))
 
+    def switch_ports(self) -> list[str]:
+        """Every switch port of the run: the switch side of its links."""
+        return [intf.name for ends in self._links.values() for intf in (ends.a, ends.b)
+                if isinstance(intf.node, OVSSwitch)]
+
     def mininet_node(self, name: str):
         """The Mininet node for a scenario node name (switches are named by their bridge)."""
         if name in self._switch_index:

@@ -151,6 +151,15 @@ def outage_packets(run_dir, stream: dict) -> float:
     return span_ms * STEADY_PPS / 1e3
 
 
+def emulator_made(run_dir) -> int:
+    """The frames the emulator itself lost in the run, by its own count (relays, veths, the
+    userspace switch's sockets; topologies.impairments.drops): loss nobody configured, which
+    the run's fidelity verdict flags. A bound on loss allows it besides; summed over every
+    link, it is an upper bound on what it took from any one stream."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return sum(entry["emulator_made"] for entry in summary["emulator_loss"])
+
+
 def controller_pid(run_dir) -> int:
     """The pid of the run's controller process (it carries the run's prefix)."""
     prefix = json.loads((run_dir / "manifest.json").read_text())["prefix"]
@@ -200,7 +209,10 @@ def test_clients_reach_service_addresses_and_land_on_the_chosen_servers(tmp_path
     for viewer in ("viewer1", "viewer2", "viewer3"):
         server = placed[f"{viewer}/video"]
         stream = received[server, address[viewer]]
-        assert int(stream["unique"]) > 300 and int(stream["lost"]) <= 2, stream
+        assert int(stream["unique"]) > 300, stream
+        # What the emulator lost itself (its own count) is not the controller's doing.
+        assert int(stream["lost"]) <= 2 + emulator_made(run_dir), \
+            (stream, summary["emulator_loss"])
         for other in {"edge1", "edge2", "edge3"} - {server}:
             assert (other, address[viewer]) not in received  # nothing went elsewhere
     # Answers come back from the service address (the client's socket is connected to it and
@@ -208,7 +220,7 @@ def test_clients_reach_service_addresses_and_land_on_the_chosen_servers(tmp_path
     responses = read_table(run_dir, "responses")
     for viewer in ("viewer1", "viewer2"):
         answered = [r for r in responses if r["node"] == viewer and r["response_ms"]]
-        assert len(answered) == 100, viewer
+        assert len(answered) >= 100 - emulator_made(run_dir), (viewer, len(answered))
     served = read_table(run_dir, "requests_served")
     for viewer in ("viewer1", "viewer2"):
         servers = {r["node"] for r in served if r["client"].startswith(address[viewer] + ":")}
@@ -217,6 +229,9 @@ def test_clients_reach_service_addresses_and_land_on_the_chosen_servers(tmp_path
               if line.startswith("JOINED ")]
     assert joined and json.loads(joined[0].split(" ", 1)[1])["server"] in ("edge1", "edge2")
     assert summary["controller"]["status"]["control"]["handler_errors"] == 0
+    if "switch_sockets" in summary:  # the userspace datapath's
+        # per-port sockets all got room for bursts (topologies.switch_sockets)
+        assert summary["switch_sockets"]["enlarged"] == summary["switch_sockets"]["ports"] > 0
     assert_nothing_left(state_before, summary["prefix"])
 
 
@@ -242,7 +257,7 @@ def test_a_live_flow_migrates_to_another_server(tmp_path, state_before):
     assert int(before["unique"]) >= steered and int(after["unique"]) > 500, (steered, before)
     total = int(before["unique"]) + int(after["unique"])
     sent = int(after["unique"]) + int(after["lost"])  # the new server saw the last packet
-    assert sent - total <= IN_FLIGHT, (before, after)
+    assert sent - total <= IN_FLIGHT + emulator_made(run_dir), (before, after)
     [migration] = decisions(run_dir, "migrate")
     assert migration["server"] == target and float(migration["install_ms"]) > 0
     assert_nothing_left(state_before, json.loads((run_dir / "summary.json").read_text())["prefix"])
@@ -294,7 +309,7 @@ def test_cutting_the_primary_link_keeps_a_stream_flowing(tmp_path, state_before,
     gap_ms, lost = float(stream["gap_max_ms"]), int(stream["lost"])
     assert int(stream["unique"]) + lost == 6 * STEADY_PPS, stream
     assert float(stream["delay_p99_ms"]) > 10, stream
-    assert lost <= outage_packets(run_dir, stream), stream
+    assert lost <= outage_packets(run_dir, stream) + emulator_made(run_dir), stream
     # Half the hold tells the two apart with room for the moments between the runner's log
     # line and the cut; how fast a switch fails over is benchmarks/controller.py's business.
     if fast_failover == "true":
@@ -321,7 +336,8 @@ def test_the_data_plane_outlives_the_controller_and_a_new_one_takes_over(tmp_pat
     [first] = [row for (edge, peer), row in received.items() if peer == address["viewer1"]]
     # the switches kept forwarding while no controller ran (fail mode secure), and the new
     # controller re-installed them in place: the stream never stopped
-    assert int(first["unique"]) > 3000 and int(first["lost"]) <= 5, first
+    assert int(first["unique"]) > 3000, first
+    assert int(first["lost"]) <= 5 + emulator_made(run_dir), first
     assert float(first["gap_max_ms"]) < 200, first
     # the new controller placed a flow that started after it took over
     [second] = [row for (edge, peer), row in received.items() if peer == address["viewer2"]]
@@ -412,7 +428,7 @@ def test_a_switch_that_lost_its_rules_gets_them_back_when_it_reconnects(tmp_path
     gap_ms, lost = float(stream["gap_max_ms"]), int(stream["lost"])
     assert OUTAGE_S * 1e3 / 2 < gap_ms < 5000, stream
     assert int(stream["unique"]) + lost == 8 * STEADY_PPS, stream
-    assert lost <= outage_packets(run_dir, stream), stream
+    assert lost <= outage_packets(run_dir, stream) + emulator_made(run_dir), stream
     log = (run_dir / "controller" / "controller.log").read_text()
     assert log.count("switch s1 (0000000000000001) connected") == 2
     assert_nothing_left(state_before, json.loads((run_dir / "summary.json").read_text())["prefix"])

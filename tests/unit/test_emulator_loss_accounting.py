@@ -4,6 +4,7 @@ a run's fidelity verdict invalid (experiments.measurements)."""
 import json
 
 from experiments import measurements
+from topologies import switch_sockets
 from topologies.impairments import drops
 from topologies.model import BurstLoss, EmulatorLossLimit, Impairment
 
@@ -22,6 +23,30 @@ def test_interface_counters_are_what_each_veth_sent_and_dropped():
     output = json.dumps([{"ifname": "wa", "stats64": {"tx": {"packets": 10, "dropped": 3}}},
                          {"ifname": "lo", "stats64": {"tx": {"packets": 0, "dropped": 0}}}])
     assert drops.interface_counters(output) == {"wa": (10, 3), "lo": (0, 0)}
+
+
+# ``ss -0 -a -m -p`` (and with ``-e``, which wraps the details) on this machine during a run,
+# drop counts edited in.
+SS_PACKET_SOCKETS = """\
+Netid  State  Recv-Q Send-Q Local Address:Port   Peer Address:PortProcess
+p_raw  UNCONN 0      0               [0]:*                  *     users:(("ovs-vswitchd",pid=25014,fd=70)) skmem:(r0,rb212992,t0,tb212992,f0,w0,o0,bl0,d0)
+p_raw  UNCONN 0      0     *:eb5c20s2p10                    *     users:(("ovs-vswitchd",pid=25014,fd=40)) skmem:(r0,rb212992,t0,tb212992,f0,w0,o176,bl0,d13)
+p_raw  UNCONN 0      0      *:eb5c20s2p3                    *     users:(("ovs-vswitchd",pid=25014,fd=41)) ino:86602073 sk:13
+\tver:0 cpy_thresh:0 flags( running auxdata ) skmem:(r0,rb212992,t0,tb212992,f0,w0,o176,bl0,d2)
+p_raw  UNCONN 0      0      *:eb5c20s2p1                    *     users:(("ovs-vswitchd",pid=25014,fd=42)) skmem:(r0,rb212992,t0,tb212992,f0,w0,o176,bl0,d0)
+p_raw  UNCONN 0      0      *:eb5c20h1-eth0                 *     users:(("tcpdump",pid=7,fd=3)) skmem:(r0,rb212992,t0,tb212992,f0,w0,o0,bl0,d99)
+"""
+
+
+def test_the_userspace_switchs_sockets_by_port():
+    sockets = switch_sockets.parse(SS_PACKET_SOCKETS)
+    assert {name: found.drops for name, found in sockets.items()} == {
+        "eb5c20s2p10": 13, "eb5c20s2p3": 2, "eb5c20s2p1": 0}  # not tcpdump's, not unbound
+    assert sockets["eb5c20s2p3"] == switch_sockets.SwitchSocket("eb5c20s2p3", 25014, 41,
+                                                                212992, 2)
+    assert switch_sockets.parse("") == {}
+    direction = drops.DirectionDrops(switch=13)
+    assert direction.emulator_made == 13 and direction.record()["switch"] == 13
 
 
 def test_qdisc_drops_under_a_rate_are_congestion_others_are_emulator_made():

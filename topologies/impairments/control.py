@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..model import Impairment
 from ..scenario import Scenario, impairment_problems
+from ..switch_sockets import read as read_switch_sockets
 from . import drops as loss_accounting
 from .backends import FallbackBackend, ImpairmentError, NetemBackend, Placement
 from .drops import DirectionDrops
@@ -221,8 +222,9 @@ class LinkControl:
         return wires
 
     def _count_interface_drops(self) -> None:
-        """Each direction's frames offered (sent or dropped by its first sending interface)
-        and the frames every veth on its way could not hand to its peer."""
+        """Each direction's frames offered (sent or dropped by its first sending interface),
+        the frames every veth on its way could not hand to its peer and those the userspace
+        switch's socket on its far end dropped."""
         counters: dict[int, dict] = {}
 
         def read(node, interface: str) -> tuple[int, int]:
@@ -231,10 +233,11 @@ class LinkControl:
                     node.cmd("ip -s -j link show"))
             return counters[id(node)].get(interface, (0, 0))
 
+        switch_sockets = read_switch_sockets()
         for link in self.scenario.links:
             ends = self.network.ends(link.index)
             for direction in DIRECTIONS:
-                sender = ends.a if direction == "forward" else ends.b
+                sender, receiver = (ends.a, ends.b) if direction == "forward" else (ends.b, ends.a)
                 segments = [(sender.node, sender.name)]
                 if ends.wire is not None:
                     segments.append((ends.wire, WIRE_TOWARD_B if direction == "forward"
@@ -252,6 +255,8 @@ class LinkControl:
                     drops.configured += dropped
                 else:
                     drops.interface += dropped
+                if receiver.name in switch_sockets:
+                    drops.switch += switch_sockets[receiver.name].drops
 
     def losses(self) -> list[dict]:
         """After :meth:`stop`: per link and direction that carried frames, the frames offered

@@ -9,7 +9,10 @@ Loss that nobody configured is a fidelity defect, so it is counted where it happ
 * ``oversize``: frames larger than the relay's buffer;
 * ``interface``: frames a veth could not hand to its peer (its ``tx_dropped``: the peer's
   backlog queue was full, the machine did not process it in time);
-* ``qdisc``: drops in a queueing discipline that no configured rate explains.
+* ``qdisc``: drops in a queueing discipline that no configured rate explains;
+* ``switch``: frames the userspace switch's receive socket on the link's far end dropped
+  (:mod:`topologies.switch_sockets`: ovs-vswitchd was not scheduled in time for a burst). The
+  kernel datapath has no such socket, so there it is always 0.
 
 What the scenario asked for is counted beside, not as emulator-made:
 
@@ -32,7 +35,7 @@ from dataclasses import asdict, dataclass
 
 from ..model import Impairment
 
-EMULATOR_CAUSES = ("receive_queue", "relay_queue", "oversize", "interface", "qdisc")
+EMULATOR_CAUSES = ("receive_queue", "relay_queue", "oversize", "interface", "qdisc", "switch")
 CONFIGURED_CAUSES = ("rate_limit", "configured")
 
 
@@ -46,6 +49,7 @@ class DirectionDrops:
     oversize: int = 0
     interface: int = 0
     qdisc: int = 0
+    switch: int = 0
     rate_limit: int = 0
     configured: int = 0
     # The largest mean loss the direction was configured with during the run.
