@@ -5,16 +5,22 @@ Everything is measured on real runs (``edgebed run``, userspace OVS here) from t
 * **decision to flow installed**: clients join a service over the control protocol one after
   another, then every flow is migrated by hand; the controller times each decision from the
   policy's answer to the barrier replies of every switch it changed (its ``decisions`` table);
-* **flow-setup rate**: all clients join at once (one datagram each, not waiting); flows placed
-  and installed per second, from the first join sent to the last barrier reply, for a fixed
-  number of switches;
+* **flow-setup rate**: all clients join at once (one datagram a flow, not waiting; with
+  ``--ports N`` each client asks for N flows, one per client port, so a burst is many more
+  joins than there are hosts to bring up); flows placed and installed per second, from the
+  first join sent to the last barrier reply, for a fixed number of switches;
 * **failover gap**: a steady stream (one packet every 2 ms) crosses a ring whose primary link is
   cut mid-stream; the receiving agent's longest silence between two packets, with OpenFlow
   fast-failover groups and with reactive rerouting only, beside the same stream uncut.
 
 Goals: decision-to-flow p50 < 10 ms; fast-failover gap < 50 ms.
 
-    sudo .venv/bin/python benchmarks/controller.py [--clients N] [--rounds N]
+With ``--against COMMIT`` the same measurements are also taken of the controller (the whole
+edgebed) of an earlier commit, exported with ``git archive`` and run by the same interpreter,
+and both are shown side by side: a change's before and after in one run on one machine state.
+
+    sudo .venv/bin/python benchmarks/controller.py [--clients N] [--ports N] [--rounds N]
+        [--against COMMIT]
 """
 
 from __future__ import annotations
@@ -44,6 +50,8 @@ from experiments.measurements import read_table  # noqa: E402
 
 EDGEBED = [sys.executable, "-m", "experiments.cli"]
 SWITCHES = 4
+# The client ports of a burst's flows with --ports (the first flow's is FIRST_PORT).
+FIRST_PORT = 40000
 
 STAR = """
 name: controller-bench
@@ -111,13 +119,13 @@ def star(clients: int) -> str:
 class LiveRun:
     """An ``edgebed run`` in the background, until stopped."""
 
-    def __init__(self, text: str, directory: Path):
+    def __init__(self, text: str, directory: Path, root: Path = ROOT):
         directory.mkdir(parents=True)
         self.path = directory / "scenario.yaml"
         self.path.write_text(text)
         self.runs = directory / "runs"
         self.process = subprocess.Popen(EDGEBED + ["run", str(self.path), "--runs-dir",
-                                                   str(self.runs)], cwd=ROOT,
+                                                   str(self.runs)], cwd=root,
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         text=True)
 
@@ -163,10 +171,10 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
-def decision_latency(clients: int, directory: Path) -> dict:
-    """One join at a time, then one migration at a time; then all joins at once (a second
-    run, so every join is a new flow)."""
-    run = LiveRun(star(clients), directory / "sequential")
+def decision_latency(clients: int, directory: Path, root: Path = ROOT, ports: int = 1) -> dict:
+    """One join at a time, then one migration at a time; then all joins at once, ``ports``
+    flows a client (a second run, so every join is a new flow); edgebed as in ``root``."""
+    run = LiveRun(star(clients), directory / "sequential", root)
     try:
         run_dir = run.wait_up()
         address = run.control(run_dir)
@@ -182,16 +190,20 @@ def decision_latency(clients: int, directory: Path) -> dict:
         migrated = wait_for_rows(run_dir, "migrate", clients)
     finally:
         run.stop()
-    burst = LiveRun(star(clients), directory / "burst")
+    burst = LiveRun(star(clients), directory / "burst", root)
     try:
         run_dir = burst.wait_up()
         address = burst.control(run_dir)
+        joins = [protocol.encode(protocol.Join(
+            id=number, node=f"client{index}", service="video",
+            port=None if ports == 1 else FIRST_PORT + port))
+            for number, (port, index) in enumerate(
+                ((port, index) for port in range(ports) for index in range(1, clients + 1)), 1)]
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
             started = time.time()
-            for index in range(1, clients + 1):
-                sender.sendto(protocol.encode(protocol.Join(
-                    id=index, node=f"client{index}", service="video")), address)
-        rows = wait_for_rows(run_dir, "place", clients)
+            for join in joins:
+                sender.sendto(join, address)
+        rows = wait_for_rows(run_dir, "place", len(joins))
         # a row's time is when its last barrier came back (the controller writes it then)
         finished = max(float(row["time"]) for row in rows)
         # joins decided together share a row's messages: each row carries the batch's
@@ -203,19 +215,20 @@ def decision_latency(clients: int, directory: Path) -> dict:
             "migrate": [float(r["install_ms"]) for r in migrated],
             "policy": [float(r["policy_ms"]) for r in placed],
             "send": [float(r["send_ms"]) for r in placed + migrated],
-            "burst_flows": clients, "burst_s": finished - started, "burst_rules": rules,
+            "burst_flows": len(joins), "burst_s": finished - started, "burst_rules": rules,
             "burst_batches": batches}
 
 
-def failover_gap(fast_failover: bool | None, directory: Path) -> dict:
-    """The receiver's longest silence with the primary link cut at 4 s (None: not cut)."""
+def failover_gap(fast_failover: bool | None, directory: Path, root: Path = ROOT) -> dict:
+    """The receiver's longest silence with the primary link cut at 4 s (None: not cut);
+    edgebed as in ``root``."""
     schedule = "  []" if fast_failover is None else \
         '  - {at: 4s, action: link_down, link: "s1:eth10"}'
     text = RING.format(fast_failover=str(bool(fast_failover)).lower(), schedule=schedule)
     path = directory / "scenario.yaml"
     path.write_text(textwrap.dedent(text))
     runs = directory / "runs"
-    result = subprocess.run(EDGEBED + ["run", str(path), "--runs-dir", str(runs)], cwd=ROOT,
+    result = subprocess.run(EDGEBED + ["run", str(path), "--runs-dir", str(runs)], cwd=root,
                             capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(result.stdout + result.stderr)
@@ -224,51 +237,90 @@ def failover_gap(fast_failover: bool | None, directory: Path) -> dict:
     return {"gap_ms": float(flow["gap_max_ms"]), "lost": int(flow["lost"])}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--clients", type=int, default=60, help="clients (flows) per run")
-    parser.add_argument("--rounds", type=int, default=3, help="failover runs per variant")
-    arguments = parser.parse_args()
-    console = Console()
-    with tempfile.TemporaryDirectory(prefix="edgebed-bench-") as scratch:
-        scratch = Path(scratch)
-        console.print(f"decisions: {arguments.clients} clients, {SWITCHES} switches ...")
-        latency = decision_latency(arguments.clients, scratch)
-        gaps = {}
-        for name, variant in (("uncut", None), ("fast-failover", True), ("reactive", False)):
-            gaps[name] = []
-            for round_number in range(arguments.rounds):
-                directory = scratch / f"{name}-{round_number}"
-                directory.mkdir()
-                gaps[name].append(failover_gap(variant, directory))
-                console.print(f"failover {name} {round_number + 1}/{arguments.rounds}: "
-                              f"gap {gaps[name][-1]['gap_ms']:.1f} ms, "
-                              f"lost {gaps[name][-1]['lost']}")
-    table = Table(title=f"controller: {SWITCHES} switches, {arguments.clients} clients, "
-                        f"failover over {arguments.rounds} runs each", title_justify="left")
-    for column in ("measure", "p50", "p99 / max", "goal"):
-        table.add_column(column)
+def export(commit: str, directory: Path) -> Path:
+    """The tree of ``commit`` (this repository's), written into ``directory``."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit], capture_output=True,
+                             check=True).stdout
+    directory.mkdir()
+    subprocess.run(["tar", "-x", "-C", str(directory)], input=archive, check=True)
+    return directory
+
+
+def measure(root: Path, clients: int, ports: int, rounds: int, directory: Path,
+            console: Console, label: str) -> dict:
+    """Every measurement of the module docstring, of edgebed as in ``root``."""
+    console.print(f"{label}: decisions: {clients} clients, {SWITCHES} switches ...")
+    latency = decision_latency(clients, directory, root, ports)
+    gaps = {}
+    for name, variant in (("uncut", None), ("fast-failover", True), ("reactive", False)):
+        gaps[name] = []
+        for round_number in range(rounds):
+            run_directory = directory / f"{name}-{round_number}"
+            run_directory.mkdir()
+            gaps[name].append(failover_gap(variant, run_directory, root))
+            console.print(f"{label}: failover {name} {round_number + 1}/{rounds}: "
+                          f"gap {gaps[name][-1]['gap_ms']:.1f} ms, "
+                          f"lost {gaps[name][-1]['lost']}")
+    return {"latency": latency, "gaps": gaps}
+
+
+def cells(measured: dict) -> dict[str, tuple[str, str, str]]:
+    """Each row's p50, p99 / max and goal for one tree's measurements."""
+    latency, gaps, rows = measured["latency"], measured["gaps"], {}
     for kind in ("place", "migrate"):
         values = latency[kind]
-        table.add_row(f"decision to flow installed: {kind} (ms)",
-                      f"{statistics.median(values):.2f}", f"{percentile(values, 99):.2f}",
-                      "p50 < 10 ms " + ("met" if statistics.median(values) < 10 else "NOT met"))
+        rows[f"decision to flow installed: {kind} (ms)"] = (
+            f"{statistics.median(values):.2f}", f"{percentile(values, 99):.2f}",
+            "p50 < 10 ms " + ("met" if statistics.median(values) < 10 else "NOT met"))
     for name, label in (("send", "of which the controller's own (ms)"),
                         ("policy", "policy decision (ms)")):
-        table.add_row(label, f"{statistics.median(latency[name]):.3f}",
-                      f"{percentile(latency[name], 99):.3f}", "")
+        rows[label] = (f"{statistics.median(latency[name]):.3f}",
+                       f"{percentile(latency[name], 99):.3f}", "")
     rate = latency["burst_flows"] / latency["burst_s"]
-    table.add_row("flow setup, all joins at once", f"{rate:.0f} flows/s",
-                  f"{latency['burst_rules'] / latency['burst_s']:.0f} rules/s",
-                  f"in {latency['burst_batches']} batches")
+    rows["flow setup, all joins at once"] = (
+        f"{rate:.0f} flows/s", f"{latency['burst_rules'] / latency['burst_s']:.0f} rules/s",
+        f"in {latency['burst_batches']} batches")
     for name, runs in gaps.items():
         values = [run["gap_ms"] for run in runs]
         goal = ("< 50 ms " + ("met" if statistics.median(values) < 50 else "NOT met")
                 if name == "fast-failover" else "")
-        table.add_row(f"failover gap, {name} (ms; lost packets)",
-                      f"{statistics.median(values):.1f} "
-                      f"({statistics.median(r['lost'] for r in runs):.0f})",
-                      f"{max(values):.1f}", goal)
+        rows[f"failover gap, {name} (ms; lost packets)"] = (
+            f"{statistics.median(values):.1f} "
+            f"({statistics.median(r['lost'] for r in runs):.0f})", f"{max(values):.1f}", goal)
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=60, help="clients (flows) per run")
+    parser.add_argument("--ports", type=int, default=1,
+                        help="flows each client asks for in the burst (one per client port)")
+    parser.add_argument("--rounds", type=int, default=3, help="failover runs per variant")
+    parser.add_argument("--against", metavar="COMMIT",
+                        help="also measure edgebed as of COMMIT, shown beside this tree")
+    arguments = parser.parse_args()
+    console = Console(width=200)
+    measured = {}
+    with tempfile.TemporaryDirectory(prefix="edgebed-bench-") as scratch:
+        scratch = Path(scratch)
+        trees = {"this tree": ROOT}
+        if arguments.against:
+            trees = {arguments.against: export(arguments.against, scratch / "against")} | trees
+        for index, (label, root) in enumerate(trees.items()):
+            directory = scratch / f"tree-{index}"
+            directory.mkdir()
+            measured[label] = cells(measure(root, arguments.clients, arguments.ports,
+                                            arguments.rounds, directory, console, label))
+    table = Table(title=f"controller: {SWITCHES} switches, {arguments.clients} clients, burst "
+                        f"of {arguments.clients * arguments.ports} joins, failover over "
+                        f"{arguments.rounds} runs each", title_justify="left")
+    table.add_column("measure")
+    for label in measured:
+        prefix = f"{label}: " if len(measured) > 1 else ""
+        for column in ("p50", "p99 / max", "goal"):
+            table.add_column(prefix + column)
+    for row in next(iter(measured.values())):
+        table.add_row(row, *(cell for rows in measured.values() for cell in rows[row]))
     console.print(table)
     return 0
 

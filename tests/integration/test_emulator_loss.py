@@ -26,10 +26,11 @@ from tests.integration.conftest import (assert_nothing_left, edgebed, only_run_d
 # A relay falls behind when it does not get the CPU: on a loaded machine the scheduler takes it
 # away. Driving it with a high packet rate only does that on a machine slow enough (CI's relay
 # kept up with 100k packets/s for 3 s: 4 of 300 000 lost), so the test takes the CPU away
-# itself: it stops the relay for STALL_S in the middle of the flood. Frames keep arriving at
-# its socket, whose 16 MiB receive buffer holds about 15k of these 1000-byte frames; the other
-# ~35k of the stall overflow it.
-FLOOD_PPS, FLOOD_S, FLOOD_BYTES, STALL_S = 20_000, 5, 1000, 2.5
+# itself: it stops the relay in the middle of the flood until the sender has ended (not for a
+# fixed time: a loaded machine slows the sender too). Frames keep arriving at its socket, whose
+# 16 MiB receive buffer holds about 15k of these 1000-byte frames; the other ~35k or more of
+# the flood overflow it.
+FLOOD_PPS, FLOOD_S, FLOOD_BYTES = 20_000, 5, 1000
 CLEAN_PPS, CLEAN_S = 500, 3
 # The relay is stopped once it has forwarded this many frames of the flood.
 STALL_AFTER_FRAMES = 10_000
@@ -82,9 +83,10 @@ def relay_pid(status: Path) -> int:
     raise AssertionError(f"no relay writes {status}")
 
 
-def stall_relay(runs: Path, process, stall_s: float, timeout_s: float = 120) -> int:
-    """Stop link 0's relay for ``stall_s`` once it has forwarded STALL_AFTER_FRAMES frames of
-    the flood, then let it go on; the frames it had forwarded when stopped."""
+def stall_relay(runs: Path, process, timeout_s: float = 120) -> int:
+    """Stop link 0's relay once it has forwarded STALL_AFTER_FRAMES frames of the flood, let it
+    go on once the sender has written its summary (its last datagram has left); the frames it
+    had forwarded when stopped."""
     deadline = time.monotonic() + timeout_s
     status = None
     while time.monotonic() < deadline and process.poll() is None:
@@ -94,9 +96,12 @@ def stall_relay(runs: Path, process, stall_s: float, timeout_s: float = 120) -> 
             forwarded = json.loads(status.read_text())["forward"]["frames_out"]
             if forwarded >= STALL_AFTER_FRAMES:
                 pid = relay_pid(status)
+                sent = status.parents[1] / "sent.json"
                 os.kill(pid, signal.SIGSTOP)
                 try:
-                    time.sleep(stall_s)
+                    while (not sent.exists() and process.poll() is None
+                           and time.monotonic() < deadline):
+                        time.sleep(0.05)
                 finally:
                     os.kill(pid, signal.SIGCONT)
                 return forwarded
@@ -105,9 +110,9 @@ def stall_relay(runs: Path, process, stall_s: float, timeout_s: float = 120) -> 
 
 
 def run(tmp_path, state_before, rate: int, seconds: int, size: int = 64,
-        stall_s: float = 0.0) -> tuple[dict, int, int]:
-    """Run the two-host scenario at ``rate``, the relay stopped for ``stall_s`` in the middle;
-    its summary, datagrams sent and received."""
+        stall: bool = False) -> tuple[dict, int, int]:
+    """Run the two-host scenario at ``rate``, with ``stall`` the relay stopped from the middle
+    of it to its end; its summary, datagrams sent and received."""
     count = rate * seconds
     receive_s = seconds + 6
     path = tmp_path / "scenario.yaml"
@@ -115,16 +120,16 @@ def run(tmp_path, state_before, rate: int, seconds: int, size: int = 64,
         duration=receive_s + 2, python=sys.executable, count=count, rate=rate, size=size,
         receive_s=receive_s)))
     runs = tmp_path / "runs"
-    if stall_s:
+    if stall:
         process = start_edgebed("run", str(path), "--runs-dir", str(runs))
         try:
-            stalled_at = stall_relay(runs, process, stall_s)
+            stalled_at = stall_relay(runs, process)
             output, _ = process.communicate(timeout=300)
         finally:
             if process.poll() is None:
                 process.terminate()
                 process.wait(timeout=60)
-        print(f"\nrelay stopped for {stall_s} s after {stalled_at} frames")
+        print(f"\nrelay stopped after {stalled_at} frames until the sender ended")
     else:
         output = edgebed("run", str(path), "--runs-dir", str(runs)).stdout
     run_dir = only_run_dir(runs)
@@ -151,7 +156,7 @@ def emulator_flags(summary: dict) -> list[str]:
 def test_a_relay_that_falls_behind_counts_its_loss_and_invalidates_the_run(tmp_path,
                                                                            state_before):
     summary, sent, received = run(tmp_path, state_before, FLOOD_PPS, FLOOD_S, FLOOD_BYTES,
-                                  STALL_S)
+                                  stall=True)
     entry = forward(summary)
     measured = sent - received
     # Past the run's limit (0.1 % of the frames: nothing is configured).

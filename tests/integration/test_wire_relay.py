@@ -37,6 +37,7 @@ import pytest
 from agents.common import run_realtime
 from agents.probe import udp_socket_drops
 from topologies.impairments.relay import COMPILED_RELAY
+from topologies.impairments.wire import RECEIVE_BUFFER_BYTES
 
 ROOT = Path(__file__).resolve().parents[2]
 HELPER = Path(__file__).resolve()
@@ -757,6 +758,62 @@ EMULATOR_CAUSES = ("dropped_receive_queue", "dropped_queue_full", "dropped_overs
                    "send_errors")
 # Issue 17's frames: 1,200 bytes on the wire (Ethernet 14 + IPv4 20 + UDP 8 + payload).
 FRAME_PAYLOAD_BYTES = 1200 - 42
+
+
+# Frames of FRAME_PAYLOAD_BYTES the relay's socket can hold while nobody reads it, at most: the
+# kernel doubles the 16 MiB receive buffer the relay asks for and charges a frame at least its
+# own 1,200 bytes (it checks the buffer before it adds a frame, so one more can fit).
+HELD_FRAMES_MAX = 2 * RECEIVE_BUFFER_BYTES // (FRAME_PAYLOAD_BYTES + 42) + 1
+
+
+def forwarding_pid(relay: RelayProcess, engine: str) -> int:
+    """The process that reads and sends the frames: the Python relay itself, or the compiled
+    relay its front started (the front only passes changes on)."""
+    if engine == "python":
+        return relay.process.pid
+    (child,) = Path(f"/proc/{relay.process.pid}/task/{relay.process.pid}/children"
+                    ).read_text().split()
+    return int(child)
+
+
+def received_on(wire: Wire, end: str) -> int:
+    """Frames the kernel has taken in on one of the wire's interfaces (its rx counter)."""
+    output = subprocess.run(["ip", "-n", wire.w, "-s", "-j", "link", "show", "dev",
+                             wire.interface(end)], capture_output=True, text=True, check=True)
+    return json.loads(output.stdout)[0]["stats64"]["rx"]["packets"]
+
+
+def test_a_relay_past_its_rate_counts_every_frame_it_dropped(wire):
+    """Past its rate, deterministically: the relay is stopped (SIGSTOP: its rate is zero, as
+    when the machine does not schedule it) while more frames reach its interface than its
+    socket can hold, then let go. Every frame that reached the interface was read or counted
+    as dropped, the count is at least what the socket cannot have held, and none of the counted
+    ones arrived. How fast a relay is does not matter: the rate sweeps below measure that."""
+    count = 3 * HELD_FRAMES_MAX
+    relay = wire.relay({"delay": 0.001})
+    receiver = wire.receiver(count)
+    before = received_on(wire, "w0")
+    pid = forwarding_pid(relay, wire.engine)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        # The sender has ended (it returns when its last datagram has left): every frame that
+        # will reach the relay's interface has.
+        sent = sender_result(wire.start_sender(50000, count, size=FRAME_PAYLOAD_BYTES))["sent"]
+        reached = received_on(wire, "w0") - before
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    arrived = len(receiver.settle(count))
+    forward = relay.stop()["forward"]
+    emulator = sum(forward[cause] for cause in EMULATOR_CAUSES)
+    print(f"\n{sent} sent while the relay was stopped, {reached} reached it; relay read "
+          f"{forward['frames_in']}, counted {forward['dropped_receive_queue']} dropped at its "
+          f"socket (at most {HELD_FRAMES_MAX} fit); {arrived} arrived, receiver dropped "
+          f"{receiver.dropped}")
+    assert reached > HELD_FRAMES_MAX, "too few frames reached the relay to overflow it"
+    assert forward["frames_in"] + forward["dropped_receive_queue"] == reached, forward
+    assert forward["dropped_receive_queue"] >= reached - HELD_FRAMES_MAX, forward
+    assert emulator == forward["dropped_receive_queue"], forward
+    assert arrived <= sent - emulator
 
 
 def measure_rates(wire: Wire, rates: tuple[int, ...], both_ways: bool) -> None:

@@ -10,6 +10,8 @@ short way through s2 (2 + 2 ms), the long way through s4 (5 + 5 ms).
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from controller import openflow, rules
 from controller.core import ControllerCore, Outcome
@@ -426,3 +428,67 @@ def test_switches_kept_in_step_by_changes_alone_hold_what_a_whole_recomputation_
             port = record.placement.request.client_port or 40000
             assert [h for h, _ in bed.udp(record.placement.request.client, VIDEO,
                                           source_port=port)] == [record.placement.server]
+
+
+def recomputed(core: ControllerCore) -> dict[str, rules.SwitchRules]:
+    """Every switch's state computed afresh, as the controller did before it kept it per rule
+    key: base rules, forwarding for the links as they are now, then each placed flow's rules."""
+    forwarding = rules.forwarding(core.view, core.down, core.fast_failover)
+    wanted = {switch: rules.base_rules(core.view).merged(forwarding[switch])
+              for switch in core.view.switches}
+    for flow, record in core.flows.items():
+        for switch, rule in core._flow_rules(flow, record):
+            wanted[switch].add(rule)
+    return wanted
+
+
+VIEWERS, EDGES, PORTS = ("viewer1", "viewer2", "viewer3"), ("edge1", "edge2", "edge3"), (None, 1, 2)
+# One step of a controller's life: (what, which flow or trunk, which server/port/switch, ...).
+STEPS = st.one_of(
+    st.tuples(st.just("place"), st.lists(st.tuples(st.sampled_from(VIEWERS),
+                                                   st.sampled_from(PORTS)), max_size=6)),
+    st.tuples(st.just("steer"), st.integers(0, 20), st.sampled_from(EDGES)),
+    st.tuples(st.just("pin"), st.integers(0, 20), st.sampled_from(("s2", "s4"))),
+    st.tuples(st.just("leave"), st.integers(0, 20)),
+    st.tuples(st.just("port"), st.integers(0, 3), st.booleans()),
+    st.tuples(st.just("delay"), st.integers(0, 3), st.sampled_from((0.001, 0.002, 0.009))),
+    st.tuples(st.just("reallocate")))
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=st.lists(STEPS, min_size=1, max_size=12))
+def test_the_rules_a_decision_touches_keep_every_switch_as_a_recomputation_wants(steps):
+    """Any sequence of joins (bursts decided at once, with and without client ports, clashing
+    ones refused), moves, pins, leaves, cuts, repairs, delay changes and new periods: after each,
+    every switch synced with only the rules changed since its last sync (and only the switches
+    the step named) holds exactly what computing every switch afresh wants."""
+    bed = Bed()
+    core = bed.core
+    for kind, *arguments in steps:
+        flows = sorted(core.flows)
+        chosen = flows[arguments[0] % len(flows)] if flows and kind in (
+            "steer", "pin", "leave") else None
+        if kind == "place":
+            outcome = core.place([core.request_for(viewer, "video", port=port)
+                                  for viewer, port in arguments[0]])
+        elif kind == "steer" and chosen:
+            outcome = core.steer(chosen, arguments[1])
+        elif kind == "pin" and chosen:
+            try:
+                outcome = core.pin(chosen, (arguments[1],))
+            except ValueError:
+                continue  # no path through that waypoint while links are down: nothing changed
+        elif kind == "leave" and chosen:
+            outcome = core.leave(chosen)
+        elif kind == "port":
+            trunk = bed.view.trunks[arguments[0]]
+            outcome = Outcome(switches=core.port_changed(trunk.a, trunk.a_port, arguments[1]))
+        elif kind == "delay":
+            outcome = Outcome(switches=core.link_delay_changed(bed.view.trunks[arguments[0]].link,
+                                                               arguments[1]))
+        elif kind == "reallocate":
+            outcome = core.reallocate()
+        else:
+            continue  # nothing placed to act on
+        bed.sync(outcome.switches)
+        assert bed.installed == recomputed(core), (kind, arguments)
