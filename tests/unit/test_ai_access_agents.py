@@ -25,7 +25,7 @@ from controller.control_server import ControlServer
 from controller.core import ControllerCore
 from controller.policies import create
 from controller.view import NetworkView
-from experiments.kinds.ai_access_emulation import access_responses
+from experiments.kinds.ai_access_emulation import access_responses, prediction_errors
 from tests.conftest import ROOT
 from tests.unit.test_media_agents import LOOPBACK, agent_argv, summary_of, start, table
 from topologies.scenario import load
@@ -254,3 +254,14 @@ def test_the_emulated_kind_takes_the_terminals_join_response_times(tmp_path):
     with open(tmp_path / "tables" / "decisions_followed.csv", "w", newline="") as stream:
         csv.writer(stream).writerows([columns, *rows])
     assert access_responses(tmp_path) == {"t1/ai:4000": 12.25}
+
+
+def test_the_forecast_error_is_taken_against_the_next_measured_load_degree():
+    # Alpha 0.5 on 0.2, 0.4, 0.6, 0.8 (by hand): forecasts 0.2, 0.4, 0.65 for the next three,
+    # errors 0.2, 0.2, 0.15; the last value as forecast misses by 0.2 each time. A report
+    # before the window feeds the smoothing but is not scored; a server's first report never.
+    rows = [{"server": "a", "time": t, "degree": v} for t, v in enumerate([0.2, 0.4, 0.6, 0.8])]
+    rows.append({"server": "b", "time": 3.5, "degree": 0.9})
+    assert prediction_errors(rows, 0.5, 0, 10) == pytest.approx((0.55 / 3, 0.2))
+    assert prediction_errors(rows, 0.5, 2, 10) == pytest.approx((0.35 / 2, 0.2))
+    assert prediction_errors(rows[:1], 0.5, 0, 10) == (None, None)
