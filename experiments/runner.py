@@ -256,7 +256,7 @@ class Run:
         with processes_carry(self.names.prefix):
             self.network.start()
         if datapath == "user":
-            self._enlarge_switch_sockets()
+            self._report_switch_sockets()
         self.links = LinkControl(self.scenario, self.network, backend, self.run_dir.path / "logs")
         self.links.start()
         if self.scenario.document.controller.app != "none":
@@ -280,20 +280,19 @@ class Run:
         else:
             self._timeline(log)
 
-    def _enlarge_switch_sockets(self) -> None:
-        """Room for bursts in the userspace switch's per-port sockets
+    def _report_switch_sockets(self) -> None:
+        """How many of the userspace switch's per-port sockets got room for bursts
         (:mod:`topologies.switch_sockets`); a port left with the default is a warning, and
         what its socket drops is still counted."""
-        from topologies import switch_sockets
+        from topologies.switch_sockets import RECEIVE_BUFFER
 
-        ports = self.network.switch_ports()
-        left = switch_sockets.enlarge(ports)
-        self.summary["switch_sockets"] = {"ports": len(ports), "enlarged": len(ports) - len(left),
-                                          "receive_buffer": switch_sockets.RECEIVE_BUFFER}
-        if left:
+        ports, small = self.network.switch_ports(), self.network.small_switch_sockets
+        self.summary["switch_sockets"] = {"ports": len(ports), "enlarged": len(ports) - len(small),
+                                          "receive_buffer": RECEIVE_BUFFER}
+        if small:
             self.warnings.append(
-                f"the userspace switch's receive sockets of {len(left)} port(s) keep the "
-                f"kernel's default buffer ({', '.join(left[:5])}): bursts may overflow them "
+                f"the userspace switch's receive sockets of {len(small)} port(s) keep the "
+                f"kernel's default buffer ({', '.join(small[:5])}): bursts may overflow them "
                 "(counted as emulator-made loss, cause switch)")
 
     def _start_controller(self) -> None:

@@ -16,6 +16,7 @@ from mininet.link import Link
 from mininet.net import Mininet
 from mininet.node import Host, OVSSwitch
 
+from . import switch_sockets
 from .impairments.relay import WIRE_TOWARD_A, WIRE_TOWARD_B
 from .naming import MANAGEMENT_INTERFACE, RunNames, host_mac
 from .scenario import Endpoint, Node, Scenario
@@ -55,7 +56,8 @@ class ScenarioNetwork:
 
     ``datapath`` is ``"kernel"`` or ``"user"`` (OVS userspace datapath, for kernels without the
     openvswitch module); with the userspace datapath host checksum offloads are turned off,
-    because frames leave a veth through OVS's packet socket with their checksums unfinished.
+    because frames leave a veth through OVS's packet socket with their checksums unfinished,
+    and OVS's receive socket on each port gets room for bursts (:mod:`.switch_sockets`).
     Links in ``wired`` get a wire namespace spliced in (see :mod:`topologies.impairments`).
     """
 
@@ -68,6 +70,8 @@ class ScenarioNetwork:
     _switch_index: dict[str, int] = field(default_factory=dict)
     _links: dict[int, LinkEnds] = field(default_factory=dict)
     management: "Management | None" = None
+    # Userspace datapath: switch ports whose receive socket kept the kernel's default buffer.
+    small_switch_sockets: list[str] = field(default_factory=list)
 
     def start(self) -> None:
         started = time.monotonic()
@@ -96,6 +100,8 @@ class ScenarioNetwork:
         started = time.monotonic()
         self.net.start()
         self._label_bridges()
+        if self.datapath == "user":
+            self.small_switch_sockets = switch_sockets.enlarge(self.switch_ports())
         self.timings.start_s = time.monotonic() - started
 
     def _end_params(self, end: Endpoint, side: str) -> dict:
