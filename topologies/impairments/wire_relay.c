@@ -459,7 +459,7 @@ static void command(char *line) {
 static void read_commands(void) {
     ssize_t n = read(0, line_buffer + line_length, sizeof line_buffer - line_length - 1);
     if (n <= 0) {
-        if (n == 0 || errno != EAGAIN) stdin_open = 0;
+        if (n == 0 || (errno != EAGAIN && errno != EINTR)) stdin_open = 0;
         return;
     }
     line_length += (size_t)n;
@@ -506,6 +506,16 @@ int main(int argc, char **argv) {
     struct sigaction action = {.sa_handler = stop};
     sigaction(SIGTERM, &action, NULL);
     sigaction(SIGINT, &action, NULL);
+    /* The stopping signals are taken only inside ppoll, which unblocks them atomically: one
+     * arriving anywhere else in the loop would set `stopping` after it was checked, and on an
+     * idle wire (nothing queued, no status file) the next ppoll would then wait forever. */
+    sigset_t stopping_signals, waiting_mask;
+    sigemptyset(&stopping_signals);
+    sigaddset(&stopping_signals, SIGTERM);
+    sigaddset(&stopping_signals, SIGINT);
+    sigprocmask(SIG_BLOCK, &stopping_signals, &waiting_mask);
+    sigdelset(&waiting_mask, SIGTERM);
+    sigdelset(&waiting_mask, SIGINT);
     directions[0].fd = open_interface(forward_in, &directions[0].ifindex);
     directions[1].fd = open_interface(forward_out, &directions[1].ifindex);
     if (directions[0].fd < 0 || directions[1].fd < 0) {
@@ -513,7 +523,10 @@ int main(int argc, char **argv) {
         return 1;
     }
     /* The configuration comes first on stdin (blocking): no frame leaves under defaults. */
-    while (stdin_open && !started && !stopping) read_commands();
+    while (stdin_open && !started && !stopping) {
+        struct pollfd commands = {0, POLLIN, 0};
+        if (ppoll(&commands, 1, NULL, &waiting_mask) > 0) read_commands();
+    }
     long long next_status = monotonic_ns(), woke = next_status;
     while (!stopping) {
         int worked = 0;
@@ -543,7 +556,7 @@ int main(int argc, char **argv) {
                               {directions[1].fd, POLLIN, 0}};
         struct timespec timeout = {wait / 1000000000LL, wait % 1000000000LL};
         /* ppoll takes nanoseconds; poll and epoll_wait round up to whole milliseconds. */
-        int ready = ppoll(p, busy ? 1 : 3, wait < 0 ? NULL : &timeout, NULL);
+        int ready = ppoll(p, busy ? 1 : 3, wait < 0 ? NULL : &timeout, &waiting_mask);
         woke = monotonic_ns();
         if (ready > 0 && p[0].revents) read_commands();
     }
