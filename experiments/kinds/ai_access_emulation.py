@@ -31,7 +31,7 @@ from controller.config import ControllerConfig
 from controller.policies.ai_access.migration import DoubleSmoothing
 from controller.policies.ai_access.policies import server_spec
 from controller.policies.ai_access.resources import LoadWeights, Measurement, ServerTracker
-from controller.policy import Server
+from controller.policy import Policy, Server
 from controller.view import NetworkView
 from experiments.measurements import read_table
 from experiments.sweeps.kinds import Cell, Kind, Metric, RunSummary, emulated_run
@@ -88,11 +88,16 @@ def load_degrees(run_dir: Path, servers: dict[str, Server], weights: LoadWeights
     return result
 
 
+def run_policy(run_dir: Path) -> tuple[ControllerConfig, Policy]:
+    """A run's controller configuration and its access policy (with the run's parameters)."""
+    config = ControllerConfig.read(run_dir / "controller" / "config.json")
+    return config, policies.create(config.policy, config.policy_params)
+
+
 def run_degrees(run_dir: Path) -> list[dict]:
     """:func:`load_degrees` of a run, with its policy's weights."""
-    config = ControllerConfig.read(run_dir / "controller" / "config.json")
-    weights = policies.create(config.policy, config.policy_params).params.weights
-    return load_degrees(run_dir, servers_of(config), weights)
+    config, policy = run_policy(run_dir)
+    return load_degrees(run_dir, servers_of(config), policy.params.weights)
 
 
 def first_copies(run_dir: Path, start: float = float("-inf"), end: float = float("inf")
@@ -153,8 +158,7 @@ def run_summary(run_dir: Path, summary: dict) -> dict:
     """Per server: the flows it held at the end, the first copies lost, dropped over budget,
     its mean load degree and CPU; the migrations; the spread of load degrees before the first
     migration and after the last (the whole run without any)."""
-    config = ControllerConfig.read(run_dir / "controller" / "config.json")
-    policy = policies.create(config.policy, config.policy_params)
+    config, policy = run_policy(run_dir)
     servers = servers_of(config)
     decided = moves(run_dir)
     degrees = run_degrees(run_dir)
@@ -247,8 +251,10 @@ def cell_figures(run_dir: Path, summary: dict, settle: float, duration: float
     losses = first_copies(run_dir, start, end)
     lost = sum(count[0] for count in losses.values())
     expected = sum(count[1] for count in losses.values())
-    degrees = run_degrees(run_dir)
+    config, policy = run_policy(run_dir)
+    degrees = load_degrees(run_dir, servers_of(config), policy.params.weights)
     deviation, means = spread(degrees, start, end)
+    error, persistence = prediction_errors(degrees, policy.params.alpha, start, end)
     mean = statistics.fmean(means.values()) if means else 0.0
     units = read_table(run_dir, "ai_units")
     migrations = [move for move in moves(run_dir) if move["kind"] == "migrate"]
@@ -264,6 +270,7 @@ def cell_figures(run_dir: Path, summary: dict, settle: float, duration: float
         "over_budget": sum(row["over_budget"] for row in degrees
                            if start <= row["time"] < end),
         "migrations": len(migrations),
+        "prediction_error": error, "persistence_error": persistence,
         "response_ms": statistics.median(responses) if responses else None,
         "response_max_ms": max(responses, default=None),
         "fidelity_ok": int(summary["fidelity"]["ok"])}
@@ -288,6 +295,10 @@ METRICS = (Metric("loss", "first copies lost, all servers", "fraction"),
            Metric("units_complete", "AI data units complete within their period", "fraction"),
            Metric("over_budget", "datagrams dropped over a processing budget"),
            Metric("migrations", "migrations"),
+           Metric("prediction_error", "mean absolute error of the migration's forecast of "
+                                      "L_i (double smoothing) against the next report's"),
+           Metric("persistence_error", "mean absolute error of the last measured L_i as "
+                                       "the forecast of the next report's"),
            Metric("response_ms", "access response time at the terminals (request to grant), "
                                  "median over the joins", "ms"),
            Metric("response_max_ms", "access response time at the terminals, slowest join",
@@ -365,9 +376,10 @@ the rotation.
 **Prediction error.** Each run's summary gives the migration's forecast of each server's L_i
 (double exponential smoothing, the policy's alpha 0.5, fed the L_i computed from the server's
 reports) against the L_i of the server's next report, as a mean absolute error
-(`prediction_errors`), beside the error of taking the last measured L_i as the forecast. Over
-this report's 16 runs, in the same window as the figures (6 s to a second before the end;
-computed from the runs' directories by that function after the runs, not a results column):
+(`prediction_errors`), beside the error of taking the last measured L_i as the forecast; each
+cell's figures give both over the same window as the other figures (results columns
+`prediction_error` and `persistence_error`). Over the concurrency report's 16 runs of
+2 December 2026 (6 s to a second before the end):
 0.006 at 6 flows, 0.009-0.012 at 12, 0.015-0.016 at 18 and 0.017-0.021 at 24, without and
 with migration alike, against 0.000-0.003 for the last value: on these loads, steady once
 the flows have joined and moved, the trend term turns the reports' small fluctuations into
@@ -390,7 +402,8 @@ def over_repetitions(cells, metric: str, form: str) -> str:
 def concurrency_remarks(results) -> list[str]:
     """Per sweep over the concurrency (``flows_per_terminal``) and per value: the loss of all
     servers and of the worst, the highest server's and the spread of the mean load degrees,
-    the units complete and the migrations, as mean and range over the repetitions."""
+    the units complete, the migrations and the forecast errors, as mean and range over the
+    repetitions."""
     lines = []
     rising = results[results["parameter"] == "flows_per_terminal"]
     for (sweep, policy), rows in rising.groupby(["sweep", "policy"], sort=False):
@@ -401,20 +414,24 @@ def concurrency_remarks(results) -> list[str]:
                          f"{figure('worst_server_loss', '.1%')}; highest mean L_i "
                          f"{figure('load_max', '.3f')}, spread {figure('load_spread', '.3f')}; "
                          f"units complete {figure('units_complete', '.1%')}; migrations "
-                         f"{figure('migrations', '.1f')}")
+                         f"{figure('migrations', '.1f')}; forecast error of L_i "
+                         f"{figure('prediction_error', '.3f')}, of the last value "
+                         f"{figure('persistence_error', '.3f')}")
     return lines
 
 
 def remarks(results) -> list[str]:
-    """Per policy, the loss and the load spread without and with migration, and the access
-    response time at the terminals (median and slowest join, each way); then
+    """Per policy, the loss and the load spread without and with migration, the access
+    response time at the terminals (median and slowest join, each way) and the forecast
+    errors; then
     :func:`concurrency_remarks`."""
     lines = []
     for policy, rows in results[results["parameter"] == "migrate"].groupby("policy",
                                                                            sort=False):
         by = {str(value).lower(): row for value, row in
               rows.groupby("value")[["loss", "load_spread", "migrations", "response_ms",
-                                     "response_max_ms"]].mean().iterrows()}
+                                     "response_max_ms", "prediction_error",
+                                     "persistence_error"]].mean().iterrows()}
         if {"false", "true"} <= set(by):
             still, moving = by["false"], by["true"]
             lines.append(f"{policy}: first copies lost {still['loss']:.2%} without migration, "
@@ -423,14 +440,19 @@ def remarks(results) -> list[str]:
                          f"{moving['load_spread']:.3f}; access response time median "
                          f"{still['response_ms']:.1f} / {moving['response_ms']:.1f} ms, "
                          f"slowest join {still['response_max_ms']:.1f} / "
-                         f"{moving['response_max_ms']:.1f} ms (without / with migration)")
+                         f"{moving['response_max_ms']:.1f} ms (without / with migration); "
+                         f"forecast error of L_i {still['prediction_error']:.3f} / "
+                         f"{moving['prediction_error']:.3f}, of the last value "
+                         f"{still['persistence_error']:.3f} / "
+                         f"{moving['persistence_error']:.3f}")
     return lines + concurrency_remarks(results)
 
 
 KIND = Kind(name="ai_access_emulation", parameters=Parameters,
             policies=("ai_lc", "ai_adga", "ai_adga_grouped", "ai_wlc", "ai_p2c"), run=run_cell,
             metrics=METRICS, plots=("loss", "worst_server_loss", "load_spread", "load_cv",
-                                    "units_complete", "response_ms", "response_max_ms",
+                                    "units_complete", "prediction_error",
+                                    "persistence_error", "response_ms", "response_max_ms",
                                     "fidelity_ok"),
             about=ABOUT, remarks=remarks, emulated=True)
 KINDS = (KIND,)

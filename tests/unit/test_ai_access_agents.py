@@ -25,7 +25,8 @@ from controller.control_server import ControlServer
 from controller.core import ControllerCore
 from controller.policies import create
 from controller.view import NetworkView
-from experiments.kinds.ai_access_emulation import access_responses, prediction_errors
+from controller.config import ControllerConfig
+from experiments.kinds.ai_access_emulation import access_responses, cell_figures, prediction_errors
 from tests.conftest import ROOT
 from tests.unit.test_media_agents import LOOPBACK, agent_argv, summary_of, start, table
 from topologies.scenario import load
@@ -265,3 +266,29 @@ def test_the_forecast_error_is_taken_against_the_next_measured_load_degree():
     assert prediction_errors(rows, 0.5, 0, 10) == pytest.approx((0.55 / 3, 0.2))
     assert prediction_errors(rows, 0.5, 2, 10) == pytest.approx((0.35 / 2, 0.2))
     assert prediction_errors(rows[:1], 0.5, 0, 10) == (None, None)
+
+
+def test_the_emulated_kind_gives_the_forecast_error_as_a_results_column(tmp_path):
+    # A run directory holding only ar1's load reports, nothing received: bandwidth and memory
+    # 0, so L_i is the CPU share over three (equal weights), 0.05, 0.1, 0.15, 0.2 at 3-6 s. By
+    # hand, alpha 0.5: forecasts 0.05, 0.1, 0.1625 for the reports at 4, 5, 6 s (the window
+    # from settle 4 s to a second before the end at 16 s), errors 0.05, 0.05, 0.0375; the last
+    # value misses by 0.05 each time. The report at 3 s feeds the smoothing unscored, the one
+    # at 15 s (past the window) is not scored however far off.
+    view = NetworkView.from_scenario(load(ROOT / "topologies" / "ai_access.yaml"))
+    (tmp_path / "controller").mkdir()
+    ControllerConfig(out=tmp_path / "controller", view=view.to_json(), policy="ai_lc",
+                     policy_params={"alpha": 0.5}, control_port=1, loopback_control_port=2
+                     ).write(tmp_path / "controller" / "config.json")
+    (tmp_path / "tables").mkdir()
+    with open(tmp_path / "tables" / "ai_load.csv", "w", newline="") as stream:
+        writer = csv.writer(stream)
+        writer.writerow(["node", "agent", "time_s", "port", "bw_in_bps", "memory_bytes", "cpu",
+                         "received", "over_budget"])
+        for time, cpu in ((3, 0.15), (4, 0.3), (5, 0.45), (6, 0.6), (15, 0.0)):
+            for port in ("6100", "6102"):
+                writer.writerow(["ar1", "ai_receiver", time, port, 0, 0, cpu, 0, 0])
+    figures = cell_figures(tmp_path, {"timeline_origin_s": 0.0, "fidelity": {"ok": True}},
+                           settle=4.0, duration=16.0)
+    assert figures["prediction_error"] == pytest.approx(0.1375 / 3)
+    assert figures["persistence_error"] == pytest.approx(0.05)
