@@ -205,3 +205,45 @@ def test_a_relay_goes_on_a_back_source_path_that_probes_poor_and_comes_off_again
     del no_leg["a1"]
     assert not policy.decide(State(g, SERVERS, clients, (direct,), (), 4.0,
                                    loads=no_leg)).migrations
+
+
+def test_single_point_pulls_from_the_origin_and_spills_within_its_room():
+    # a1 (the origin) and b1 share machine room r; capacity 2 streams each, 2 centers: one
+    # ticket each per node. cn's second viewer spills to b1 (same room), its third goes on
+    # to the best ranked node, u1 (past the room, as multi-point).
+    servers = tuple(Server(s.name, s.service, s.address, s.capacity,
+                           labels=dict(s.labels) | ({"room": "r"} if s.name != "u1" else {}))
+                    for s in SERVERS)
+    policy = Dispatch(DispatchParams(centers=CENTERS, error_share=0.0, origin="a1",
+                                     scheduling="single"))
+    placed = []
+    for viewer, expected in (("v1", "a1"), ("v2", "b1"), ("v3", "u1")):
+        decision = policy.decide(State(graph(), servers, CLIENTS, tuple(placed),
+                                       (request(viewer),), 0.0))
+        [assignment] = decision.assignments
+        assert (assignment.server, assignment.candidates) == (expected, ())
+        placed.append(Placement(request(viewer), assignment.server))
+    # The us viewer pulls from the origin in cn too: single-point ignores where it is.
+    decision = policy.decide(State(graph(), servers, CLIENTS, tuple(placed),
+                                   (request("w1"),), 0.0))
+    assert decision.assignments[0].server == "a1"
+
+
+def test_multi_point_places_on_the_nearest_node_and_names_the_origin_to_back_source():
+    policy = Dispatch(DispatchParams(centers=CENTERS, error_share=0.0, origin="a1",
+                                     back_source=True, stream=7))
+    decision = policy.decide(state([request("w1")]))
+    [assignment] = decision.assignments
+    assert assignment.server == "u1"
+    assert dict(assignment.attributes) == {"stream": 7, "upstream": "10.0.0.1"}
+    # Without back_source, decisions carry no attributes (the other scenarios' media nodes
+    # get the stream pushed to them).
+    plain = Dispatch(DispatchParams(centers=CENTERS, error_share=0.0, origin="a1"))
+    assert not plain.decide(state([request("w1")])).assignments[0].attributes
+
+
+def test_single_point_needs_its_origin_among_the_media_nodes():
+    policy = Dispatch(DispatchParams(centers=CENTERS, error_share=0.0, origin="v9",
+                                     scheduling="single"))
+    [rejection] = policy.decide(state([request("v1")])).rejections
+    assert "origin 'v9'" in rejection.reason

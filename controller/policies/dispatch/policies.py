@@ -17,7 +17,14 @@ request it:
    admissions since);
 4. after a load report shows a node oversold anyway (``on_load`` is ``rebalance``), redirects
    the latest flows beyond its capacity to the next ranked node with room;
-5. on every load report, puts a relay on the path a media node back-sources the stream over
+5. single-point (``scheduling: single``) places the viewer on the ``origin`` itself, the media
+   node the streamer pushes to, or when the center has no room there on another node of its
+   machine room (spill-over), and answers no other candidate; multi-point (the default) places
+   it on its own best node as in 2-3 (:func:`~.routing.schedule`). With ``back_source`` every
+   decision names the stream and the origin's address (attributes ``stream``, ``upstream``):
+   a media node that back-sources (``agents.live_edge``'s ``back_source``) pulls the stream
+   from the origin while it has viewers of it, so only nodes with viewers get a copy;
+6. on every load report, puts a relay on the path a media node back-sources the stream over
    from the ``origin`` (the ingest node) when the direct path is poor and a relayed one is
    better (:func:`~.routing.choose_relay`), judged from live probes between nodes: the node's
    report gives its path to the origin and to each of ``relays`` (``path.<address>.rtt``,
@@ -51,7 +58,7 @@ from controller.protocol import path_metric
 from .access import Geography, LocationDatabase, MediaNode, candidates, rank
 from .capacity import SharedCapacity, Tickets
 from .quality import PathQuality
-from .routing import choose_relay
+from .routing import Mode, choose_relay, schedule
 
 
 class DispatchParams(PolicyParams):
@@ -78,6 +85,13 @@ class DispatchParams(PolicyParams):
                                               "through when the direct one probes poor")
     relay_insertion: bool = Field(True, description="put relays on paths that probe poor "
                                                     "(false: always direct, the baseline)")
+    scheduling: Mode = Field(Mode.MULTI, description="single: viewers pull from the origin "
+                                                     "(spill-over within its machine room); "
+                                                     "multi: from their own best node")
+    back_source: bool = Field(False, description="decisions name the stream and the origin "
+                                                 "(attributes stream, upstream) for media "
+                                                 "nodes that back-source from it")
+    stream: int = Field(0, ge=0, lt=2**32, description="with back_source: the stream id")
 
     @model_validator(mode="after")
     def _some_center(self) -> DispatchParams:
@@ -325,6 +339,10 @@ class Dispatch(ModelPolicy):
                 continue
             offered = self._offer(nodes, round.database.locate(request.client, site),
                                   round.geography, book, center)
+            if self.params.scheduling is Mode.SINGLE:
+                answers[request.flow] = self._single_point(nodes, offered, book, center,
+                                                           request.client)
+                continue
             taken = next((node for node in offered if book.admit(center, node.name)), None)
             if taken is None:
                 answers[request.flow] = f"no media node has room for {request.client} at {center}"
@@ -334,12 +352,36 @@ class Dispatch(ModelPolicy):
             answers[request.flow] = (taken.name, *(node.name for node in offered))
         return answers
 
+    def _single_point(self, nodes: list[MediaNode], offered: list[MediaNode], book,
+                      center: str, client: str) -> tuple[str] | str:
+        """Single-point: the origin, else a node of its machine room with room for
+        ``center`` (:func:`~.routing.schedule`; past the room, the best of ``offered``, as
+        multi-point), admitted in the book; the only candidate. Or why none."""
+        origin = next((node for node in nodes if node.name == self.params.origin), None)
+        if origin is None:
+            return (f"single-point scheduling needs the origin {self.params.origin!r} to be "
+                    f"a media node of the service")
+        pull = schedule(Mode.SINGLE, origin, offered,
+                        [node for node in nodes if node.room == origin.room],
+                        lambda node: book.has_room(center, node.name))
+        if pull is None or not book.admit(center, pull.node):
+            return f"no media node has room for {client} at {center}"
+        return (pull.node,)
+
     def outcomes(self, service: str, requests: list[Request], round: DispatchRound,
                  answers: dict[str, tuple[str, ...] | str]) -> Iterator[Assignment | Rejection]:
+        attributes = {}
+        if self.params.back_source and self.params.origin is not None:
+            upstream = next((host.address for host in (*round.state.servers,
+                                                       *round.state.clients)
+                             if host.name == self.params.origin), None)
+            if upstream is not None:
+                attributes = {"stream": self.params.stream, "upstream": upstream}
         for request in requests:
             answer = answers[request.flow]
             yield (Rejection(request.flow, answer) if isinstance(answer, str)
-                   else Assignment(request.flow, answer[0], candidates=answer[1:]))
+                   else Assignment(request.flow, answer[0], candidates=answer[1:],
+                                   attributes=attributes))
 
     def migrations(self, state: State, service: str, nodes: list[MediaNode],
                    requests: list[Request]) -> list[Migration]:
@@ -354,7 +396,7 @@ class Dispatch(ModelPolicy):
 
     def _relayed(self, state: State, nodes: list[MediaNode]) -> list[Migration]:
         """The flows whose back-source chain changes: through the relay that
-        :func:`~.routing.choose_relay` picks from the probed paths, or direct (step 5 of the
+        :func:`~.routing.choose_relay` picks from the probed paths, or direct (step 6 of the
         module docstring)."""
         origin = self.params.origin
         relays = self.params.relays if self.params.relay_insertion else []
