@@ -4,8 +4,9 @@ packet rates up to which the fallback's relays (Python and compiled, side by sid
 Measured on a real Mininet path (experiments.fidelity: v1 - s1 - s2 - e1) with the UDP probe
 (kernel receive timestamps) and iperf3. Host-switch and switch-switch links are measured alike.
 The rate sweep sends 1,200-byte frames one way and both ways at once and accounts for every
-frame sent: delivered, dropped by a relay without being asked to (emulator-made), dropped by the
-receiving probe's own full socket, or lost elsewhere (Open vSwitch, the senders' hosts).
+frame sent: delivered, dropped without being asked to (emulator-made: by a relay, a veth or the
+userspace switch's receive socket), dropped by the receiving probe's own full socket, or lost
+elsewhere (inside Open vSwitch, the senders' hosts).
 
     sudo .venv/bin/python benchmarks/impairment.py [--quick] [--sweep-only]
 """
@@ -32,6 +33,7 @@ from topologies.impairments.drops import interface_counters  # noqa: E402
 from topologies.impairments.relay import (RELAY_ENGINE_KEY, WIRE_TOWARD_A,  # noqa: E402
                                           WIRE_TOWARD_B)
 from topologies.model import Impairment  # noqa: E402
+from topologies.switch_sockets import read as read_switch_sockets  # noqa: E402
 
 LINK_NAMES = {HOST_SWITCH: "host-switch", SWITCH_SWITCH: "switch-switch"}
 RATE_SWEEP_PPS = (1000, 2000, 5000, 7500, 10_000, 15_000, 20_000, 30_000, 40_000, 50_000)
@@ -118,8 +120,8 @@ def meets_goals(row: tuple) -> bool:
 
 def relay_counts(path: FidelityPath) -> tuple[int, int, int]:
     """So far: the frames the path dropped that nobody configured, by its relays (both wires,
-    both directions: a frame crosses two) and by its veths (a veth that could not hand a frame
-    to its peer in time: tx_dropped), and the host-switch relay's summed lateness (µs) and
+    both directions: a frame crosses two), by its veths (a veth that could not hand a frame
+    to its peer in time: tx_dropped) and by the switch's receive sockets, and the host-switch relay's summed lateness (µs) and
     frames sent."""
     # The relays write their status once a second: wait for one taken after the last frame.
     time.sleep(1.2)
@@ -134,7 +136,8 @@ def relay_counts(path: FidelityPath) -> tuple[int, int, int]:
 
 
 def interface_drops(path: FidelityPath) -> int:
-    """Frames the path's veths (hosts', switches' and wires' ends) could not hand on so far."""
+    """Frames the path's veths (hosts', switches' and wires' ends) could not hand on so far,
+    and those the userspace switch's receive sockets on the path's ports dropped."""
     counters: dict[int, dict] = {}
     total = 0
     for link in path.scenario.links:
@@ -146,7 +149,9 @@ def interface_drops(path: FidelityPath) -> int:
             if id(node) not in counters:
                 counters[id(node)] = interface_counters(node.cmd("ip -s -j link show"))
             total += counters[id(node)].get(name, (0, 0))[1]
-    return total
+    sockets = read_switch_sockets()
+    return total + sum(sockets[port].drops for port in path.network.switch_ports()
+                       if port in sockets)
 
 
 def main() -> int:
