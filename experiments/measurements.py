@@ -61,6 +61,13 @@ def merge_tables(run_dir: Path) -> dict[str, int]:
     return counts
 
 
+def host_addresses(nodes: dict) -> dict[str, str]:
+    """Each host's address (its first interface's, without the prefix length) from the nodes
+    of the resolved scenario a run wrote (``scenario.yaml``'s ``topology.nodes``)."""
+    return {name: next(iter(node["interfaces"].values())).split("/")[0]
+            for name, node in nodes.items() if node.get("interfaces")}
+
+
 def read_table(run_dir: Path, table: str) -> list[dict]:
     path = run_dir / "tables" / f"{table}.csv"
     if not path.exists():

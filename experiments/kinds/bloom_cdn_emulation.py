@@ -27,7 +27,7 @@ from scipy import stats
 
 from agents.bloom_cdn_node import STRATEGIES
 from controller.policies.bloom_cdn import model
-from experiments.measurements import read_table
+from experiments.measurements import host_addresses, read_table
 from experiments.sweeps.kinds import Cell, Kind, Metric, edgebed_run, emulated_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -142,8 +142,7 @@ def _addresses(run_dir: Path) -> dict[str, str]:
     """Each host's address in the run (the resolved scenario the run wrote: every host's
     interfaces)."""
     ran = yaml.safe_load((run_dir / "scenario.yaml").read_text())
-    return {name: next(iter(node["interfaces"].values())).split("/")[0]
-            for name, node in ran["topology"]["nodes"].items() if node.get("interfaces")}
+    return host_addresses(ran["topology"]["nodes"])
 
 
 def _shares(counts: Counter, names: list[str]) -> tuple[float, ...]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +38,7 @@ from scipy import stats
 from controller.config import ControllerConfig
 from controller.policies.dispatch.quality import VIA
 from controller.view import NetworkView
-from experiments.measurements import read_table
+from experiments.measurements import host_addresses, read_table
 from experiments.playout import Playout, viewer_playouts
 from experiments.sweeps.kinds import Cell, Kind, Metric, emulated_run
 from topologies.units import parse_duration
@@ -187,29 +188,32 @@ def failover(run_dir: Path, viewer: str = CUT_VIEWER, ingest: str = INGEST,
         ingest_wait_s=longest_wait(sorted(whole[ingest].values()), cut - PRE_CUT_S, end))
 
 
+def serving_nodes(run_dir: Path, by_address: dict[str, str]) -> dict[str, str]:
+    """Which media node served each peer (a viewer, or a node back-sourcing from another):
+    the one that sent it the most packets by the nodes' ``live_sessions`` tables, peers named
+    through ``by_address`` (address -> host); a peer no node sent a packet to is left out."""
+    counts: dict[str, Counter] = {}
+    for row in read_table(run_dir, "live_sessions"):
+        peer = by_address.get(row["viewer"], row["viewer"])
+        counts.setdefault(peer, Counter())[row["node"]] += int(row["packets"])
+    return {peer: max(sent, key=sent.get) for peer, sent in counts.items()
+            if any(sent.values())}
+
+
 def measure(run_dir: Path) -> dict[str, float]:
     """One row of the run's metrics (:data:`METRICS`)."""
     resolved = yaml.safe_load((run_dir / "scenario.yaml").read_text())
     nodes = resolved["topology"]["nodes"]
     region = {name: node.get("labels", {}).get("region") for name, node in nodes.items()}
     viewers = sorted(name for name, node in nodes.items() if node.get("role") == "viewer")
-    address = {name: next(iter(node["interfaces"].values())).split("/")[0]
-               for name, node in nodes.items() if "interfaces" in node}
+    address = host_addresses(nodes)
     graph = NetworkView.from_json(
         ControllerConfig.read(run_dir / "controller" / "config.json").view).policy_graph()
     first_place = {}
     for row in sorted(read_table(run_dir, "decisions"), key=lambda r: float(r["time"])):
         if row["kind"] == "place" and row["flow"] != "-":
             first_place.setdefault(row["flow"].split("/")[0], row["server"])
-    sessions = read_table(run_dir, "live_sessions")
-    by_address = {value: name for name, value in address.items()}
-    served: dict[str, dict[str, int]] = {}
-    for row in sessions:
-        viewer = by_address.get(row["viewer"], row["viewer"])
-        served.setdefault(viewer, {})
-        served[viewer][row["node"]] = served[viewer].get(row["node"], 0) + int(row["packets"])
-    source = {viewer: max(counts, key=counts.get) for viewer, counts in served.items()
-              if any(counts.values())}
+    source = serving_nodes(run_dir, {value: name for name, value in address.items()})
     flows = {row["node"]: row for row in read_table(run_dir, "flows")}
     rtts, delays, poor, node_loss = [], [], 0, []
     for viewer in viewers:

@@ -22,8 +22,9 @@ import pandas as pd
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from experiments.kinds.dispatch_emulation import PLAYOUT_BUFFER_S, goals, playout_metrics
-from experiments.measurements import read_table
+from experiments.kinds.dispatch_emulation import (PLAYOUT_BUFFER_S, goals, playout_metrics,
+                                                  serving_nodes)
+from experiments.measurements import host_addresses, read_table
 from experiments.playout import viewer_playouts
 from experiments.sweeps.kinds import Cell, Kind, Metric, emulated_run
 
@@ -93,17 +94,8 @@ def measure(run_dir: Path) -> dict[str, float]:
     region = {name: node.get("labels", {}).get("region") for name, node in nodes.items()}
     viewers = sorted({name for entry in resolved["workload"] if entry["agent"] == "viewer"
                       for name in entry["nodes"]})
-    address = {name: next(iter(node["interfaces"].values())).split("/")[0]
-               for name, node in nodes.items() if "interfaces" in node}
-    by_address = {value: name for name, value in address.items()}
-    # Who each media node served (viewers and back-sourcing nodes), by packets sent.
-    served_by: dict[str, dict[str, int]] = {}
-    for row in read_table(run_dir, "live_sessions"):
-        peer = by_address.get(row["viewer"], row["viewer"])
-        counts = served_by.setdefault(peer, {})
-        counts[row["node"]] = counts.get(row["node"], 0) + int(row["packets"])
-    served = {peer: max(counts, key=counts.get) for peer, counts in served_by.items()
-              if any(counts.values())}
+    by_address = {value: name for name, value in host_addresses(nodes).items()}
+    served = serving_nodes(run_dir, by_address)
     whole: dict[str, dict[int, float]] = {}
     delays: dict[str, list[float]] = {}
     for row in read_table(run_dir, "frames"):
