@@ -37,7 +37,7 @@ import pytest
 from agents.common import run_realtime
 from agents.probe import udp_socket_drops
 from topologies.impairments.relay import COMPILED_RELAY
-from topologies.impairments.wire import RECEIVE_BUFFER_BYTES
+from topologies.impairments.wire import RECEIVE_BUFFER_BYTES, REALTIME_PRIORITY
 
 ROOT = Path(__file__).resolve().parents[2]
 HELPER = Path(__file__).resolve()
@@ -51,7 +51,7 @@ PATIENCE_S = 30.0
 # Far longer than any delay the tests set: a datagram not here by then is lost.
 QUIET_S = 1.0
 # Below the relay's own priority, so the sender never delays the relay.
-SENDER_PRIORITY = 10
+SENDER_PRIORITY = REALTIME_PRIORITY - 1
 
 
 # --- the traffic helper, run inside the namespaces -----------------------------------------
@@ -254,6 +254,12 @@ class RelayProcess:
                                   "--forward-out", wire.interface("w1"),
                                   "--config", json.dumps(config), *engine, module=True)
         self.changes = 0
+        # Read as it comes, so that a relay writing much to stderr cannot fill the pipe and
+        # block there while the test waits for it to exit.
+        self.errors: list[str] = []
+        self.error_reader = threading.Thread(target=lambda: self.errors.extend(self.process.stderr),
+                                             daemon=True)
+        self.error_reader.start()
         # An empty change is acknowledged once the relay forwards: it is ready.
         self.change({})
 
@@ -265,7 +271,9 @@ class RelayProcess:
 
     def answer(self) -> str:
         line = self.process.stdout.readline()
-        assert line, f"the relay has exited: {self.process.stderr.read()}"
+        if not line:
+            self.error_reader.join()
+            raise AssertionError(f"the relay has exited: {''.join(self.errors)}")
         return line
 
     def close_stdin(self) -> None:
@@ -275,12 +283,50 @@ class RelayProcess:
         """SIGTERM; the statistics line the relay prints on the way out."""
         self.process.stdin.close()
         self.process.send_signal(signal.SIGTERM)
-        self.process.wait(timeout=PATIENCE_S)
-        output, errors = self.process.stdout.read(), self.process.stderr.read()
+        try:
+            self.process.wait(timeout=PATIENCE_S)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the relay did not stop on SIGTERM within {PATIENCE_S} s:\n"
+                                 f"{describe_process_tree(self.process.pid)}\nits stderr: "
+                                 f"{''.join(self.errors)!r}") from None
+        output = self.process.stdout.read()
+        self.error_reader.join()
+        errors = "".join(self.errors)
         assert self.process.returncode == 0, errors
         lines = output.splitlines()
         assert len(lines) == 1, output
         return json.loads(lines[0])
+
+
+def describe_process_tree(root: int) -> str:
+    """Where a process and its descendants are stuck: state, kernel wait channel and stack,
+    pending and blocked signals, scheduling policy (what a hang leaves to look at)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    lines, pending = [], [root]
+    while pending:
+        pid = pending.pop()
+        pending += children.get(pid, [])
+        proc = Path(f"/proc/{pid}")
+        try:
+            status = dict(line.split(":\t", 1) for line in
+                          (proc / "status").read_text().splitlines() if ":\t" in line)
+            command = proc.joinpath("cmdline").read_bytes().replace(b"\0", b" ")[:120]
+            lines.append(
+                f"pid {pid} {command!r}"
+                f" state {status.get('State')} wchan {proc.joinpath('wchan').read_text()!r}"
+                f" SigPnd {status.get('SigPnd')} ShdPnd {status.get('ShdPnd')}"
+                f" SigBlk {status.get('SigBlk')} SigCgt {status.get('SigCgt')}"
+                f" policy {os.sched_getscheduler(pid)}\n"
+                f"  kernel stack: {proc.joinpath('stack').read_text().strip()!r}")
+        except OSError as error:
+            lines.append(f"pid {pid}: {error}")
+    return "\n".join(lines)
 
 
 @dataclass
