@@ -2,14 +2,17 @@
 
 A cell draws one synthetic world with :func:`controller.policies.dispatch.model.generate`
 (regions, sites, media nodes, clients; every number made up, see that module) and runs one of
-two studies, chosen by the cell's policy:
+three studies, chosen by the cell's policy:
 
 * ``database`` / ``probe`` — first-mile access of every client: the center answers a ranked
   candidate list from the location database; ``database`` takes its first entry, ``probe``
   probes them all and takes the best measured;
 * ``tickets`` / ``shared`` — a burst of joins through K dispatch centers with capacity kept by
   pre-sold tickets or by a shared capacity figure with stale load reports, redirects after
-  the fact in both.
+  the fact in both;
+* ``broadcast`` / ``hint`` — every client's back-to-source lookup among K dispatch centers:
+  the query broadcast to the other centers, or sent to the center the room's signalling
+  hints at (a share of the hints stale), :func:`~controller.policies.dispatch.model.lookups`.
 
 One row per cell; a study's metrics are empty in the other study's rows.
 """
@@ -23,6 +26,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from controller.policies.dispatch import model
 from controller.policies.dispatch.access import LocationDatabase
+from controller.policies.dispatch.rooms import LookupMode
 from experiments.sweeps.kinds import Cell, Kind, Metric
 from topologies import units
 
@@ -31,6 +35,7 @@ Seconds = Annotated[float, BeforeValidator(lambda value: units.parse_duration(va
 Share = Annotated[float, Field(ge=0, le=1)]
 ACCESS = ("database", "probe")
 BURST = ("tickets", "shared")
+LOOKUP = tuple(mode.value for mode in LookupMode)
 
 
 class Parameters(BaseModel):
@@ -52,12 +57,14 @@ class Parameters(BaseModel):
     offered: int = Field(4, ge=1, description="candidates the center answers")
     other_regions: int = Field(2, ge=0, description="of them, kept for other regions")
     probe_packets: int = Field(20, ge=1, description="probe packets per candidate")
-    centers: int = Field(3, ge=1, description="dispatch centers K (burst)")
+    centers: int = Field(3, ge=1, description="dispatch centers K (burst, lookup)")
     burst: Annotated[Seconds, Field(gt=0)] = Field(10.0, description="join burst length (s)")
     report_period: Annotated[Seconds, Field(gt=0)] = Field(1.0, description="load report "
                                                                             "period (s)")
     report_delay: Annotated[Seconds, Field(ge=0)] = Field(0.05, description="report transit "
                                                                            "time (s)")
+    stale_hint_share: Share = Field(0.0, description="share of room hints naming a center "
+                                                     "without the stream (lookup)")
 
 
 def run_cell(cell: Cell) -> list[dict[str, object]]:
@@ -78,6 +85,9 @@ def run_cell(cell: Cell) -> list[dict[str, object]]:
         return [model.join_burst(world, database, cell.policy, centers=p.centers,
                                  burst=p.burst, report_period=p.report_period,
                                  report_delay=p.report_delay, seed=cell.seed).summary()]
+    if cell.policy in LOOKUP:
+        return [model.lookups(world, LookupMode(cell.policy), centers=p.centers,
+                              stale_hint_share=p.stale_hint_share, seed=cell.seed).summary()]
     raise ValueError(f"dispatch_model has no policy {cell.policy!r}")
 
 
@@ -97,6 +107,11 @@ METRICS = (
     Metric("peak_utilization", "highest node utilization", "load/capacity"),
     Metric("burst_rtt_p50_ms", "RTT p50 of the burst's clients", "ms"),
     Metric("burst_rtt_p95_ms", "RTT p95 of the burst's clients", "ms"),
+    Metric("lookup_messages", "messages per back-to-source lookup (queries and replies)"),
+    Metric("lookup_messages_total", "messages of all the cell's lookups"),
+    Metric("lookup_ms_mean", "lookup time, mean", "ms"),
+    Metric("lookup_ms_p95", "lookup time, p95", "ms"),
+    Metric("lookup_fallback", "lookups whose hint was stale (then broadcast)", "share"),
 )
 
 ABOUT = """\
@@ -111,7 +126,22 @@ binding; the burst study places each client on the first node with room in its d
 ranking (no probing), so only the capacity control differs between its policies. The full
 scale is 10k clients, 100 nodes, 5 regions; the emulated scenario (a few hosts) measures the
 same mechanisms on real packets. Intervals are 95% Student-t intervals over repetitions
-(one world each)."""
+(one world each).
+
+**Back-to-source lookup** (`broadcast` / `hint`, the `lookup-*` sweeps): K centers sit with
+media nodes, round robin over the regions; every one of the clients goes to its nearest
+center and looks up one stream pushed through another center (a center that knows the stream
+needs no lookup in either mode). Broadcast asks all K - 1 other centers at once and each
+answers: 2(K - 1) messages, and the answer is in at the first positive reply, the owner's
+round trip. A hint asks the center named in the room's signalling: 2 messages and the same
+round trip when it is fresh; a stale hint (`stale_hint_share` of them, naming a center
+without the stream) costs its round trip and 2 messages for "not here", then a broadcast to
+the other K - 2. So the hint can never be faster than the broadcast here, only cheaper: what
+it buys is messages, at 2 + 2(K - 2) x stale share per lookup against 2(K - 1), and what a
+stale hint costs is one extra round trip to the wrong center. The round trips are the
+model's (twice the one-way delay between the centers' cities, cross-border congestion
+included); no timeout, loss or queueing at a center is modelled, so the times are the
+propagation floor."""
 
 
 def remarks(results: pd.DataFrame) -> list[str]:
@@ -132,11 +162,25 @@ def remarks(results: pd.DataFrame) -> list[str]:
         found.append(f"{policy}: {int((group['oversold_streams'] > 0).sum())} of {len(group)} "
                      f"cells oversold a node; at most {int(group['oversold_streams'].max())} "
                      f"streams oversold in a cell.")
+    lookup = results[results["policy"].isin(LOOKUP)]
+    for (sweep, value), group in lookup.groupby(["sweep", "value"], sort=False):
+        means = group.groupby("policy")[["lookup_messages", "lookup_messages_total",
+                                         "lookup_ms_mean", "lookup_fallback"]].mean()
+        if set(LOOKUP) <= set(means.index):
+            b, h = means.loc["broadcast"], means.loc["hint"]
+            found.append(f"{sweep}, {group['parameter'].iloc[0]} = {value}: a hint takes "
+                         f"{h['lookup_messages']:.2f} messages per lookup "
+                         f"({h['lookup_messages_total']:.0f} in all) against "
+                         f"{b['lookup_messages']:.2f} ({b['lookup_messages_total']:.0f}) by "
+                         f"broadcast, and {h['lookup_ms_mean']:.0f} ms against "
+                         f"{b['lookup_ms_mean']:.0f} ms on average; "
+                         f"{h['lookup_fallback']:.1%} of the hints were stale.")
     return found
 
 
-KINDS = (Kind(name="dispatch_model", parameters=Parameters, policies=ACCESS + BURST,
+KINDS = (Kind(name="dispatch_model", parameters=Parameters, policies=ACCESS + BURST + LOOKUP,
               run=run_cell, metrics=METRICS,
               plots=("poor_sessions", "badly_placed", "rtt_p95_ms", "oversold_streams",
-                     "redirects", "burst_rtt_p95_ms"),
+                     "redirects", "burst_rtt_p95_ms", "lookup_messages", "lookup_ms_mean",
+                     "lookup_ms_p95", "lookup_fallback"),
               about=ABOUT, remarks=remarks),)

@@ -271,10 +271,15 @@ def test_lookup_by_broadcast_asks_every_other_center():
 
 def test_lookup_by_hint_asks_one_center_and_falls_back_when_stale():
     found = _directory().lookup("us", "room1", LookupMode.HINT, hint="cn")
-    assert (found.node, found.messages, found.seconds) == ("a1", 2, 0.2)
+    assert (found.node, found.messages, found.seconds, found.fell_back) == ("a1", 2, 0.2, False)
     stale = _directory().lookup("us", "room1", LookupMode.HINT, hint="eu")
-    assert (stale.node, stale.center, stale.messages) == ("a1", "cn", 4)
+    assert (stale.node, stale.center, stale.messages, stale.fell_back) == ("a1", "cn", 4, True)
     assert stale.seconds == pytest.approx(0.09 + 0.2)
+    # A hint naming the asking center is stale without asking: the broadcast alone.
+    itself = _directory().lookup("us", "room1", LookupMode.HINT, hint="us")
+    assert (itself.center, itself.messages, itself.seconds, itself.fell_back) == \
+        ("cn", 4, 0.2, True)
+    assert not _directory().lookup("us", "room1", LookupMode.BROADCAST).fell_back
     with pytest.raises(KeyError, match="unknown center 'mars'"):
         _directory().lookup("us", "room1", LookupMode.HINT, hint="mars")
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from controller.policies.dispatch import model
-from controller.policies.dispatch.access import LocationDatabase
+from controller.policies.dispatch.access import Geography, LocationDatabase, MediaNode
+from controller.policies.dispatch.rooms import LookupMode
 from experiments.kinds.dispatch import KINDS, Parameters
 from experiments.sweeps.kinds import Cell
 
@@ -71,7 +72,61 @@ def test_kind_runs_each_study_by_policy():
             for policy in kind.policies}
     assert set(rows["probe"]) >= {"poor_sessions", "badly_placed"}
     assert set(rows["tickets"]) >= {"oversold_streams", "redirects"}
+    assert rows["broadcast"]["lookup_messages"] == 4 and rows["hint"]["lookup_messages"] == 2
     assert {metric.name for metric in kind.metrics} >= set(rows["database"]) | set(
-        rows["shared"])
+        rows["shared"]) | set(rows["hint"])
     with pytest.raises(ValueError, match="no policy 'lua'"):
         kind.run(Cell("e", "s", "error_share", "0.1", "lua", 0, 4, parameters))
+
+
+def three_cities() -> model.World:
+    """Cities a, b, c in three regions, a node in each; clients in a and b only. The centers
+    sit with the nodes: round trips c0-c1 0.1 s, c0-c2 0.2 s, c1-c2 0.14 s."""
+    one_way = {("a", "b"): 0.05, ("a", "c"): 0.1, ("b", "c"): 0.07}
+    sites = {"a": "r0", "b": "r1", "c": "r2"}
+    delays = {(site, f"n{other}"): 0.001 if site == other else
+              one_way.get((site, other), one_way.get((other, site)))
+              for site in sites for other in sites}
+    nodes = tuple(MediaNode(f"n{site}", region, f"{site}m0", site, 10)
+                  for site, region in sites.items())
+    zero = {key: 0.0 for key in delays}
+    return model.World(Geography(sites, delays), nodes,
+                       (model.ModelClient("ca", "a", 0.01), model.ModelClient("cb", "b", 0.01)),
+                       zero, zero, "r0")
+
+
+def test_lookup_by_hint_and_by_broadcast_hand_computed():
+    world = three_cities()
+    assert [node.name for node in model.place_centers(world, 3)] == ["na", "nb", "nc"]
+    # Each client views the other's stream: c0 asks for c1's and c1 for c0's, 0.1 s apart.
+    fresh = model.lookups(world, LookupMode.HINT, centers=3)
+    assert fresh.messages == [2, 2] and fresh.fell_back == [False, False]
+    assert fresh.seconds == pytest.approx([0.1, 0.1])
+    # Broadcast asks both others; the owner's yes (0.1 s) comes before c2's no.
+    broadcast = model.lookups(world, LookupMode.BROADCAST, centers=3, stale_hint_share=1.0)
+    assert broadcast.messages == [4, 4] and broadcast.fell_back == [False, False]
+    assert broadcast.seconds == pytest.approx([0.1, 0.1])
+    # Every hint stale, naming c2: its no, then the broadcast to the one center left.
+    stale = model.lookups(world, LookupMode.HINT, centers=3, stale_hint_share=1.0)
+    assert stale.messages == [4, 4] and stale.fell_back == [True, True]
+    assert stale.seconds == pytest.approx([0.2 + 0.1, 0.14 + 0.1])
+    assert stale.summary()["lookup_ms_mean"] == pytest.approx(270)
+    with pytest.raises(ValueError, match="one center"):
+        model.lookups(world, LookupMode.HINT, centers=1)
+
+
+def test_lookup_costs_on_a_generated_world():
+    world = small_world()
+    broadcast = model.lookups(world, LookupMode.BROADCAST, centers=6, seed=3)
+    fresh = model.lookups(world, LookupMode.HINT, centers=6, seed=3)
+    assert set(broadcast.messages) == {10} and set(fresh.messages) == {2}
+    # Same streams looked up, and the broadcast's first yes is the owner's: the same times.
+    assert fresh.seconds == broadcast.seconds and min(fresh.seconds) > 0
+    few = model.lookups(world, LookupMode.HINT, centers=6, stale_hint_share=0.1, seed=3)
+    many = model.lookups(world, LookupMode.HINT, centers=6, stale_hint_share=0.5, seed=3)
+    assert few.summary()["lookup_fallback"] == pytest.approx(0.1, abs=0.03)
+    assert many.summary()["lookup_fallback"] == pytest.approx(0.5, abs=0.05)
+    # The stale hints at 0.1 are among those at 0.5; each costs 2 + 2 x 4 messages and time.
+    assert all(m for f, m in zip(few.fell_back, many.fell_back) if f)
+    assert {m for m, f in zip(many.messages, many.fell_back) if f} == {10}
+    assert all(s > t for s, t, f in zip(many.seconds, fresh.seconds, many.fell_back) if f)

@@ -1,6 +1,7 @@
 """Seed 001 at model level: a synthetic world of regions, sites, media nodes and clients, and
-the two experiments emulation cannot reach at scale — access by database vs by probing, and
-tickets vs shared capacity under a burst of joins to K dispatch centers.
+the three experiments emulation cannot reach at scale — access by database vs by probing,
+tickets vs shared capacity under a burst of joins to K dispatch centers, and back-to-source
+lookup by broadcast vs by hint among K centers.
 
 **The world** (:func:`generate`). Region centres sit on a circle of ``region_radius`` km;
 each region has ``sites_per_region`` cities within ``site_spread`` km of its centre; media
@@ -28,6 +29,19 @@ Every node reports its load every ``report_period`` seconds (phases drawn at ran
 report reaching the centers ``report_delay`` later; a node a report shows over its capacity
 redirects its latest clients beyond capacity (:func:`~.capacity.redirects`), who join again
 through their center, never to the node they left.
+
+**Back-to-source lookup** (:func:`lookups`). K centers sit with media nodes, round robin over
+the regions (:func:`place_centers`); the round trip between two centers is twice the one-way
+delay from one's city to the other's node. Every client goes to its nearest center and views
+one stream, pushed by a client drawn at random among those of the *other* centers (a viewer
+whose own center knows the stream needs no lookup in either mode: 0 messages, 0 s) and
+registered with the streamer's center. The viewer's center asks
+:meth:`~.rooms.Directory.lookup` where the stream lives: by broadcast (every other center
+asked at once, each answering; the answer is in at the first positive reply, which here is
+the owner's, there being one) or by the hint in the room's signalling. A share
+``stale_hint_share`` of the hints is stale: it names a center other than the owner (and than
+the asker, when there is a third), which answers "not here", so the query then goes out by
+broadcast to the rest (:class:`~.rooms.Directory` defines both costs).
 """
 
 from __future__ import annotations
@@ -43,6 +57,7 @@ from .access import (Geography, LocationDatabase, MediaNode, candidates, choose_
                      rank)
 from .capacity import SharedCapacity, Tickets, redirects
 from .quality import VIA, PathQuality, Thresholds
+from .rooms import Directory, LookupMode
 
 LIGHT_KM_PER_S = 200_000.0
 
@@ -271,4 +286,85 @@ def join_burst(world: World, database: LocationDatabase, control: str, *, center
     result.admitted = len(placed)
     clients = {client.name: client for client in world.clients}
     result.rtts = [world.quality(clients[name], node).rtt for name, (_, node) in placed.items()]
+    return result
+
+
+def place_centers(world: World, centers: int) -> list[MediaNode]:
+    """The media node each of ``centers`` dispatch centers sits with: round robin over the
+    regions that have nodes, the k-th center of a region with the region's k-th node."""
+    if centers < 1:
+        raise ValueError("a lookup needs at least one dispatch center")
+    by_region: dict[str, list[MediaNode]] = defaultdict(list)
+    for node in world.nodes:
+        by_region[node.region].append(node)
+    regions = list(by_region)
+    return [by_region[regions[k % len(regions)]][(k // len(regions))
+                                                 % len(by_region[regions[k % len(regions)]])]
+            for k in range(centers)]
+
+
+@dataclass
+class LookupResult:
+    """Per lookup: messages, seconds to the answer, and whether a stale hint forced the
+    broadcast."""
+
+    messages: list[int] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
+    fell_back: list[bool] = field(default_factory=list)
+
+    def summary(self) -> dict:
+        seconds = np.array(self.seconds)
+        return {"lookup_messages": float(np.mean(self.messages)),
+                "lookup_messages_total": int(np.sum(self.messages)),
+                "lookup_ms_mean": float(np.mean(seconds) * 1e3),
+                "lookup_ms_p95": float(np.percentile(seconds, 95) * 1e3),
+                "lookup_fallback": float(np.mean(self.fell_back))}
+
+
+def lookups(world: World, mode: LookupMode, *, centers: int = 3, stale_hint_share: float = 0.0,
+            seed: int = 0) -> LookupResult:
+    """Every client's back-to-source lookup as the module docstring describes. The random
+    draws (streamer, staleness, stale hint) do not depend on ``mode`` or
+    ``stale_hint_share``: both modes look up the same streams, and the stale hints at a
+    share are a subset of those at a larger one."""
+    placed = place_centers(world, centers)
+    names = [f"center{k}" for k in range(centers)]
+    site_of = {node.name: node.site for node in world.nodes}
+    directory = Directory(names, {(names[a], names[b]):
+                                  2 * world.geography.delay(site_of[placed[a].name],
+                                                            placed[b].name)
+                                  for a in range(centers) for b in range(a + 1, centers)})
+    nearest_center, nearest_node = {}, {}
+    for site in world.geography.regions:
+        nearest_center[site] = names[min(range(centers), key=lambda k: world.geography.delay(
+            site, placed[k].name))]
+        nearest_node[site] = min(world.nodes,
+                                 key=lambda node: world.geography.delay(site, node.name)).name
+    by_center: dict[str, list[ModelClient]] = defaultdict(list)
+    for client in world.clients:
+        by_center[nearest_center[client.site]].append(client)
+        directory.register(nearest_center[client.site], client.name, nearest_node[client.site])
+    if len(by_center) < 2:
+        raise ValueError("every client is at one center: no stream needs a lookup")
+    elsewhere = {asker: [c for name in names if name != asker for c in by_center.get(name, ())]
+                 for asker in by_center}
+    rng = np.random.default_rng([seed, 1004])
+    draws = rng.uniform(size=(len(world.clients), 3))
+    result = LookupResult()
+    for client, (pick, staleness, wrong) in zip(world.clients, draws):
+        asker = nearest_center[client.site]
+        others = elsewhere[asker]
+        streamer = others[int(pick * len(others))]
+        owner = nearest_center[streamer.site]
+        hint = owner
+        if staleness < stale_hint_share:
+            # Where the streamer was registered before, say: any center but the owner.
+            stale = [name for name in names if name not in (owner, asker)] or [asker]
+            hint = stale[int(wrong * len(stale))]
+        found = directory.lookup(asker, streamer.name, mode, hint=hint)
+        if found.center != owner:
+            raise AssertionError(f"lookup of {streamer.name} found {found.center}, not {owner}")
+        result.messages.append(found.messages)
+        result.seconds.append(found.seconds)
+        result.fell_back.append(found.fell_back)
     return result

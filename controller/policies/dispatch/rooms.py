@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,12 +26,14 @@ class LookupMode(str, Enum):
 @dataclass(frozen=True)
 class Lookup:
     """Where a stream lives (None: nowhere), the center that said so, and what finding out
-    cost: query and reply messages, seconds until the answer."""
+    cost: query and reply messages, seconds until the answer; ``fell_back`` when a hint was
+    followed and was stale, so the query went out by broadcast after all."""
 
     node: str | None
     center: str | None
     messages: int
     seconds: float
+    fell_back: bool = False
 
 
 class Directory:
@@ -63,14 +66,18 @@ class Directory:
         """Where ``stream`` lives, asked at ``center``."""
         if stream in self.streams[center]:
             return Lookup(self.streams[center][stream], center, 0, 0.0)
-        if mode is LookupMode.HINT and hint is not None and hint != center:
+        if mode is LookupMode.HINT and hint is not None:
             if hint not in self.streams:
                 raise KeyError(f"hint names unknown center {hint!r}")
+            if hint == center:
+                # Stale, and known to be without asking anyone: straight to broadcast.
+                return dataclasses.replace(self._broadcast(center, stream), fell_back=True)
             if stream in self.streams[hint]:
                 return Lookup(self.streams[hint][stream], hint, 2, self.rtt(center, hint))
             stale = self._broadcast(center, stream, exclude={hint})
+            # The hinted center's "not here" comes first: only then does the broadcast go out.
             return Lookup(stale.node, stale.center, stale.messages + 2,
-                          self.rtt(center, hint) + stale.seconds)
+                          self.rtt(center, hint) + stale.seconds, fell_back=True)
         return self._broadcast(center, stream)
 
     def _broadcast(self, center: str, stream: str, exclude: frozenset | set = frozenset()
