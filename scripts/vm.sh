@@ -227,27 +227,39 @@ build_wheelhouse() {  # $1: the wheelhouse directory to create
 
 # KVM only where it works: a kernel booting to its "no root filesystem" panic within seconds.
 # (Where /dev/kvm exists but KVM is broken, qemu aborts or crawls; then TCG, after the probe's
-# 20 s.) The answer is kept for the host's uptime (its boot id): it changes only with the host's
-# kernel or KVM setup.
+# 20 s.) The answer and why are kept for the host's uptime (its boot id): they change only with
+# the host's kernel or KVM setup. Prints kvm or tcg; says which and why on stderr, so that a
+# lane that is 5-10 times slower than it could be says so.
 choose_accel() {  # $1: kernel
-    local answer
+    local answer choice why
     if [ -n "${EDGEBED_VM_ACCEL:-}" ]; then
+        say "accelerator: $EDGEBED_VM_ACCEL (EDGEBED_VM_ACCEL)" >&2
         echo "$EDGEBED_VM_ACCEL"
         return
     fi
     answer="$cache/accel-$(cat /proc/sys/kernel/random/boot_id)"
     if [ ! -f "$answer" ]; then
         rm -f "$cache"/accel-*
-        if [ -w /dev/kvm ] && timeout 20 qemu-system-x86_64 -accel kvm -cpu host -m 256 -nodefaults \
+        if [ ! -e /dev/kvm ]; then
+            echo "tcg there is no /dev/kvm" > "$answer"
+        elif [ ! -w /dev/kvm ]; then
+            echo "tcg /dev/kvm is not writable" > "$answer"
+        elif timeout 20 qemu-system-x86_64 -accel kvm -cpu host -m 256 -nodefaults \
                 -display none -serial stdio -no-reboot -kernel "$1" \
                 -append "console=ttyS0 panic=-1 root=/dev/edgebed-none" </dev/null 2>/dev/null |
                 grep -q "Kernel panic"; then
-            echo kvm > "$answer"
+            echo "kvm a kernel booted under KVM within 20 s" > "$answer"
         else
-            echo tcg > "$answer"
+            echo "tcg /dev/kvm exists but KVM does not work (a kernel did not boot under it within 20 s)" > "$answer"
         fi
     fi
-    cat "$answer"
+    read -r choice why < "$answer"
+    if [ "$choice" = kvm ]; then
+        say "accelerator: KVM ($why; kept in $answer)" >&2
+    else
+        say "accelerator: TCG, an emulated CPU 5-10 times slower than KVM (${why:-probed earlier}; kept in $answer, EDGEBED_VM_ACCEL=kvm forces KVM)" >&2
+    fi
+    echo "$choice"
 }
 
 # EDGEBED_VM_LOCK: the boot holds the lock (flock) from start to power-off. The emulated CPUs
@@ -300,7 +312,12 @@ boot() {  # boot JOB RESULTS: the test VM, booted from the image, its disk throw
     [ "$status" -eq 0 ] || fail "qemu failed or timed out (status $status); see $results/console.log"
     [ -f "$results/status" ] || fail "the VM reported no exit status; see $results/console.log"
     status="$(cat "$results/status")"
-    [ "$status" -eq 0 ] || fail "the test VM failed (status $status): $(cat "$results/failed" 2>/dev/null); logs in $results"
+    # Each step's exit status and time, and the tests that failed, for a CI log that says why.
+    [ -f "$results/steps.tsv" ] && say "steps in the VM (exit status, time): $(awk -F'\t' '{ printf "%s%s %s %s", sep, $1, $2, $3; sep = ", " }' "$results/steps.tsv")"
+    if [ "$status" -ne 0 ]; then
+        grep -E '^(FAILED|ERROR) ' "$results/pytest.log" 2>/dev/null | cut -c1-200 | sed 's/^/vm: in the VM: /' >&2 || true
+        fail "the test VM failed (status $status): $(cat "$results/failed" 2>/dev/null); logs in $results"
+    fi
 }
 
 # Boot to first test: from qemu's start (the host's clock) to the first test's start (the
