@@ -1,8 +1,9 @@
 """Round trips by ICMP echo, as a client probes its candidates (seed 001's access by probing)
 and as a node watches its paths to its peers (seed 001's relay choice).
 
-:func:`echo_probe` sends a few echo requests from a raw socket (agents run as root in their
-hosts) and times the answers; the kernel of any host answers, so a peer needs no agent of its
+:func:`echo_probe` (:func:`echo_probes` for several addresses, in turn or at once) sends a
+few echo requests from a raw socket (agents run as root in their hosts) and times the
+answers; the kernel of any host answers, so a peer needs no agent of its
 own. :class:`PathMeter` keeps probing a node's peers in a background thread and gives the
 figures of a sliding window, which :class:`agents.control.LoadReporter` adds to every load
 report as ``path.<peer>.rtt``, ``.loss`` and ``.jitter`` (the peer's address with dashes:
@@ -62,30 +63,52 @@ def _checksum(data: bytes) -> int:
 
 def echo_probe(address: str, count: int = PROBES, interval: float = PROBE_INTERVAL,
                timeout: float = PROBE_TIMEOUT) -> ProbeResult:
-    """Round trips to ``address`` by ``count`` ICMP echo requests ``interval`` apart (a raw
-    socket: agents run as root in their hosts). The kernel of any host answers, so a
-    candidate needs no agent of its own to be probed; answers are matched by this socket's
-    identifier and the sequence, and timed by the send time they echo back."""
+    """Round trips to ``address`` by ``count`` ICMP echo requests ``interval`` apart: one
+    address's :func:`echo_probes`."""
+    return _probe_at_once((address,), count, interval, timeout)[0]
+
+
+def echo_probes(addresses: Sequence[str], parallel: bool = False, count: int = PROBES,
+                interval: float = PROBE_INTERVAL,
+                timeout: float = PROBE_TIMEOUT) -> list[ProbeResult]:
+    """Each of ``addresses`` probed by ``count`` ICMP echo requests ``interval`` apart (a raw
+    socket: agents run as root in their hosts), one after another or, ``parallel``, all at
+    once: each round sends one request to every address, so probing N candidates takes about
+    as long as probing the farthest one instead of the sum of all. Either way an answer later
+    than ``timeout`` after the last request counts as lost, which bounds the whole probe:
+    ``(count - 1) * interval + timeout`` at most in parallel, N times that in turn. The
+    kernel of any host answers, so a candidate needs no agent of its own to be probed;
+    answers are matched by the socket's identifier, the address and the sequence, and timed
+    by the send time they echo back."""
+    if parallel:
+        return _probe_at_once(tuple(addresses), count, interval, timeout)
+    return [_probe_at_once((address,), count, interval, timeout)[0] for address in addresses]
+
+
+def _probe_at_once(addresses: tuple[str, ...], count: int, interval: float,
+                   timeout: float) -> list[ProbeResult]:
     identifier = int.from_bytes(os.urandom(2), "big")
     with socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP) as sock:
         sock.setblocking(False)
-        rtts: dict[int, float] = {}
-        sent = 0
+        rtts: dict[str, dict[int, float]] = {address: {} for address in addresses}
+        sent = 0  # rounds sent: one request to every address each
         deadline = time.monotonic()
         next_send = time.monotonic()
         # Done once every request sent is answered: waiting out the timeout then would add
         # half a second per candidate to a viewer's startup.
-        while sent < count or (len(rtts) < sent and time.monotonic() < deadline):
+        while sent < count or (any(len(got) < sent for got in rtts.values())
+                               and time.monotonic() < deadline):
             now = time.monotonic()
             if sent < count and now >= next_send:
-                send_ns = time.time_ns()
-                header = ECHO.pack(ICMP_ECHO_REQUEST, 0, 0, identifier, sent, send_ns)
-                packet = ECHO.pack(ICMP_ECHO_REQUEST, 0, _checksum(header), identifier, sent,
-                                   send_ns)
-                try:
-                    sock.sendto(packet, (address, 0))
-                except OSError:
-                    pass  # unreachable now: counted as lost
+                for address in addresses:
+                    send_ns = time.time_ns()
+                    header = ECHO.pack(ICMP_ECHO_REQUEST, 0, 0, identifier, sent, send_ns)
+                    packet = ECHO.pack(ICMP_ECHO_REQUEST, 0, _checksum(header), identifier,
+                                       sent, send_ns)
+                    try:
+                        sock.sendto(packet, (address, 0))
+                    except OSError:
+                        pass  # unreachable now: counted as lost
                 sent += 1
                 next_send = now + interval
                 deadline = now + timeout
@@ -96,12 +119,14 @@ def echo_probe(address: str, count: int = PROBES, interval: float = PROBE_INTERV
             data, (source, _) = sock.recvfrom(2048)
             received_ns = time.time_ns()
             offset = (data[0] & 0x0F) * 4  # a raw socket hands over the IP header too
-            if source != address or len(data) < offset + ECHO.size:
+            if source not in rtts or len(data) < offset + ECHO.size:
                 continue
             kind, _, _, ident, sequence, send_ns = ECHO.unpack_from(data, offset)
             if kind == ICMP_ECHO_REPLY and ident == identifier and sequence < sent:
-                rtts.setdefault(sequence, (received_ns - send_ns) / 1e6)
-    return ProbeResult(address, sent, len(rtts), tuple(rtts[s] for s in sorted(rtts)))
+                rtts[source].setdefault(sequence, (received_ns - send_ns) / 1e6)
+    return [ProbeResult(address, sent, len(rtts[address]),
+                        tuple(rtts[address][s] for s in sorted(rtts[address])))
+            for address in addresses]
 
 
 # Written by an agent whose load reports carry its paths (:class:`PathMeter`): one row per

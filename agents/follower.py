@@ -6,7 +6,8 @@ for one flow (optionally from one transport port, when a host stands for many te
 cameras), and from then on takes every decision about that flow the controller pushes (a new
 period, a migration, a steer). When a decision ranks ``candidates`` (seed 001: access by
 probing), the follower probes each with real packets, ICMP echo requests that every host's
-kernel answers (:func:`agents.echo.echo_probe`: round-trip time and loss), confirms the best (lowest loss,
+kernel answers (:func:`agents.echo.echo_probes`: round-trip time and loss; one candidate after
+another or all at once, as the agent chooses), confirms the best (lowest loss,
 then lowest median round trip, then the controller's rank) with ``steer`` when it is not the
 server decided, and follows the answer; a decision naming the same candidates again is not
 probed again. What the agent does with a decision (pull from it, send to it, forward along its
@@ -60,7 +61,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from agents.control import ControlClient, ControlError
-from agents.echo import ProbeResult, echo_probe
+from agents.echo import ProbeResult, echo_probes
 from agents.common import epoch_seconds
 from controller import protocol
 
@@ -145,8 +146,9 @@ class Followed:
 @dataclass
 class DecisionFollower:
     """Joins ``service`` for one flow through ``control`` and follows the decisions about it
-    (see the module's docstring). ``probe`` measures one candidate address (by default
-    :func:`echo_probe`; None: candidates are not probed)."""
+    (see the module's docstring). ``probe`` measures the candidates' addresses, a result for
+    each in their order (by default :func:`echo_probes`, one after another; None: candidates
+    are not probed)."""
 
     control: ControlClient
     service: str
@@ -154,7 +156,7 @@ class DecisionFollower:
     bitrates: Sequence[float] = ()
     flow: str | None = None
     port: int | None = None
-    probe: Callable[[str], ProbeResult] | None = echo_probe
+    probe: Callable[[Sequence[str]], Sequence[ProbeResult]] | None = echo_probes
     followed: list[Followed] = field(default_factory=list)
     refusal: str | None = None  # why the join got no decision
     timing: JoinTiming | None = None  # the join's request and response time (None: no answer)
@@ -240,7 +242,7 @@ class DecisionFollower:
         names = tuple(hop.name for hop in decision.candidates)
         if names and self.probe is not None and names != self._probed:
             self._probed = names
-            results = [self.probe(hop.address) for hop in decision.candidates]
+            results = list(self.probe([hop.address for hop in decision.candidates]))
             probes = tuple(zip(names, results))
             best = best_candidate(decision.candidates, results)
             confirmed = best.name

@@ -31,6 +31,20 @@ and sequence numbers of the session's own; a session that follows one on the sam
 stream numbers on from it, so the viewer's loss count holds across a bitrate change. Frames of a
 session still being transcoded when it ends are dropped.
 
+**GOP cache** (``gop_cache``, seed 001; what LiveNet's and every CDN's nodes do): the edge
+keeps, per source stream, the frames since its latest I frame as they were transcoded (one
+GOP at most: an I frame starts the cache afresh; frames before the first I frame, and a
+stream whose next I frame does not come within ``gop_cache_frames``, are not kept). A session
+opened by a viewer's first pull gets that GOP at once when it is admitted, scaled to its
+bitrate, so its player can start on the cached I frame instead of waiting for the next one;
+then the live stream. The backlog (the cached GOP and the live frames completed while it
+goes out) is paced at ``gop_burst`` times the session's bitrate, packet by packet, so the
+burst cannot flood a path at once; a live frame completed during it queues behind it, so the
+viewer gets the frames in order. A session that follows one of the same viewer (another
+bitrate or decision on this edge) gets no cache: it has the frames already. What the cache
+cost each session is in ``live_sessions``: the cached frames and bytes sent, and how long
+after its admission its backlog was drained (``caught_up_s``: the burst's duration).
+
 **Compute.** A session costs (R - R_v) * H vCPU (nothing when R_v >= R), and the admitted
 sessions together may use ``vcpu`` (C_m). A session whose cost would exceed what is left is not
 admitted: its pull is refused and counted, and the viewer gets nothing from this edge until a
@@ -90,8 +104,8 @@ from pydantic import Field, model_validator
 from agents.common import (POLL_S, SPIN_NS, Agent, AgentParams, MalformedLog, Pacer,
                            receive)
 from agents.formats import MAGIC, MEDIA, PULL, VERSION
-from agents.streamer import (MAX_PAYLOAD, MIN_FRAME_SIZE, PER_PACKET, PER_PACKET_OFFSET,
-                             flow_name, fragment_sizes)
+from agents.streamer import (I_FRAME, MAX_PAYLOAD, MIN_FRAME_SIZE, PER_PACKET,
+                             PER_PACKET_OFFSET, flow_name, fragment_sizes)
 from agents.control import ControlClient, LoadReporter, ReportingParams, controller_client
 from agents.common import DATAGRAM_BUFFER, epoch_seconds, listen
 from agents.echo import PATH_TABLES
@@ -105,7 +119,8 @@ TABLES = {
     **FOLLOWER_TABLES,
     # One row per session (a viewer's pulls of one stream at one bitrate).
     "live_sessions": ("node", "agent", "viewer", "port", "flow", "bitrate_bps", "started_s",
-                      "ended_s", "frames", "packets", "refused"),
+                      "ended_s", "frames", "packets", "refused", "cached_frames",
+                      "cached_bytes", "caught_up_s"),
 }
 
 MBPS = 1e6
@@ -138,6 +153,16 @@ class Params(ReportingParams, AgentParams):
                                                                  "upstreams take pulls on")
     back_source_interval: PositiveDuration = Field(0.2, description="back-source: how often "
                                                                     "to pull a stream")
+    gop_cache: bool = Field(False, description="keep each stream's frames since its latest I "
+                                               "frame and send them to a viewer's new session "
+                                               "before the live stream")
+    gop_burst: float = Field(4.0, gt=1, le=100, description="GOP cache: the cached frames (and "
+                                                             "the live ones behind them) leave "
+                                                             "at this many times the session's "
+                                                             "bitrate")
+    gop_cache_frames: int = Field(250, ge=1, description="GOP cache: the most frames kept of "
+                                                         "a stream; past it (its next I frame "
+                                                         "lost) nothing until the next")
 
     @model_validator(mode="after")
     def _packets_fit(self) -> "Params":
@@ -194,6 +219,11 @@ class Session:
     packets: int = 0
     ended_ns: int | None = None
     pacer: Pacer = field(default_factory=Pacer)
+    fresh: bool = True  # opened by the viewer's first pull here: the GOP cache is for it
+    backlog_ns: int = 0  # monotonic: when its backlog (GOP cache, then frames behind it) is out
+    cached_frames: int = 0
+    cached_bytes: int = 0
+    admitted_ns: int | None = None  # monotonic
 
     @property
     def wants(self) -> tuple:
@@ -222,6 +252,30 @@ class Transcoded:
         return self.start_ns + round(self.next * self.spacing_ns)
 
 
+class GopCache:
+    """Each stream's frames since its latest I frame, in order (see the module's docstring):
+    an I frame starts a stream's cache afresh, so it never holds more than one GOP; frames
+    before a stream's first I frame are not kept, and a cache reaching ``limit`` frames (its
+    next I frame lost) is dropped until the next I frame."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.held: dict[int, list[SourceFrame]] = {}
+
+    def add(self, stream: int, frame: SourceFrame) -> None:
+        if frame.frame_type == I_FRAME:
+            self.held[stream] = [frame]
+        elif stream in self.held:
+            if len(self.held[stream]) >= self.limit:
+                del self.held[stream]
+            else:
+                self.held[stream].append(frame)
+
+    def gop(self, stream: int) -> list[SourceFrame]:
+        """The frames a joining viewer of ``stream`` gets first, oldest (the I frame) first."""
+        return list(self.held.get(stream, ()))
+
+
 class LiveEdge:
     """The edge's state: source frames being gathered, sessions, frames on their way out."""
 
@@ -240,6 +294,7 @@ class LiveEdge:
         self._order = itertools.count()
         self.malformed_pulls = MalformedLog()
         self.send_errors = 0
+        self.cache = GopCache(params.gop_cache_frames) if params.gop_cache else None
 
     # pulls and sessions
 
@@ -256,16 +311,16 @@ class LiveEdge:
         wants = (stream, delivered, bitrate_kbps * 1e3, rung)
         key = (address[0], address[1], user)
         session = self.sessions.get(key)
-        sequence = 0
+        sequence, fresh = 0, True
         if session is not None and session.wants != wants:
             self._end(session, received_ns)
             sequence = session.sequence if session.delivered == delivered else 0
-            session = None
+            session, fresh = None, False
         if session is None:
             session = self.sessions[key] = Session(
                 address[0], address[1], *wants, user=user, started_ns=received_ns,
                 last_pull_ns=received_ns, packet=self._template(delivered, bitrate_kbps, rung),
-                sequence=sequence)
+                sequence=sequence, fresh=fresh)
         session.last_pull_ns = received_ns
         if not session.admitted:
             self._admit(session)
@@ -288,6 +343,13 @@ class LiveEdge:
             return
         session.admitted, session.cost = True, cost
         self.used_vcpu += cost
+        session.admitted_ns = time.monotonic_ns()
+        if self.cache is not None and session.fresh:
+            # The cached GOP at once, as a backlog: the live frames queue behind it.
+            for frame in self.cache.gop(session.stream):
+                sizes = self._send_frame(session, frame, session.admitted_ns, cached=True)
+                session.cached_frames += 1
+                session.cached_bytes += sum(sizes)
 
     def _end(self, session: Session, at_ns: int) -> None:
         session.ended_ns = at_ns
@@ -352,16 +414,33 @@ class LiveEdge:
         self.expire(time.time_ns())
         now_ns = time.monotonic_ns()
         for session in self.sessions.values():
-            if session.stream != stream or not session.admitted:
-                continue
-            reduction = max(0.0, frame.bitrate - session.bitrate)
-            size = max(MIN_FRAME_SIZE, round(frame.size * min(1.0, session.bitrate
-                                                                / frame.bitrate)))
-            sizes = fragment_sizes(size, int(self.params.payload))
-            delay_ns = round(self.params.transcoding_delay * reduction / MBPS * 1e9)
-            arrival_span_ns = frame.last_received_ns - frame.first_received_ns
-            self._schedule(Transcoded(session, frame.number, frame.frame_type, frame.send_ns,
-                                      sizes, now_ns + delay_ns, arrival_span_ns / len(sizes)))
+            if session.stream == stream and session.admitted:
+                self._send_frame(session, frame, now_ns)
+        if self.cache is not None:
+            self.cache.add(stream, frame)
+
+    def _send_frame(self, session: Session, frame: SourceFrame, now_ns: int,
+                    cached: bool = False) -> list[int]:
+        """Schedule ``frame`` transcoded for ``session``: its packets spread over the time the
+        source frame took to arrive, the transcoding delay after ``now_ns``, or, ``cached``
+        (from the GOP cache) or while the session has a backlog (its GOP cache going out),
+        behind the backlog at ``gop_burst`` times its bitrate. Returns the packets' sizes."""
+        reduction = max(0.0, frame.bitrate - session.bitrate)
+        size = max(MIN_FRAME_SIZE, round(frame.size * min(1.0, session.bitrate
+                                                            / frame.bitrate)))
+        sizes = fragment_sizes(size, int(self.params.payload))
+        start_ns = now_ns + round(self.params.transcoding_delay * reduction / MBPS * 1e9)
+        spacing_ns = (frame.last_received_ns - frame.first_received_ns) / len(sizes)
+        if cached or session.backlog_ns > start_ns:
+            # Paced by the bytes: packet k leaves no sooner than the backlog's bits before it
+            # take at the burst rate (near-equal packets: their mean size sets the spacing).
+            start_ns = max(start_ns, session.backlog_ns)
+            spacing_ns = (sum(sizes) * 8e9 / (self.params.gop_burst * session.bitrate)
+                          / len(sizes))
+            session.backlog_ns = start_ns + round(spacing_ns * len(sizes))
+        self._schedule(Transcoded(session, frame.number, frame.frame_type, frame.send_ns,
+                                  sizes, start_ns, spacing_ns))
+        return sizes
 
     # sending
 
@@ -406,7 +485,9 @@ class LiveEdge:
             agent.row("live_sessions", session.viewer, session.port, session.flow,
                       session.bitrate, epoch_seconds(session.started_ns),
                       epoch_seconds(session.ended_ns), session.frames, session.packets,
-                      session.refused)
+                      session.refused, session.cached_frames, session.cached_bytes,
+                      (session.backlog_ns - session.admitted_ns) / 1e9
+                      if session.cached_frames else None)
             if session.packets:
                 session.pacer.report(agent, f"{session.viewer}:{session.port}/{session.flow}")
         self.malformed_pulls.write(agent)
@@ -415,6 +496,10 @@ class LiveEdge:
                 "frames_sent": sum(s.frames for s in self.ended),
                 "packets_sent": sum(s.packets for s in self.ended),
                 "frames_unsent": unsent,
+                "gop_cache": {"sessions": sum(1 for s in self.ended if s.cached_frames),
+                              "frames": sum(s.cached_frames for s in self.ended),
+                              "bytes": sum(s.cached_bytes for s in self.ended)}
+                if self.cache is not None else None,
                 "send_errors": self.send_errors,
                 "malformed_pulls": self.malformed_pulls.count}
 

@@ -23,7 +23,8 @@ lateness goes to ``sender_lateness``.
 It subscribes to the controller named by ``$EDGEBED_CONTROLLER`` and joins ``service`` with its
 preferred bitrate as demand and the ``bitrates`` of the ladder up to it, through a
 :class:`agents.follower.DecisionFollower` (which also probes and confirms candidates when a
-decision ranks some, and writes ``decisions_followed``), hears a decision
+decision ranks some, one after another or, ``parallel_probes``, all at once, an answer later
+than ``probe_timeout`` counting as lost; and writes ``decisions_followed``), hears a decision
 (server and bitrate; no bitrate means the preferred one), and sends a pull
 (:data:`agents.formats.PULL`) for source stream ``pull_stream`` to ``pull`` (the service
 address, which the controller steers to the chosen edge) every ``pull_interval`` from its media
@@ -52,6 +53,7 @@ import sys
 import threading
 import time
 import zlib
+from functools import partial
 from dataclasses import dataclass, field
 from typing import Callable, Literal, Optional
 
@@ -60,6 +62,7 @@ from pydantic import Field, model_validator
 from agents.common import (DATAGRAM_BUFFER, WAKE_EARLY_NS, Agent, AgentParams, NodeRef, Pacer,
                            datagrams, epoch_seconds, listen)
 from agents.control import ControlClient, controller_client
+from agents.echo import PROBE_TIMEOUT, echo_probes
 from agents.follower import FOLLOWER_TABLES, DecisionFollower
 from agents.formats import DANMAKU, GIFT, PULL
 from agents.media import MEDIA_TABLES, MediaMeter
@@ -132,6 +135,13 @@ class Params(AgentParams):
     preferred_bitrate: Optional[Rate] = Field(None, description="pull mode: the bitrate the "
                                                                 "viewer wants; default: the "
                                                                 "ladder's best")
+    parallel_probes: bool = Field(False, description="pull mode: probe a decision's ranked "
+                                                     "candidates all at once rather than one "
+                                                     "after another")
+    probe_timeout: PositiveDuration = Field(PROBE_TIMEOUT, description="pull mode: an echo "
+                                                                       "answer later than this "
+                                                                       "after a candidate's "
+                                                                       "last request is lost")
 
     @model_validator(mode="after")
     def _chat_has_a_collector(self) -> "Params":
@@ -288,7 +298,10 @@ class Puller(threading.Thread):
         ladder = [rate for rate in self.params.bitrates if rate <= self.params.preferred]
         self.follower = DecisionFollower(control, self.params.service,
                                          demand=self.params.preferred,
-                                         bitrates=ladder or self.params.bitrates[-1:])
+                                         bitrates=ladder or self.params.bitrates[-1:],
+                                         probe=partial(echo_probes,
+                                                       parallel=self.params.parallel_probes,
+                                                       timeout=self.params.probe_timeout))
         followed = self.follower.join()
         if followed is not None:
             self.flow = self.follower.flow

@@ -24,7 +24,7 @@ from experiments.measurements import read_table
 class Playout:
     """One viewer's playout: when it asked, when its first whole frame of any kind arrived and
     when its first frame showed (epoch seconds; None when no frame, or no I frame, arrived
-    whole), and its stalls."""
+    whole), its stalls (and when the first began), and the frame it started on."""
 
     requested_s: float | None
     first_s: float | None
@@ -33,6 +33,8 @@ class Playout:
     stall_s: float  # all stalls together
     played: int  # frames shown
     skipped: int  # frames between the first and last shown that never arrived whole
+    start_frame: int | None = None  # the frame number playback started on
+    first_stall_s: float | None = None  # when the buffer first ran dry (epoch seconds)
 
     @property
     def startup_s(self) -> float | None:
@@ -61,11 +63,13 @@ def playout(frames: Iterable[tuple[int, float, bool]], fps: float, buffer_s: flo
     shown = start_arrival + buffer_s
     clock = shown - start_number / fps  # the deadline of frame n is clock + n / fps
     stalls, stall_s, played, skipped, last = 0, 0.0, 1, 0, start_number
+    first_stall = None
     for number, arrival, _ in arrived[first + 1:]:
         # The slot after the last frame shown: if the next whole frame was not there by then
         # (the one due, or a later one when the one due never came), the buffer ran dry.
         due = clock + (last + 1) / fps
         if arrival > due:
+            first_stall = due if first_stall is None else first_stall
             stalls += 1
             stall_s += arrival - due
             # Shown on arrival, skipping what never came; later deadlines run from it.
@@ -73,7 +77,8 @@ def playout(frames: Iterable[tuple[int, float, bool]], fps: float, buffer_s: flo
         skipped += number - last - 1
         played += 1
         last = number
-    return Playout(requested_s, first_s, shown, stalls, stall_s, played, skipped)
+    return Playout(requested_s, first_s, shown, stalls, stall_s, played, skipped, start_number,
+                   first_stall)
 
 
 def viewer_playouts(run_dir, viewers: Iterable[str], fps: float,

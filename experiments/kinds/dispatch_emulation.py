@@ -65,11 +65,15 @@ PLAYOUT_BUFFER_S = 0.5
 # LiveNet's goals (the issue's anchors): shares of views never stalled and of startups under 1 s.
 STALL_FREE_GOAL = 0.98
 STARTUP_GOAL = 0.95
+# A stall this soon after the first frame shown counts as one right after startup (what a GOP
+# cache's burst could cause): one GOP of the scenario's stream (50 frames at 25 fps).
+EARLY_S = 2.0
 
 
 class Parameters(BaseModel):
     """One emulated cell: the scenario, for how long, the database's error share (in and out
-    of cn alike), the direct cn-us link's burst-loss p, and where the run directories go."""
+    of cn alike), the direct cn-us link's burst-loss p, whether media nodes keep a GOP cache
+    and viewers probe in parallel (startup), and where the run directories go."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -78,6 +82,10 @@ class Parameters(BaseModel):
     database_error: float = Field(0.0, ge=0, le=1, description="clients the database "
                                                                 "misplaces")
     border_loss_p: str = Field("0.5%", description="Gilbert-Elliott p of the cn-us link")
+    gop_cache: bool = Field(False, description="media nodes send a joining viewer the frames "
+                                               "since the latest I frame first")
+    parallel_probes: bool = Field(False, description="viewers probe their candidates all at "
+                                                     "once, not in turn")
     runs_dir: str = Field("runs", description="where the runs' directories go")
 
 
@@ -94,6 +102,8 @@ def variables(cell: Cell) -> dict[str, str]:
             "EDGEBED_RELAYS": "true" if cell.policy == "relay" else "false",
             "EDGEBED_FAST_FAILOVER": "false" if cell.policy == "recompute" else "true",
             "EDGEBED_BORDER_LOSS_P": parameters.border_loss_p,
+            "EDGEBED_GOP_CACHE": str(parameters.gop_cache).lower(),
+            "EDGEBED_PARALLEL_PROBES": str(parameters.parallel_probes).lower(),
             "EDGEBED_DURATION": f"{parameters.duration:g}s"}
 
 
@@ -233,7 +243,8 @@ def measure(run_dir: Path) -> dict[str, float]:
                if row["node"] == "cn0" and "hk1" in row["via"].split(";")}
     [fps] = [float(entry["params"]["fps"]) for entry in resolved["workload"]
              if entry["agent"] == "streamer"]
-    shown = viewer_playouts(run_dir, viewers, fps, PLAYOUT_BUFFER_S).values()
+    playouts = viewer_playouts(run_dir, viewers, fps, PLAYOUT_BUFFER_S)
+    shown = playouts.values()
     cut = failover(run_dir)
     # An invalid run's failover figures are kept under failover_measured_*, and left out of
     # failover_gap_ms and failover_frames_lost (empty), which the means are taken of.
@@ -255,7 +266,38 @@ def measure(run_dir: Path) -> dict[str, float]:
             "failover_wait_before_ms": 1e3 * cut.viewer_wait_before_s,
             "failover_ingest_wait_ms": 1e3 * cut.ingest_wait_s,
             "failover_reroute_ms": 1e3 * rerouted_after(run_dir),
-            **playout_metrics(shown), "viewers": len(viewers)}
+            **playout_metrics(shown), **gop_cache_costs(run_dir, playouts, sessions),
+            "viewers": len(viewers)}
+
+
+def gop_cache_costs(run_dir: Path, playouts: dict[str, Playout],
+                    sessions: list[dict]) -> dict[str, float]:
+    """What a GOP cache costs, from a run's tables: the bytes the media nodes sent from their
+    caches and the longest backlog (``live_sessions``), and the player's lag behind the
+    source at the end of each view, the frame it started on's send time (its arrival less
+    its delay, ``frames``) to when it was shown, plus the time stalled (each stall moves the
+    playout later): a cache's older frames make a player start further behind live. Runs
+    made before the cache existed have no cache columns: nothing sent."""
+    sent = {}
+    for row in read_table(run_dir, "frames"):
+        playout = playouts.get(row["node"])
+        if (playout is not None and row["complete"] == "True"
+                and int(row["frame"]) == playout.start_frame and row["delay_ms"]):
+            send = float(row["arrived_s"]) - float(row["delay_ms"]) / 1e3
+            sent[row["node"]] = min(send, sent.get(row["node"], send))
+    lags = [1e3 * (p.shown_s + p.stall_s - sent[v]) for v, p in playouts.items() if v in sent]
+    catch_up = [1e3 * float(row["caught_up_s"]) for row in sessions if row.get("caught_up_s")]
+    return {"early_stall_viewers": early_stall_viewers(playouts.values()),
+            "cached_kbytes": sum(int(row.get("cached_bytes") or 0) for row in sessions) / 1e3,
+            "catch_up_max_ms": max(catch_up, default=float("nan")),
+            "playout_lag_mean_ms": statistics.fmean(lags) if lags else float("nan")}
+
+
+def early_stall_viewers(shown: Iterable[Playout]) -> int:
+    """The views whose first stall came within :data:`EARLY_S` of their first frame shown
+    (what a GOP cache's burst could cause)."""
+    return sum(p.first_stall_s is not None and p.first_stall_s - p.shown_s < EARLY_S
+               for p in shown)
 
 
 def playout_metrics(shown: Iterable[Playout]) -> dict[str, float]:
@@ -317,13 +359,19 @@ METRICS = (Metric("misplaced_by_database", "viewers the database placed abroad")
            Metric("startups_under_1s", "viewers that started within 1 s"),
            Metric("first_frame_mean_ms", "mean time from join request to the first whole "
                   "frame", "ms"),
+           Metric("early_stall_viewers", f"viewers whose first stall came within {EARLY_S:g} s "
+                  "of their startup"),
+           Metric("cached_kbytes", "bytes media nodes sent from their GOP caches", "kB"),
+           Metric("catch_up_max_ms", "longest GOP-cache backlog, admission to drained", "ms"),
+           Metric("playout_lag_mean_ms", "mean lag of the player behind the source", "ms"),
            Metric("viewers_served", "viewers served"),
            Metric("viewers", "viewers in the scenario"))
 PLOTS = ("misplaced_by_database", "served_abroad", "access_rtt_ms",
          "cross_border_node_loss_pct", "poor_viewers", "delay_p50_ms", "failover_gap_ms",
          "failover_frames_lost", "failover_valid", "failover_reroute_ms",
          "stall_free_viewers", "stalls", "stall_ms", "startup_mean_ms", "startup_max_ms",
-         "startups_under_1s", "first_frame_mean_ms", "viewers_served")
+         "startups_under_1s", "first_frame_mean_ms", "early_stall_viewers", "cached_kbytes",
+         "playout_lag_mean_ms", "viewers_served")
 
 ABOUT = """\
 Each cell is one emulated run of `topologies/dispatch.yaml` (real packets on a Mininet network,
@@ -396,28 +444,38 @@ the first I frame the viewer got whole and shows a frame every 40 ms after it. A
 buffer running dry: the next whole frame not there by its slot (a frame later than its playout
 deadline); frames that never came while later ones were buffered are skipped without one.
 `startup_*` run from the viewer's join request to its first frame shown: the join's answer,
-the pull, the wait for the next I frame (every 2 s; media nodes here keep no GOP cache, so a
-viewer joining mid-GOP waits for the next) and the 0.5 s of playout delay;
+the probes, the pull, the wait for an I frame (every 2 s: without a GOP cache a viewer joining
+mid-GOP waits for the next; with one it gets the latest at once) and the 0.5 s of playout
+delay;
 `first_frame_mean_ms` is the part up to the first whole frame of any kind. The anchors are
 LiveNet's 98% stall-free views and 95% of startups under 1 s; the remarks give each policy's
 shares against them with the number of views and a 95% interval (at six views a run, a share
 of 98% cannot be shown: 6 of 6 has an interval down to 54%), and split the mean startup into
 its parts.
 
-Why startup misses 1 s here, from the runs' own tables (2 December 2026): a viewer probes its
-candidates one after another (five ICMP echoes 20 ms apart and the round trip, for each: about
-100 ms for a node in its region, 250 ms for one abroad), so with three candidates its first
-pull reached its node 400-1190 ms after the join (mean 540 ms; the probing report's runs),
-against 90-390 ms (mean 150 ms) for the database policy's viewers, which have one node to
-probe; the center answers in milliseconds and the first whole frame follows within about
-50 ms. So the database policy's viewers had their first whole frame a mean 195-231 ms after the
-join against probing's 544-649 ms, and 17 of its 36 views started within 1 s against 3 of 36
-(`reports/dispatch-probing/`). Then the wait for an I frame (every 2 s, no GOP cache at the
-media nodes): all six viewers join together at 2 s, so they share one phase of the GOP (1.0-1.9
-s of waiting in the relay runs). Even an I frame at once would leave the first frame plus
-0.5 s of playout delay at about 1 s with probing. Meeting 95% under 1 s would take a GOP cache
-at the media nodes (start on the cached I frame), the candidates probed at once rather than in
-turn, and a shorter delay at startup; edgebed does none of these yet.
+Startup with a GOP cache and parallel probes (`gop_cache`, `parallel_probes`; #10): every
+media node keeps each stream's frames since its latest I frame and sends them to a viewer's
+new session first, paced at 4 times its bitrate (the live frames completed meanwhile queue
+behind them), so the player starts on the cached I frame instead of waiting for the next;
+and viewers probe their three candidates all at once (five ICMP echoes 20 ms apart to each,
+an answer later than 0.5 s after the last request lost), so probing takes about the farthest
+candidate's round trip, not the sum, unless an echo is lost: then it waits out the 0.5 s.
+What the cache costs: `cached_kbytes`, the bytes sent from the caches (the burst: up to a
+GOP, about 250 kB at 1 Mbit/s, per viewer), `catch_up_max_ms`, the longest time from a
+session's admission to its backlog drained, `early_stall_viewers`, views whose first stall
+came within 2 s of their startup (what a burst could cause), and `playout_lag_mean_ms`, how
+far the player runs behind the source (the frame it started on was sent up to a GOP before
+the join, and this player does not catch up: it lags by the cached GOP's age plus the
+playout delay for the whole view; real players skip ahead or play faster). The viewers'
+one-way delays (`delay_p50_ms`) include the cached frames, which are old when they arrive.
+The sweep `startup-before` runs the old arm (no cache, probes in turn) beside the others.
+
+Before (2 December 2026, no cache, probes in turn): a viewer probed its candidates one after
+another (about 100 ms for a node in its region, 250 ms for one abroad), so its first pull
+reached its node 400-1190 ms after the join (mean 540 ms) against 90-390 ms for the database
+policy's single candidate; then it waited for the next I frame (every 2 s; all six viewers
+join together at 2 s, so they share one phase of the GOP: 1.0-1.9 s) and 0.5 s of playout
+delay: 0 and 1 of 18 views started within 1 s with relays, 0 and 3 of 18 with probing.
 """
 
 
@@ -491,7 +549,15 @@ def remarks(results: pd.DataFrame) -> list[str]:
                               f"the first whole frame came a mean "
                               f"{group['first_frame_mean_ms'].mean():.0f} ms after the join)"
                               if group["startup_max_ms"].notna().any()
-                              else "startup not recorded") + f" in {len(group)} runs.")
+                              else "startup not recorded") + f" in {len(group)} runs"
+            + (f"; GOP caches sent {group['cached_kbytes'].mean():.0f} kB a run (backlogs "
+               f"drained within {group['catch_up_max_ms'].max():.0f} ms), "
+               f"{int(group['early_stall_viewers'].sum())} views stalled within {EARLY_S:g} s "
+               f"of startup" if "cached_kbytes" in group and group["cached_kbytes"].sum() > 0
+               else "")
+            + (f"; the player a mean {group['playout_lag_mean_ms'].mean():.0f} ms behind the "
+               f"source" if "playout_lag_mean_ms" in group
+               and group["playout_lag_mean_ms"].notna().any() else "") + ".")
         found.append(goals(group))
     for (baseline, mechanism), metric, what in (
             (ACCESS, "served_abroad", "viewers served from another region"),

@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from experiments.kinds import registered
-from experiments.kinds.dispatch_emulation import (PRE_CUT_S, STALL_S, Parameters, failover,
-                                                  goals, playout_metrics, remarks, variables,
-                                                  verdict)
+from experiments.kinds.dispatch_emulation import (PRE_CUT_S, STALL_S, Parameters,
+                                                  early_stall_viewers, failover, goals,
+                                                  playout_metrics, remarks, variables, verdict)
 from experiments.playout import playout
 from experiments.sweeps.kinds import Cell
 
@@ -203,3 +203,10 @@ def test_the_playout_columns_count_views_from_what_each_viewer_got():
     # First whole frames: 0.3 s, 0.4 s and 0.14 s after the joins.
     assert columns["first_frame_mean_ms"] == pytest.approx((300 + 400 + 140) / 3)
     assert playout_metrics([])["stall_free_viewers"] == 0
+    # Stalls right after startup (what a GOP cache's burst could cause): late's comes 4 s
+    # after its first frame showed, a view whose frame 60 is 0.7 s late 0.4 s after.
+    early = playout(frames(range(20, 200), lambda n: 0.8 if n == 60 else 0.1), 25, 0.5,
+                    requested_s=100.5)
+    assert early.first_stall_s - early.shown_s == pytest.approx(0.4)
+    assert early_stall_viewers([steady, late, no_key]) == 0
+    assert early_stall_viewers([steady, late, early]) == 1

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from agents.control import ControlClient
-from agents.echo import ProbeResult, echo_probe
+from agents.echo import ProbeResult, echo_probe, echo_probes
 from agents.follower import FOLLOWER_TABLES, DecisionFollower, best_candidate
 from controller import netns, protocol
 from controller.control_server import ControlServer
@@ -84,9 +84,10 @@ def controller():
 def by_loss_then_rtt(quality: dict[str, tuple[int, float]]):
     """A probe whose answers per address the test sets: (answered of 5, round trip ms)."""
 
-    def probe(address: str) -> ProbeResult:
-        answered, rtt = quality[address]
-        return ProbeResult(address, 5, answered, (rtt,) * answered)
+    def probe(addresses) -> list[ProbeResult]:
+        return [ProbeResult(address, 5, quality[address][0],
+                            (quality[address][1],) * quality[address][0])
+                for address in addresses]
 
     return probe
 
@@ -125,9 +126,9 @@ def test_pushed_decisions_are_followed_once_and_the_same_candidates_not_probed_a
     ctl = controller(candidates=2)
     probed = []
 
-    def probe(address):
-        probed.append(address)
-        return ProbeResult(address, 5, 5, (1.0,) * 5)
+    def probe(addresses):
+        probed.extend(addresses)
+        return [ProbeResult(address, 5, 5, (1.0,) * 5) for address in addresses]
 
     with ControlClient(ctl.address, node="viewer1") as control:
         follower = DecisionFollower(control, "video", probe=probe)
@@ -180,6 +181,16 @@ def test_echo_probes_measure_a_real_round_trip():
     # Answers are told apart by address and identifier: two probes at once each get their own.
     other = echo_probe("127.0.0.2", count=3, interval=0.005, timeout=0.3)
     assert (other.address, other.sent, other.answered) == ("127.0.0.2", 3, 3)
+
+
+def test_candidates_probed_at_once_each_get_their_answers():
+    addresses = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+    results = echo_probes(addresses, parallel=True, count=3, interval=0.005, timeout=0.5)
+    assert [(r.address, r.sent, r.answered) for r in results] == [(a, 3, 3) for a in addresses]
+    assert all(0 < rtt < 500 for r in results for rtt in r.rtts_ms)
+    # One round reaches every address before the next round starts: the requests of a round
+    # share their sequence number, so each address's answers are told apart by its address.
+    assert [len(r.rtts_ms) for r in results] == [3, 3, 3]
 
 
 def test_a_late_push_of_an_older_decision_is_not_followed(controller):

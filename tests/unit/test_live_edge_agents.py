@@ -70,9 +70,10 @@ class Source:
     """The source stream as the streamer-side edge would forward it: frames of FRAGMENTS
     packets of FRAGMENT_BYTES, numbered, to the edge's source port."""
 
-    def __init__(self, port: int, stream: int = 3):
+    def __init__(self, port: int, stream: int = 3, gop: int = 0):
         self.address = (LOOPBACK, port)
         self.stream = stream
+        self.gop = gop  # frames per GOP; 0: only frame 0 is an I frame
         self.frame = self.sequence = 0
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 
@@ -83,7 +84,9 @@ class Source:
             if fragment in fragments:
                 header = MEDIA.pack(stream=self.stream, sequence=self.sequence,
                                     send_ns=send_ns + fragment, frame=self.frame,
-                                    frame_type=1 if self.frame == 0 else 2, rung=3,
+                                    frame_type=1 if self.frame == 0 or (
+                                        self.gop and self.frame % self.gop == 0) else 2,
+                                    rung=3,
                                     fragment=fragment, fragments=FRAGMENTS,
                                     bitrate_kbps=SOURCE_KBPS)
                 self.sock.sendto(header.ljust(FRAGMENT_BYTES, b"\0"), self.address)

@@ -25,6 +25,18 @@ def test_a_steady_stream_never_stalls_and_starts_on_its_first_i_frame():
     assert (shown.stalls, shown.stall_s, shown.played, shown.skipped) == (0, 0.0, 150, 0)
     assert shown.startup_s == pytest.approx(102.1 + 0.5 - 100.9)
     assert shown.first_s == pytest.approx(101.1)  # frame 25, of no use without an I frame
+    assert (shown.start_frame, shown.first_stall_s) == (50, None)
+
+
+def test_a_gop_cache_starts_the_player_on_the_cached_i_frame_without_a_stall():
+    # The viewer asks at 101.05 s, mid-GOP: its node sends frames 0-25 (since the latest I
+    # frame) as a burst from 101.1 s, 10 ms apart (2.5 times real time), then the live stream
+    # from 26 on as it arrives. It starts on frame 0, 0.5 s after it came, and never runs dry:
+    # the burst outruns the playout, and the live frames come before their (later) slots.
+    burst = [(n, 101.1 + 0.01 * n, n == 0) for n in range(26)]
+    shown = playout(burst + stream(range(26, 200)), FPS, buffer_s=0.5, requested_s=101.05)
+    assert (shown.start_frame, shown.stalls, shown.first_stall_s) == (0, 0, None)
+    assert shown.startup_s == pytest.approx(0.55)
 
 
 def test_a_frame_later_than_its_deadline_is_a_stall_as_long_as_it_is_late():
@@ -36,6 +48,7 @@ def test_a_frame_later_than_its_deadline_is_a_stall_as_long_as_it_is_late():
                     delay_s=lambda n: 0.1 if n < 80 else 0.9)
     shown = playout(frames, FPS, buffer_s=0.5, requested_s=99.0)
     assert shown.stalls == 1 and shown.stall_s == pytest.approx(1.3)
+    assert shown.first_stall_s == pytest.approx(100.6 + 80 / FPS)  # the slot after frame 79
     assert (shown.played, shown.skipped) == (175, 25)
     # A buffer longer than the outage and the delay's rise together holds through it.
     assert playout(frames, FPS, buffer_s=1.9).stalls == 0
