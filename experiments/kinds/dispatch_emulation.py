@@ -266,12 +266,11 @@ def measure(run_dir: Path) -> dict[str, float]:
             "failover_wait_before_ms": 1e3 * cut.viewer_wait_before_s,
             "failover_ingest_wait_ms": 1e3 * cut.ingest_wait_s,
             "failover_reroute_ms": 1e3 * rerouted_after(run_dir),
-            **playout_metrics(shown), **gop_cache_costs(run_dir, playouts, sessions),
+            **playout_metrics(shown), **gop_cache_costs(run_dir, playouts),
             "viewers": len(viewers)}
 
 
-def gop_cache_costs(run_dir: Path, playouts: dict[str, Playout],
-                    sessions: list[dict]) -> dict[str, float]:
+def gop_cache_costs(run_dir: Path, playouts: dict[str, Playout]) -> dict[str, float]:
     """What a GOP cache costs, from a run's tables: the bytes the media nodes sent from their
     caches and the longest backlog (``live_sessions``), and the player's lag behind the
     source at the end of each view, the frame it started on's send time (its arrival less
@@ -286,6 +285,7 @@ def gop_cache_costs(run_dir: Path, playouts: dict[str, Playout],
             send = float(row["arrived_s"]) - float(row["delay_ms"]) / 1e3
             sent[row["node"]] = min(send, sent.get(row["node"], send))
     lags = [1e3 * (p.shown_s + p.stall_s - sent[v]) for v, p in playouts.items() if v in sent]
+    sessions = read_table(run_dir, "live_sessions")
     catch_up = [1e3 * float(row["caught_up_s"]) for row in sessions if row.get("caught_up_s")]
     return {"early_stall_viewers": early_stall_viewers(playouts.values()),
             "cached_kbytes": sum(int(row.get("cached_bytes") or 0) for row in sessions) / 1e3,
