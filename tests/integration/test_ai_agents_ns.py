@@ -57,7 +57,12 @@ def transfer(path: FidelityPath, out, terminal_params: dict) -> tuple[dict, dict
 
 
 def units_received(out) -> list[dict]:
-    rows = table(out, "ai_units", "e1", "ai_receiver")
+    """The receiver's unit rows, one for each unit, in unit order. A row is written when its
+    unit's outcome is known: a period after the unit opened (as its packets tell) plus a grace
+    of twice the largest one-way delay they met. A unit whose packets were sent or stamped late
+    (a stalled host; the kernel stamps the run's first datagrams when they are read) is
+    written after the next one, legitimately, so the rows are not taken in file order."""
+    rows = sorted(table(out, "ai_units", "e1", "ai_receiver"), key=lambda row: int(row["unit"]))
     assert [int(row["unit"]) for row in rows] == list(range(UNITS))
     assert {int(row["fragments"]) for row in rows} == {FRAGMENTS}
     return rows
