@@ -89,6 +89,8 @@ class EdgebedController(App):
         self.installed: dict[str, rules.SwitchRules] = {}
         self.synced: set[str] = set()
         self.pending: dict[int, PendingInstall] = {}
+        # Guards ``pending`` and the decisions table (taken inside ``lock``, never around it).
+        self.installing = threading.Lock()
         self.subscribers: dict[str, tuple] = {}  # node -> control address
         # Joins held back until the control server has drained what arrived with them.
         self.joins: list[tuple] = []  # (message, request, reply)
@@ -147,7 +149,7 @@ class EdgebedController(App):
 
     def shutdown(self) -> None:
         """Stop serving and leave everything on disk (the switches keep their rules)."""
-        with self.lock:
+        with self.lock, self.installing:
             self.control.stop()
             self._save()
             for table in self.tables.values():
@@ -182,8 +184,7 @@ class EdgebedController(App):
             # through a controller restart, or one that lost them): install everything in
             # place, then ask which of our rules it holds that are no longer wanted.
             self.installed[switch] = rules.SwitchRules()
-            for message in openflow.clear_foreign(datapath):
-                datapath.send_msg(message)
+            openflow.send(datapath, openflow.clear_foreign(datapath), barrier=False)
             self._sync(switch, everything=True)
             datapath.send_msg(parser.OFPPortDescStatsRequest(datapath, 0))
             datapath.send_msg(parser.OFPFlowStatsRequest(
@@ -219,8 +220,9 @@ class EdgebedController(App):
                 rule = rules.Rule(held.table_id, held.priority, rules.match(**dict(held.match.items())))
                 if rule.key not in wanted:
                     stale.add(rule)
-            for rule in stale:
-                datapath.send_msg(openflow.flow_delete(datapath, rule))
+            if stale:
+                openflow.send(datapath, [openflow.flow_delete(datapath, rule) for rule in stale],
+                              barrier=False)
             self.synced.add(switch)
             if stale:
                 LOG.info("switch %s: removed %d stale rules", switch, len(stale))
@@ -254,7 +256,9 @@ class EdgebedController(App):
     @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
     def barrier(self, event) -> None:
         xid = event.msg.xid
-        with self.lock:
+        # Not the app's lock: a barrier reply is recorded when it comes, not once the decision
+        # that sent it has also saved the state and answered its hosts.
+        with self.installing:
             for key, pending in list(self.pending.items()):
                 if xid in pending.waiting:
                     pending.waiting.discard(xid)
@@ -346,18 +350,21 @@ class EdgebedController(App):
         sent = 0
         waiting = set()
         switches = {s for s in outcome.switches if s in self.datapaths}
-        for switch in switches:
-            count, xid = self._sync(switch)
-            sent += count
-            if xid is not None:
-                waiting.add(xid)
-        # A leave's row names the flow that left and the server it was on.
-        pending = PendingInstall(kind, dict(outcome.placed or outcome.left), decided_ns,
-                                 policy_ms, switches, sent, time.perf_counter_ns(), waiting)
-        if waiting:
-            self.pending[min(waiting)] = pending
-        else:
-            self._record(pending, time.perf_counter_ns())
+        # Held from the first message sent until the decision waits for its barriers, so that
+        # a reply coming back in between finds it.
+        with self.installing:
+            for switch in switches:
+                count, xid = self._sync(switch)
+                sent += count
+                if xid is not None:
+                    waiting.add(xid)
+            # A leave's row names the flow that left and the server it was on.
+            pending = PendingInstall(kind, dict(outcome.placed or outcome.left), decided_ns,
+                                     policy_ms, switches, sent, time.perf_counter_ns(), waiting)
+            if waiting:
+                self.pending[min(waiting)] = pending
+            else:
+                self._record(pending, time.perf_counter_ns())
 
     def _sync(self, switch: str, everything: bool = False) -> tuple[int, int | None]:
         """Send a switch what it lacks (``everything``: compare all it should hold, not only
@@ -369,13 +376,9 @@ class EdgebedController(App):
         changes = self.core.changes(switch, installed, everything)
         if not changes:
             return 0, None
-        for message in openflow.messages(datapath, changes):
-            datapath.send_msg(message)
+        xid = openflow.send(datapath, openflow.messages(datapath, changes))
         installed.apply(changes)
-        barrier = datapath.ofproto_parser.OFPBarrierRequest(datapath)
-        datapath.set_xid(barrier)
-        datapath.send_msg(barrier)
-        return changes.count(), barrier.xid
+        return changes.count(), xid
 
     def _record(self, pending: PendingInstall, done_ns: int) -> None:
         """The decision's ``decisions`` row: one per flow for placements (each join is a

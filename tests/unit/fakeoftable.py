@@ -33,12 +33,14 @@ output to OFPP_NORMAL, ...) raise NotImplementedError when a packet meets them.
 
 from __future__ import annotations
 
+import struct
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from os_ken.lib.packet import arp, ethernet, icmp, ipv4, ipv6, packet as packet_lib, tcp, udp, vlan
 from os_ken.ofproto import ofproto_v1_3 as ofp
+from os_ken.ofproto import ofproto_parser
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
 Packet = dict[str, Any]
@@ -440,6 +442,7 @@ class FakeDatapath:
         self.xid = 0
         self.table = FakeOFTable(ports)
         self.sent: list[Any] = []
+        self.barriers: list[int] = []  # the transaction ids of the barrier requests sent
         self.packet_outs: list[Output] = []
 
     def set_xid(self, msg: Any) -> int:
@@ -454,11 +457,48 @@ class FakeDatapath:
         self.sent.append(msg)
         self.packet_outs.extend(self.table.apply(msg))
 
+    def send(self, data: bytes) -> None:
+        """Raw bytes, as the real one takes them: OpenFlow messages back to back, each parsed
+        (os-ken's parser for flow mods, :func:`parse_group_mod` for group mods; barriers are
+        counted in `barriers`) and applied in turn. Bytes os-ken cannot parse fail here."""
+        offset = 0
+        while offset < len(data):
+            version, msg_type, length, xid = struct.unpack_from(ofp.OFP_HEADER_PACK_STR, data,
+                                                                offset)
+            assert version == ofp.OFP_VERSION and length >= ofp.OFP_HEADER_SIZE, data[offset:]
+            message = data[offset:offset + length]
+            assert len(message) == length, f"truncated message at {offset}"
+            offset += length
+            if msg_type == ofp.OFPT_BARRIER_REQUEST:
+                self.barriers.append(xid)
+                continue
+            if msg_type == ofp.OFPT_GROUP_MOD:
+                msg = parse_group_mod(self, xid, message)
+            else:
+                msg = ofproto_parser.msg(self, version, msg_type, length, xid, message)
+                assert msg is not None, f"os-ken could not parse message type {msg_type}"
+            self.sent.append(msg)
+            self.packet_outs.extend(self.table.apply(msg))
+
     def set_port_live(self, port: int, live: bool) -> None:
         self.table.set_port_live(port, live)
 
     def __str__(self) -> str:
         return f"datapath {self.id}:\n{self.table}"
+
+
+def parse_group_mod(datapath: Any, xid: int, data: bytes) -> Any:
+    """An OFPT_GROUP_MOD's bytes as os-ken's message (os-ken parses its buckets, not the
+    message: switches never send one)."""
+    command, group_type, group_id = struct.unpack_from(ofp.OFP_GROUP_MOD_PACK_STR, data,
+                                                       ofp.OFP_HEADER_SIZE)
+    buckets, offset = [], ofp.OFP_GROUP_MOD_SIZE
+    while offset < len(data):
+        buckets.append(parser.OFPBucket.parser(data, offset))
+        offset += buckets[-1].len
+    msg = parser.OFPGroupMod(datapath, command, group_type, group_id, buckets)
+    msg.xid = xid
+    return msg
 
 
 class ForwardingLoop(RuntimeError):

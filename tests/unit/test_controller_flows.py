@@ -17,7 +17,7 @@ from controller import openflow, rules
 from controller.core import ControllerCore, Outcome
 from controller.policies import create
 from controller.view import NetworkView
-from tests.unit.fakeoftable import FakeNetwork
+from tests.unit.fakeoftable import FakeDatapath, FakeNetwork
 from topologies.scenario import load
 
 VIDEO = "10.0.0.200"
@@ -56,9 +56,10 @@ class Bed:
         count = 0
         for switch in switches:
             changes = self.core.changes(switch, self.installed[switch])
-            for message in openflow.messages(self.datapath(switch), changes):
-                self.datapath(switch).send_msg(message)
-                count += 1
+            wire = openflow.messages(self.datapath(switch), changes)
+            if wire:
+                openflow.send(self.datapath(switch), wire)
+            count += len(wire)
             self.installed[switch].apply(changes)
             assert not self.datapath(switch).table.errors, self.datapath(switch).table
             assert self.installed[switch] == self.core.desired(switch)
@@ -492,3 +493,81 @@ def test_the_rules_a_decision_touches_keep_every_switch_as_a_recomputation_wants
             continue  # nothing placed to act on
         bed.sync(outcome.switches)
         assert bed.installed == recomputed(core), (kind, arguments)
+
+
+MATCH_FIELDS = st.fixed_dictionaries({}, optional={
+    "in_port": st.integers(1, 2**16), "eth_dst": st.sampled_from(
+        ["00:00:00:00:00:01", "0a:1B:00:00:ff:02"]),
+    "eth_type": st.sampled_from([0x0800, 0x0806, 0x86DD]), "ip_proto": st.sampled_from([6, 17]),
+    "ipv4_src": st.sampled_from(["10.0.0.1", "10.20.255.1"]),
+    "ipv4_dst": st.sampled_from(["10.0.0.200", "192.168.3.4"]),
+    "udp_src": st.integers(0, 65535), "udp_dst": st.integers(0, 65535),
+    "tcp_dst": st.integers(0, 65535)})
+ACTIONS = st.lists(st.one_of(
+    st.tuples(st.just("output"), st.integers(1, 2**16)), st.tuples(st.just("group"),
+                                                                   st.integers(1, 64)),
+    st.tuples(st.just("set_field"), st.just("eth_dst"), st.just("00:00:00:00:0A:01")),
+    st.tuples(st.just("set_field"), st.sampled_from(["ipv4_src", "ipv4_dst"]),
+              st.just("10.0.0.9")),
+    st.just(("controller",))), max_size=3).map(tuple)
+RULES = st.builds(rules.Rule, table=st.integers(0, 1), priority=st.integers(0, 65535),
+                  match=MATCH_FIELDS.map(lambda fields: rules.match(**fields)), actions=ACTIONS,
+                  goto=st.sampled_from([None, 1]), layer=st.sampled_from(sorted(rules.COOKIES)))
+
+
+def os_ken_bytes(message) -> bytes:
+    """What os-ken's own ``send_msg`` would put on the wire (with transaction id 0)."""
+    message.xid = 0
+    message.serialize()
+    return bytes(message.buf)
+
+
+@settings(max_examples=150, deadline=None)
+@given(rule=RULES, group=st.builds(rules.Group, group_id=st.integers(1, 64), buckets=st.lists(
+    st.builds(rules.Bucket, watch_port=st.one_of(st.none(), st.integers(1, 64)),
+              actions=ACTIONS), max_size=3).map(tuple)))
+def test_messages_are_the_bytes_os_ken_would_send(rule, group):
+    """controller.openflow builds flow mods from pieces it encodes once; each message is the
+    same bytes as os-ken's own OFPFlowMod (the match given by keywords, normalised by os-ken)."""
+    datapath = FakeDatapath(1)
+    ofp, parser = datapath.ofproto, datapath.ofproto_parser
+    instructions = ([parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS,
+                                                  openflow.actions(datapath, rule.actions))]
+                    if rule.actions else []) + ([parser.OFPInstructionGotoTable(rule.goto)]
+                                                if rule.goto is not None else [])
+    match = parser.OFPMatch(**dict(rule.match))
+    assert openflow.flow_add(datapath, rule) == os_ken_bytes(parser.OFPFlowMod(
+        datapath, cookie=rule.cookie, table_id=rule.table, command=ofp.OFPFC_ADD,
+        priority=rule.priority, match=match, instructions=instructions))
+    assert openflow.flow_delete(datapath, rule) == os_ken_bytes(parser.OFPFlowMod(
+        datapath, table_id=rule.table, command=ofp.OFPFC_DELETE_STRICT, priority=rule.priority,
+        match=parser.OFPMatch(**dict(rule.match)), out_port=ofp.OFPP_ANY,
+        out_group=ofp.OFPG_ANY))
+    assert openflow.clear_foreign(datapath) == [os_ken_bytes(parser.OFPFlowMod(
+        datapath, table_id=ofp.OFPTT_ALL, command=ofp.OFPFC_DELETE, cookie=0,
+        cookie_mask=rules.COOKIE_MARK, out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY,
+        match=parser.OFPMatch()))]
+    # and os-ken reads the flow mod back as the rule it was built from
+    datapath.send(openflow.flow_add(datapath, rule))
+    [parsed] = datapath.sent
+    assert (parsed.table_id, parsed.priority, parsed.cookie) == (rule.table, rule.priority,
+                                                                 rule.cookie)
+    assert rules.match(**dict(parsed.match.items())) == rules.match(
+        **dict(parser.OFPMatch(**dict(rule.match)).items()))
+    sent = openflow.send(datapath, [openflow.group_mod(datapath, group)])
+    assert datapath.sent[-1].group_id == group.group_id and datapath.barriers == [sent]
+
+
+def test_a_sync_is_one_write_closed_by_one_barrier_whose_id_every_message_carries():
+    bed = Bed()
+    datapath = bed.datapath("s1")
+    writes, sent_before = [], len(datapath.sent)
+    original = datapath.send
+    datapath.send = lambda data: (writes.append(data), original(data))
+    bed.core.place([bed.core.request_for(viewer, "video") for viewer in ("viewer1", "viewer2")])
+    assert bed.sync(["s1"]) == 4  # two steering rules a flow, both on the viewers' switch
+    [write] = writes
+    barrier = datapath.barriers[-1]
+    assert [message.xid for message in datapath.sent[sent_before:]] == [barrier] * 4
+    assert len(datapath.barriers) == 2  # the first sync's and this one's, the write's last
+    assert write[-datapath.ofproto.OFP_HEADER_SIZE:][1] == datapath.ofproto.OFPT_BARRIER_REQUEST
