@@ -91,9 +91,15 @@ def _raise_terminated(number, _frame):
     raise RunTerminated(number)
 
 
-def _signals_raise():
-    """SIGTERM and SIGHUP unwind the run like Ctrl-C."""
-    return _signals_handled(_raise_terminated, (signal.SIGTERM, signal.SIGHUP))
+@contextlib.contextmanager
+def _signals_raise() -> Iterator[None]:
+    """SIGTERM and SIGHUP unwind the run like Ctrl-C, and Ctrl-C (SIGINT) raises
+    KeyboardInterrupt even where the runner was started with SIGINT ignored: Python installs
+    its own handler only when SIGINT is not ignored at start-up, and a shell's background job
+    (``cmd &`` in a script, nohup) starts ignoring it, so ``kill -INT`` did nothing there."""
+    with _signals_handled(signal.default_int_handler, (signal.SIGINT,)), \
+            _signals_handled(_raise_terminated, (signal.SIGTERM, signal.SIGHUP)):
+        yield
 
 
 def _signals_ignored():
