@@ -37,7 +37,9 @@ EXIT_INVALID = 2
 EXIT_NOT_READY = 3
 
 console = Console(highlight=False)
-errors = Console(stderr=True, highlight=False)
+# An error is never wrapped: it names a file or a path, and a path broken over two lines
+# can be neither copied nor found by grep (CI failed on "... is not\na run directory").
+errors = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _load(path: str) -> scenario_module.Scenario:
@@ -46,8 +48,7 @@ def _load(path: str) -> scenario_module.Scenario:
 
 def _report_invalid(error: ScenarioInvalid) -> int:
     for problem in error.problems:
-        # soft_wrap: one problem, one line, so editors and grep can jump to file:line:column
-        errors.print(str(problem), markup=False, soft_wrap=True)
+        errors.print(str(problem), markup=False)
     count = len(error.problems)
     errors.print(f"{count} problem{'s' if count != 1 else ''}; nothing was built.", markup=False)
     return EXIT_INVALID
@@ -349,7 +350,7 @@ def command_export(arguments: argparse.Namespace) -> int:
     try:
         exported = exporter(arguments.to)(loaded, arguments.file, out.parent)
     except ExportError as error:
-        errors.print(f"{error}; nothing was written.", markup=False, soft_wrap=True)
+        errors.print(f"{error}; nothing was written.", markup=False)
         return EXIT_INVALID
     atomic_write(out, exported.text())
     console.print(f"{out}: {arguments.to} topology of {loaded.name}: "
@@ -391,11 +392,11 @@ def command_experiment(arguments: argparse.Namespace) -> int:
             outcome = run(loaded, out, fresh=arguments.fresh, console=console,
                           executor=executor)
     except (ResultsMismatch, ClusterUnavailable) as error:
-        errors.print(str(error), markup=False, soft_wrap=True)
+        errors.print(str(error), markup=False)
         return EXIT_INVALID
     except KeyboardInterrupt:
         errors.print(f"interrupted; the finished cells are in {out / 'results.csv'}: run the "
-                     "same command again to go on from there", markup=False, soft_wrap=True)
+                     "same command again to go on from there", markup=False)
         return 130
     # soft_wrap: paths stay whole, to be copied
     console.print(f"{loaded.name}: {outcome.ran} cells run, {outcome.reused} already in "

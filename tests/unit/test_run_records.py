@@ -64,3 +64,10 @@ def test_report_has_tables_and_plots(tmp_path, capsys):
     for name in ("delay", "loss", "throughput"):
         assert (run / "report" / "plots" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
     assert main(["report", str(tmp_path / "none")]) == 2
+
+
+def test_an_error_naming_a_long_path_stays_on_one_line(tmp_path, capsys):
+    # CI's temporary directories are deep: a wrapped message broke the path over two lines
+    missing = tmp_path / ("a-directory-name-long-enough-to-pass-the-console-width-" * 2) / "none"
+    assert main(["report", str(missing)]) == 2
+    assert f"{missing} is not a run directory (no manifest.json)\n" in capsys.readouterr().err
