@@ -463,6 +463,56 @@ class Changes:
         return self.seen
 
 
+class StopSignals:
+    """SIGTERM and SIGINT as bytes on a pipe for select() to wait on (signal.set_wakeup_fd).
+
+    Why not a handler alone: Python runs a handler between bytecodes, so a signal that comes
+    just before a blocking system call (a read, os.waitpid) is taken by the C-level handler and
+    the call then blocks as if nothing had come. The compiled relay's front, waiting in
+    os.waitpid for its relay, missed the SIGTERM that way about once in 20 stops made soon
+    after a change (CI runs hung 30 s); the byte on the pipe wakes select() whenever the
+    signal came."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self):
+        self.fd, wakeup_write = os.pipe()
+        os.set_blocking(self.fd, False)
+        os.set_blocking(wakeup_write, False)
+        signal.set_wakeup_fd(wakeup_write)
+        for signum in self.SIGNALS:
+            # A handler must be set for the signal to reach the pipe; what it does is the
+            # loop's, on reading the pipe.
+            signal.signal(signum, lambda signum, frame: None)
+
+    def take(self) -> list[int]:
+        """The signals that came since the last take, in order."""
+        taken = b""
+        try:
+            while chunk := os.read(self.fd, 4096):
+                taken += chunk
+        except BlockingIOError:
+            pass
+        return list(taken)
+
+
+class StdinLines:
+    """Changes from stdin as whole lines, read once select() has seen stdin readable."""
+
+    def __init__(self):
+        # started with stdin closed: no changes will come
+        self.fd = sys.stdin.fileno() if sys.stdin is not None else None
+        self.pending = b""
+
+    def read(self) -> list[bytes] | None:
+        """The non-blank lines completed by what was there to read; None at end of stdin."""
+        chunk = os.read(self.fd, 65536)
+        if not chunk:
+            return None
+        *lines, self.pending = (self.pending + chunk).split(b"\n")
+        return [line for line in lines if line.strip()]
+
+
 class Relay:
     """The event loop: reads frames as they arrive, sends each when it is due, takes changes
     from stdin and stops on a signal."""
@@ -480,24 +530,20 @@ class Relay:
         self.arrivals = itertools.count()
         self.buffer = bytearray(FRAME_BUFFER_BYTES)
         self.view = memoryview(self.buffer)
-        self.stdin_pending = b""
         self.changes = Changes(self.configure)
         self.stopping = False
-        self.wakeup_read, wakeup_write = os.pipe()
-        os.set_blocking(self.wakeup_read, False)
-        os.set_blocking(wakeup_write, False)
-        signal.set_wakeup_fd(wakeup_write)
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, self._stop)
+        self.signals = StopSignals()
+        self.stdin = StdinLines()
         self.handlers = {inner.fileno(): lambda: self.receive(self.forward),
                          outer.fileno(): lambda: self.receive(self.reverse),
-                         self.wakeup_read: self.clear_wakeup}
-        if sys.stdin is not None:  # started with stdin closed: no changes will come
-            self.handlers[sys.stdin.fileno()] = self.read_changes
+                         self.signals.fd: self.take_signals}
+        if self.stdin.fd is not None:
+            self.handlers[self.stdin.fd] = self.read_changes
         self.watched = list(self.handlers)
 
-    def _stop(self, signum, frame) -> None:
-        self.stopping = True
+    def take_signals(self) -> None:
+        if self.signals.take():
+            self.stopping = True
 
     def configure(self, document) -> None:
         """Apply a configuration or change; nothing of it when any part is invalid."""
@@ -553,15 +599,13 @@ class Relay:
             heapq.heappush(self.queue, (due, next(self.arrivals), direction, frame))
 
     def read_changes(self) -> None:
-        chunk = os.read(sys.stdin.fileno(), 65536)
-        if not chunk:
+        lines = self.stdin.read()
+        if lines is None:
             # End of stdin ends the changes, not the relay.
-            self.watched.remove(sys.stdin.fileno())
+            self.watched.remove(self.stdin.fd)
             return
-        *lines, self.stdin_pending = (self.stdin_pending + chunk).split(b"\n")
         for line in lines:
-            if line.strip():
-                self.change(line)
+            self.change(line)
 
     def change(self, line: bytes) -> None:
         # Frames already waiting in the sockets arrived before the change was read: they are
@@ -571,13 +615,6 @@ class Relay:
         number = self.changes.take(line)
         if number is not None:
             report({"applied": number})
-
-    def clear_wakeup(self) -> None:
-        try:
-            while os.read(self.wakeup_read, 4096):
-                pass
-        except BlockingIOError:
-            pass
 
     def write_status(self, now: int) -> None:
         """The statistics so far, replaced atomically once a second, for whoever watches the
@@ -673,38 +710,34 @@ class CompiledRelay:
             pass  # it has exited; run() reports how
 
     def run(self) -> int:
-        """Pass changes on until stdin ends, then wait for the relay; a signal is passed on to
-        it (it prints the statistics) and ends the waiting for changes."""
-        def stop(signum, frame):
-            self.process.send_signal(signum)
-            raise _Stopped
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, stop)
+        """Pass changes on until stdin ends or a signal comes, and signals on to the relay (it
+        prints the statistics and exits) until it has exited; its exit status."""
+        signals, stdin = StopSignals(), StdinLines()
+        exited = os.pidfd_open(self.process.pid)
+        watched = [signals.fd, exited] + ([stdin.fd] if stdin.fd is not None else [])
         self.send(["G"])
         try:
-            while sys.stdin is not None:
-                line = sys.stdin.buffer.readline()
-                if not line:
-                    break  # end of stdin ends the changes, not the relay
-                if line.strip():
-                    self.change(line)
-        except _Stopped:
-            pass
-        while True:
-            try:
-                return self.process.wait()
-            except _Stopped:
-                pass
+            while exited not in (readable := select.select(watched, (), ())[0]):
+                if signals.fd in readable:
+                    for signum in signals.take():
+                        self.process.send_signal(signum)
+                    if stdin.fd in watched:
+                        watched.remove(stdin.fd)  # a signal ends the changes
+                if stdin.fd in readable and stdin.fd in watched:
+                    lines = stdin.read()
+                    if lines is None:
+                        watched.remove(stdin.fd)  # end of stdin ends the changes, not the relay
+                    for line in lines or ():
+                        self.change(line)
+        finally:
+            os.close(exited)
+        return self.process.wait()
 
     def change(self, line: bytes) -> None:
         number = self.changes.take(line)
         if number is not None:
             # Acknowledged by the C relay once it has applied the settings sent before this.
             self.send([f"A {number}"])
-
-
-class _Stopped(Exception):
-    """A stopping signal arrived (raised by the front's handler to end a blocking read)."""
 
 
 def main(argv: list[str] | None = None) -> int:
