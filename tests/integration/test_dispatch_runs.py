@@ -19,7 +19,7 @@ import os
 import pytest
 
 from controller.policies.dispatch.quality import VIA
-from experiments.kinds.dispatch_emulation import failover
+from experiments.kinds.dispatch_emulation import METRICS, failover, measure
 from experiments.measurements import read_table
 from tests.conftest import ROOT
 from tests.integration.conftest import assert_nothing_left, edgebed, only_run_dir
@@ -307,3 +307,22 @@ def test_a_cross_border_viewer_goes_through_the_relay_when_the_direct_path_is_lo
           f"delay min {min(float(r['delay_ms']) for r in frames):.1f} ms")
     assert float(straight["loss_fraction"]) > VIA.loss, straight
     assert address[MISPLACED]
+
+
+def test_the_dispatch_experiment_measures_these_runs(runs, probed):
+    # The emulated experiment's own row (experiments/kinds/dispatch_emulation.measure) from
+    # real run directories: a rename in what it reads broke every cell of the experiment
+    # once, and only regenerating a report found it. Every declared metric, figures that
+    # agree with what the tests above check by hand.
+    tickets, _ = runs
+    rows = {"tickets": measure(tickets), "probing": measure(probed)}
+    print(f"\nmeasured: {rows}")
+    for row in rows.values():
+        assert set(row) == {metric.name for metric in METRICS}, row
+        assert row["viewers"] == 6 and 0 < row["viewers_served"] <= 6, row
+    assert rows["tickets"]["viewers_served"] == 6
+    hot = failover(tickets)
+    assert rows["tickets"]["failover_measured_gap_ms"] == pytest.approx(1e3 * hot.gap_s)
+    assert rows["tickets"]["failover_valid"] == 1 and rows["tickets"]["failover_gap_ms"] < 1e3
+    # the capacity runs probe no paths, the probing run's origin relays usv1's flow via hk1
+    assert rows["tickets"]["relayed_flows"] == 0 and rows["probing"]["relayed_flows"] >= 1
