@@ -1,0 +1,207 @@
+"""The largest scenario of each kind of traffic that runs here with a clean fidelity verdict.
+
+For each kind (live video streamer to viewer, danmaku and gifts from viewers to a chat
+collector, AI data flows terminal to receiver) the benchmark builds a scenario of ``n`` flows
+whose every packet crosses one impaired link (20 ms delay and 1 % loss each way, so on a kernel
+without sch_netem the fallback delay relay carries it), runs it as ``edgebed run`` does, and
+reads the run's own fidelity verdict (:func:`experiments.measurements.fidelity`: emulator-made
+loss, senders behind their schedule, a late wire, a saturated CPU). ``n`` doubles from 1 until
+a run is flagged or fails, then two bisection steps narrow the boundary. The table gives, per
+kind, the largest clean run's hosts, flows and the frames a second the impaired link carried,
+and what flagged the first run past it.
+
+A verdict on a shared machine is noisy: a run beside other work can be flagged at a size that
+passes alone, so run it alone (the runner waits for the machine lock anyway) and read the
+boundary as "about", not as an exact figure.
+
+    sudo .venv/bin/python benchmarks/scale.py [--kinds video,chat,ai] [--duration 10]
+                                              [--largest 256] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from experiments.runner import RunOptions, run_scenario  # noqa: E402
+from topologies import scenario as scenario_module  # noqa: E402
+
+IMPAIRMENT = {"delay": "20ms", "loss": "1%"}
+TRUNK = ["s1:eth1", "s2:eth1"]  # the impaired link, senders' side first
+SENDERS_START_S = 1.0
+BISECTION_STEPS = 2
+
+
+@dataclass(frozen=True)
+class TrafficKind:
+    """One kind of traffic: its hosts at ``n`` flows and the workload between them. Senders
+    are ``src1..src{n}``; ``receivers(n)`` hosts ``dst1..`` sit across the impaired link."""
+
+    name: str
+    what: str
+    sender_role: str
+    receiver_role: str
+    receivers: Callable[[int], int]
+    workload: Callable[[int], list[dict]]
+
+
+def _video(n: int) -> list[dict]:
+    viewers = [{"agent": "viewer", "nodes": [f"dst{i}"], "params": {"port": 5004}}
+               for i in range(1, n + 1)]
+    streamers = [{"agent": "streamer", "nodes": [f"src{i}"], "start": f"{SENDERS_START_S}s",
+                  "params": {"to": f"dst{i}", "stream": i, "bitrate": "3Mbps", "fps": 30}}
+                 for i in range(1, n + 1)]
+    return viewers + streamers
+
+
+def _chat(n: int) -> list[dict]:
+    return [{"agent": "chat_collector", "nodes": ["dst1"], "params": {"port": 5006}},
+            {"agent": "viewer", "nodes": [f"src[1-{n}]"], "start": f"{SENDERS_START_S}s",
+             "params": {"port": 5004, "danmaku_to": "dst1", "danmaku_rate": 5,
+                        "gift_rate": 0.5}}]
+
+
+def _ai(n: int) -> list[dict]:
+    receivers = [{"agent": "ai_receiver", "nodes": [f"dst{i}"]} for i in range(1, n + 1)]
+    terminals = [{"agent": "ai_terminal", "nodes": [f"src{i}"], "start": f"{SENDERS_START_S}s",
+                  "params": {"to": f"dst{i}", "stream": i}} for i in range(1, n + 1)]
+    return receivers + terminals
+
+
+KINDS = {kind.name: kind for kind in (
+    TrafficKind("video", "live video, 3 Mbit/s 30 fps, streamer to its own viewer",
+                "streamer", "viewer", lambda n: n, _video),
+    TrafficKind("chat", "danmaku (5/s) and gifts (0.5/s) from each viewer to one collector",
+                "viewer", "edge", lambda n: 1, _chat),
+    TrafficKind("ai", "AI data flows, a 100 kB unit a second each, terminal to its receiver",
+                "client", "access", lambda n: n, _ai),
+)}
+
+
+def scenario_text(kind: TrafficKind, n: int, duration_s: float) -> str:
+    """The scenario of ``n`` flows of ``kind``: senders on s1, receivers on s2, and the one
+    impaired link between the switches."""
+    receivers = kind.receivers(n)
+    document = {
+        "name": f"scale-{kind.name}-{n}",
+        "description": f"{n} flows of {kind.what}, over one link of "
+                       f"{IMPAIRMENT['delay']} delay and {IMPAIRMENT['loss']} loss each way",
+        "seed": 1,
+        "duration": f"{duration_s:g}s",
+        "topology": {
+            "nodes": {f"src[1-{n}]": {"role": kind.sender_role},
+                      f"dst[1-{receivers}]": {"role": kind.receiver_role},
+                      "s1": {"role": "switch"}, "s2": {"role": "switch"}},
+            "links": [{"endpoints": TRUNK, **IMPAIRMENT},
+                      {"endpoints": [f"src[1-{n}]:eth1", f"s1:eth[2-{n + 1}]"]},
+                      {"endpoints": [f"dst[1-{receivers}]:eth1", f"s2:eth[2-{receivers + 1}]"]}],
+        },
+        "workload": kind.workload(n),
+    }
+    return yaml.safe_dump(document, sort_keys=False)
+
+
+@dataclass
+class Outcome:
+    """One run of ``n`` flows: whether it was clean, and what it carried."""
+
+    n: int
+    hosts: int
+    clean: bool
+    frames_per_s: float
+    cpu_busy_max: float | None
+    why: str
+
+
+def run_once(kind: TrafficKind, n: int, duration_s: float, runs_root: Path) -> Outcome:
+    text = scenario_text(kind, n, duration_s)
+    loaded = scenario_module.loads(text, file=f"<scale {kind.name} {n}>")
+    result = run_scenario(loaded, RunOptions(runs_root=runs_root))
+    summary = result.summary
+    fidelity = summary.get("fidelity") or {}
+    offered = sum(entry["offered"] for entry in summary.get("emulator_loss") or []
+                  if entry["endpoints"] == TRUNK and entry["direction"] == "forward")
+    flags = fidelity.get("flags") or []
+    if result.status != "completed":
+        failed = summary.get("failed_processes") or []
+        why = f"run {result.status}" + (f": {failed[0]['command']} on {failed[0]['node']}"
+                                        if failed else "")
+    else:
+        why = flags[0] if flags else ""
+    return Outcome(n, n + kind.receivers(n), result.status == "completed" and not flags,
+                   offered / (duration_s - SENDERS_START_S), fidelity.get("cpu_busy_max"), why)
+
+
+def boundary(kind: TrafficKind, duration_s: float, largest: int, runs_root: Path,
+             console: Console) -> tuple[Outcome | None, Outcome | None]:
+    """The largest clean run found and the smallest flagged one (None where there is none)."""
+    clean = flagged = None
+
+    def attempt(n: int) -> Outcome:
+        nonlocal clean, flagged
+        outcome = run_once(kind, n, duration_s, runs_root)
+        console.print(f"  {kind.name} n={n}: {'clean' if outcome.clean else 'flagged'}, "
+                      f"{outcome.frames_per_s:,.0f} frames/s on the impaired link"
+                      + (f"; {outcome.why}" if outcome.why else ""), markup=False)
+        if outcome.clean:
+            clean = outcome if clean is None or n > clean.n else clean
+        else:
+            flagged = outcome if flagged is None or n < flagged.n else flagged
+        return outcome
+
+    n = 1
+    while n <= largest and attempt(n).clean:
+        n *= 2
+    for _ in range(BISECTION_STEPS):
+        if clean is None or flagged is None or flagged.n - clean.n < 2:
+            break
+        attempt((clean.n + flagged.n) // 2)
+    return clean, flagged
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kinds", default=",".join(KINDS),
+                        help=f"comma-separated, of {', '.join(KINDS)}")
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds a run")
+    parser.add_argument("--largest", type=int, default=256, help="flows at most")
+    parser.add_argument("--keep", type=Path, help="keep the run directories here")
+    arguments = parser.parse_args()
+    kinds = [KINDS[name] for name in arguments.kinds.split(",")]
+    console = Console(width=200)
+    with tempfile.TemporaryDirectory(prefix="edgebed-scale-") as scratch:
+        runs_root = arguments.keep or Path(scratch)
+        found = {kind.name: boundary(kind, arguments.duration, arguments.largest, runs_root,
+                                     console) for kind in kinds}
+    table = Table(title=f"largest clean run a kind ({arguments.duration:g} s runs, one link of "
+                        f"{IMPAIRMENT['delay']} and {IMPAIRMENT['loss']} each way)",
+                  title_justify="left")
+    for column in ("traffic", "hosts", "flows", "frames/s on the impaired link",
+                   "CPU busy max", "next size flagged for"):
+        table.add_column(column)
+    for kind in kinds:
+        clean, flagged = found[kind.name]
+        past = (f"n={flagged.n}: {flagged.why}" if flagged
+                else f"none up to {arguments.largest}")
+        if clean is None:
+            table.add_row(kind.what, "-", "-", "-", "-", past)
+            continue
+        table.add_row(kind.what, str(clean.hosts), str(clean.n), f"{clean.frames_per_s:,.0f}",
+                      f"{clean.cpu_busy_max:.0%}" if clean.cpu_busy_max is not None else "-",
+                      past)
+    console.print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
