@@ -503,6 +503,11 @@ int main(int argc, char **argv) {
     }
     /* Without SCHED_FIFO (no permission) timers would fire up to 50 us late by default. */
     prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+    /* The front (wire.py) is the relay's only reader and the only one that stops it: killed
+     * (SIGKILL, a crashed test), it cannot pass SIGTERM on, and the relay lived on with its
+     * namespace gone. Its death now stops the relay as SIGTERM does. */
+    prctl(PR_SET_PDEATHSIG, SIGTERM, 0UL, 0UL, 0UL);
+    if (getppid() == 1) return 1;  /* the front died before the line above */
     struct sigaction action = {.sa_handler = stop};
     sigaction(SIGTERM, &action, NULL);
     sigaction(SIGINT, &action, NULL);
