@@ -721,13 +721,11 @@ class CompiledRelay:
                 if signals.fd in readable:
                     for signum in signals.take():
                         self.process.send_signal(signum)
-                    if stdin.fd in watched:
-                        watched.remove(stdin.fd)  # a signal ends the changes
-                if stdin.fd in readable and stdin.fd in watched:
-                    lines = stdin.read()
-                    if lines is None:
-                        watched.remove(stdin.fd)  # end of stdin ends the changes, not the relay
-                    for line in lines or ():
+                    watched = [signals.fd, exited]  # a signal ends the changes
+                elif (lines := stdin.read()) is None:
+                    watched = [signals.fd, exited]  # end of stdin ends the changes, not the relay
+                else:
+                    for line in lines:
                         self.change(line)
         finally:
             os.close(exited)

@@ -506,8 +506,9 @@ int main(int argc, char **argv) {
     /* The front (wire.py) is the relay's only reader and the only one that stops it: killed
      * (SIGKILL, a crashed test), it cannot pass SIGTERM on, and the relay lived on with its
      * namespace gone. Its death now stops the relay as SIGTERM does. */
+    pid_t front = getppid();
     prctl(PR_SET_PDEATHSIG, SIGTERM, 0UL, 0UL, 0UL);
-    if (getppid() == 1) return 1;  /* the front died before the line above */
+    if (getppid() != front) return 1;  /* the front died before the line above */
     struct sigaction action = {.sa_handler = stop};
     sigaction(SIGTERM, &action, NULL);
     sigaction(SIGINT, &action, NULL);
