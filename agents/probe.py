@@ -179,8 +179,10 @@ class Sender:
     the socket takes them).
 
     Packet i is due at start + i / rate on the monotonic clock; the sender sleeps until
-    shortly before each deadline and spins for the rest. A packet sent late does not move the
-    schedule, the following ones catch up, so the achieved rate does not drift.
+    shortly before each deadline and spins for the rest, or with a ``quantum_us`` wakes at most
+    once per quantum and sends what is due (:class:`~agents.common.Pacer`). A packet sent late
+    does not move the schedule, the following ones catch up, so the achieved rate does not
+    drift.
     """
 
     address: str
@@ -189,11 +191,12 @@ class Sender:
     count: int
     size: int = 64
     flow: int = 0
+    quantum_us: float = 0.0
 
     def run(self) -> dict:
         """Send every packet; returns a summary of what was sent and how punctually."""
         payload = bytearray(encode(self.flow, 0, 0, self.size))
-        pacer = Pacer() if self.rate_pps > 0 else None
+        pacer = Pacer(quantum_ns=round(self.quantum_us * 1e3)) if self.rate_pps > 0 else None
         sent = errors = 0
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
             sock.connect((self.address, self.port))
@@ -405,6 +408,9 @@ def main(argv: list[str] | None = None) -> int:
     send.add_argument("--size", type=payload_size, default=64, metavar="BYTES",
                       help="UDP payload size (default 64)")
     send.add_argument("--flow", type=int, default=0, metavar="ID")
+    send.add_argument("--quantum", type=float, default=0.0, metavar="US",
+                      help="wake at most once per US microseconds and send what is due, "
+                           "instead of spinning to each deadline (default 0: spin)")
     send.add_argument("--output", metavar="FILE", help="JSON summary (default: stdout)")
     receive = commands.add_parser("receive", help="receive and measure probe packets")
     receive.add_argument("--port", type=int, required=True)
@@ -419,11 +425,11 @@ def main(argv: list[str] | None = None) -> int:
     arguments = parser.parse_args(argv)
 
     if arguments.command == "send":
-        if arguments.rate < 0 or arguments.count < 1:
-            parser.error("--rate must be at least 0 and --count at least 1")
+        if arguments.rate < 0 or arguments.count < 1 or arguments.quantum < 0:
+            parser.error("--rate and --quantum must be at least 0 and --count at least 1")
         address, port = arguments.to
         summary = Sender(address, port, arguments.rate, arguments.count, arguments.size,
-                         arguments.flow).run()
+                         arguments.flow, arguments.quantum).run()
         write_json(summary, arguments.output)
         return 0
 

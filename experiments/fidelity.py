@@ -1,7 +1,8 @@
 """A measured line path for impairment fidelity: v1 - s1 - s2 - e1 on a real Mininet network.
 
 Link 0 (v1:eth1 - s1:eth1) is host-switch, link 1 (s1:eth2 - s2:eth2) switch-switch; traffic
-from v1 to e1 crosses both in their forward direction. :class:`FidelityPath` builds it with a
+from v1 to e1 crosses both in their forward direction. :data:`DIRECT` is the same two hosts
+wired to each other, link 0 alone and no switch: what the relay does apart from Open vSwitch. :class:`FidelityPath` builds it with a
 chosen impairment backend, changes impairments at run time through
 :class:`~topologies.impairments.control.LinkControl`, and measures with the UDP probe
 (kernel receive timestamps, so one-way delay is exact) and iperf3 (TCP goodput).
@@ -44,6 +45,18 @@ topology:
     - {endpoints: ["v1:eth1", "s1:eth1"], delay: 1ms}
     - {endpoints: ["s1:eth2", "s2:eth2"], delay: 1ms}
     - {endpoints: ["e1:eth1", "s2:eth1"]}
+"""
+# The relay alone: where a switched path's limits are the userspace switch's, this one's are
+# the relay's and the measuring hosts'.
+DIRECT = """
+name: fidelity-direct
+topology:
+  subnet: 10.9.0.0/24
+  nodes:
+    v1: {role: viewer, ip: 10.9.0.1/24}
+    e1: {role: edge, ip: 10.9.0.2/24}
+  links:
+    - {endpoints: ["v1:eth1", "e1:eth1"], delay: 1ms}
 """
 CLEAR = Impairment(bw=0, delay=0, jitter=0, loss=0, burst=BurstLoss(p=0, r=0))
 READY_TIMEOUT_S = 60.0  # waits for the path or a server to be ready: only against a hang
@@ -91,9 +104,9 @@ class EmulatedNetwork:
 class FidelityPath(EmulatedNetwork):
     """The running line network and the measurements the tests make on it."""
 
-    def __init__(self, backend_name: str, log_dir: Path):
+    def __init__(self, backend_name: str, log_dir: Path, line: str = LINE):
         backend = choose_backend(backend_name, backend_name == "netem")
-        super().__init__(LINE, "fidelity.yaml", log_dir,
+        super().__init__(line, "fidelity.yaml", log_dir,
                          lambda scenario: wired_links(scenario, backend))
         self.backend = backend
         self.links = None
@@ -119,7 +132,7 @@ class FidelityPath(EmulatedNetwork):
 
     def only(self, link: int, impairment: Impairment) -> None:
         """Make ``impairment`` the forward direction of ``link`` and clear everything else."""
-        for index in (HOST_SWITCH, SWITCH_SWITCH):
+        for index in range(len(self.scenario.links)):
             self.links.set(index, CLEAR)
         self.links.set(link, impairment, ("forward",))
 
@@ -134,11 +147,12 @@ class FidelityPath(EmulatedNetwork):
                 raise RuntimeError(f"v1 -> e1 passed no echo within {timeout_s:g}s")
 
     def udp(self, rate_pps: float, count: int, size: int = 64, all_sent: bool = True,
-            both_ways: bool = False) -> dict:
+            both_ways: bool = False, quantum_us: float = 0.0) -> dict:
         """Send ``count`` probe packets v1 -> e1; the receiver's summary, with the sender's under
         ``sender``. ``all_sent``: the sender's socket took every packet (false when v1's own
         interface is down). ``both_ways``: e1 sends as many to v1 at the same time, and that
-        flow's summary is under ``reverse``."""
+        flow's summary is under ``reverse``. ``quantum_us``: the senders' pacing quantum
+        (:class:`agents.probe.Sender`; 0 spins to each deadline)."""
         ways = (("v1", "e1", "10.9.0.2"), ("e1", "v1", "10.9.0.1"))[:2 if both_ways else 1]
         slack_s = 5 + 3 * self.agent_start_s
         timeout_s = count / rate_pps + 30 + slack_s
@@ -151,7 +165,8 @@ class FidelityPath(EmulatedNetwork):
             assert "listening" in receivers[-1].stderr.readline()
         senders = [self.host(source).popen(
             [sys.executable, "-m", "agents.probe", "send", "--to", f"{address}:5005", "--rate",
-             str(rate_pps), "--count", str(count), "--size", str(size)],
+             str(rate_pps), "--count", str(count), "--size", str(size), "--quantum",
+             str(quantum_us)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for source, _, address in ways]
         summaries = []

@@ -117,7 +117,7 @@ def test_demo_impairments_are_netem_on_the_sending_end_with_units():
                   if spec["labels"].get("edgebed-name") == "s2")
     netem = [command for command in host_commands(export.topology) if "netem" in command]
     assert netem == [f"tc qdisc add dev {bridge}p10 root handle 10: netem delay 10000us 2000us "
-                     "distribution normal loss random 0.5% limit 2487"]
+                     "distribution normal loss random 0.5% limit 15862"]
     # an unimpaired host gets no tc at all
     assert not any(command.startswith("tc ") for command in nodes["viewer1"]["exec"])
 

@@ -56,8 +56,8 @@ def test_netem_spec():
 
 
 def test_netem_limit_holds_what_is_in_flight():
-    # 1 Gbit/s of 1514-byte frames for 150 ms is ~12.4k frames on top of the queue.
-    assert tc.netem_limit(Impairment(delay=0.15)) == 1000 + 12_385  # ceil(1e9 / 8 / 1514 * 0.15)
+    # Unlimited: 10 Gbit/s of 1514-byte frames for 150 ms is ~124k frames on top of the queue.
+    assert tc.netem_limit(Impairment(delay=0.15)) == 1000 + 123_845  # ceil(1e10 / 8 / 1514 * 0.15)
     assert tc.netem_limit(Impairment(delay=0.05, bw=10e6, queue=100)) == 100 + 42
 
 
@@ -67,9 +67,9 @@ def test_relay_settings():
     assert settings == {"delay": 0.02, "jitter": 0.005, "distribution": "normal",
                         "reorder": False, "burst": {"p": 0.1, "r": 0.5, "bad_loss": 1.0,
                                                     "good_loss": 0.0},
-                        # Room for 40 ms (delay + 4 jitter) at 1 Gbit/s in full frames: the
+                        # Room for 40 ms (delay + 4 jitter) at 10 Gbit/s in full frames: the
                         # rate limit (bw) sits after the relay.
-                        "limit": 1000 + 3303}
+                        "limit": 1000 + 33_026}
     cleared = relay_direction(Impairment(delay=0, burst=BurstLoss(p=0, r=0)))
     assert cleared["delay"] == 0 and cleared["burst"] is None and cleared["reorder"] is True
 

@@ -100,10 +100,17 @@ def netem_spec(impairment: Impairment) -> str | None:
     return "netem " + " ".join(parts)
 
 
+# What an unlimited link is taken to carry at most (bit/s). A veth has no line rate: a sender
+# that fell behind its schedule catches up in a burst at memory speed. At 1 Gbit/s a 50 ms
+# wire held 5,128 frames, and one such burst of both ways at 50k frames/s overflowed it.
+UNLIMITED_RATE = 10e9
+
+
 def netem_limit(impairment: Impairment) -> int:
     """netem's limit counts packets being delayed, not only queued ones: room for the link's
-    queue plus everything in flight during delay + 4 jitter at the link rate (1 Gbit/s when
-    unlimited) in full-size frames, so a long delay never turns into loss."""
-    in_flight = (impairment.bw or 1e9) / 8 / 1514 * ((impairment.delay or 0)
-                                                     + 4 * (impairment.jitter or 0))
+    queue plus everything in flight during delay + 4 jitter at the link rate
+    (:data:`UNLIMITED_RATE` when unlimited) in full-size frames, so a long delay never turns
+    into loss."""
+    in_flight = (impairment.bw or UNLIMITED_RATE) / 8 / 1514 * ((impairment.delay or 0)
+                                                                + 4 * (impairment.jitter or 0))
     return (impairment.queue or 1000) + math.ceil(in_flight)
