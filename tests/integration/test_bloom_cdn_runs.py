@@ -55,7 +55,10 @@ def runs(tmp_path_factory):
 def test_every_request_is_answered_with_its_item(runs):
     for strategy, (_, summary, figures) in runs[0].items():
         assert figures["requests"] >= 0.8 * ARRIVAL_RATE * REQUESTS_FOR, strategy
-        assert figures["timeouts"] == 0, (strategy, figures)
+        # A request lost on the way times out: only loss the emulator counted may cause one
+        # (CI at e1805a0 had 1 timeout in 2,008 requests; nothing is configured to lose).
+        counted = sum(entry["emulator_made"] for entry in summary.get("emulator_loss", ()))
+        assert figures["timeouts"] <= counted, (strategy, figures, summary.get("emulator_loss"))
         assert figures["hit_rate"] == 0.0
         assert summary["status"] == "completed", summary.get("error")
 
