@@ -11,16 +11,14 @@
 
 from __future__ import annotations
 
-import dataclasses
+import heapq
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from enum import Enum
 
+from agents.lookup import LookupMode, LookupState
 
-class LookupMode(str, Enum):
-    BROADCAST = "broadcast"
-    HINT = "hint"
+__all__ = ["Directory", "Lookup", "LookupMode", "Transcoding"]
 
 
 @dataclass(frozen=True)
@@ -63,35 +61,32 @@ class Directory:
 
     def lookup(self, center: str, stream: str, mode: LookupMode,
                hint: str | None = None) -> Lookup:
-        """Where ``stream`` lives, asked at ``center``."""
+        """Where ``stream`` lives, asked at ``center``: the lookup's state machine run with
+        each reply arriving one round-trip time after its query, none lost. A broadcast's
+        answer is in at the first positive reply, or when the last negative one arrives; a
+        stale hint's "not here" comes first, and only then does the broadcast go out."""
         if stream in self.streams[center]:
             return Lookup(self.streams[center][stream], center, 0, 0.0)
-        if mode is LookupMode.HINT and hint is not None:
-            if hint not in self.streams:
-                raise KeyError(f"hint names unknown center {hint!r}")
-            if hint == center:
-                # Stale, and known to be without asking anyone: straight to broadcast.
-                return dataclasses.replace(self._broadcast(center, stream), fell_back=True)
-            if stream in self.streams[hint]:
-                return Lookup(self.streams[hint][stream], hint, 2, self.rtt(center, hint))
-            stale = self._broadcast(center, stream, exclude={hint})
-            # The hinted center's "not here" comes first: only then does the broadcast go out.
-            return Lookup(stale.node, stale.center, stale.messages + 2,
-                          self.rtt(center, hint) + stale.seconds, fell_back=True)
-        return self._broadcast(center, stream)
+        state = LookupState(center, self.centers, mode, hint if mode is LookupMode.HINT
+                            else None)
+        replies: list[tuple[float, int, str]] = []
+        answered_at = 0.0
 
-    def _broadcast(self, center: str, stream: str, exclude: frozenset | set = frozenset()
-                   ) -> Lookup:
-        """Ask every other center at once; each answers (known or not). The answer is in at the
-        first positive reply, or when the last negative one arrives."""
-        asked = [other for other in self.centers if other != center and other not in exclude]
-        knowing = [other for other in asked if stream in self.streams[other]]
-        if knowing:
-            nearest = min(knowing, key=lambda other: self.rtt(center, other))
-            return Lookup(self.streams[nearest][stream], nearest, 2 * len(asked),
-                          self.rtt(center, nearest))
-        return Lookup(None, None, 2 * len(asked),
-                      max((self.rtt(center, other) for other in asked), default=0.0))
+        def send(now: float, asked: list[str]) -> None:
+            for other in asked:
+                heapq.heappush(replies, (now + self.rtt(center, other),
+                                         self.centers.index(other), other))
+
+        send(0.0, state.start())
+        while replies:
+            now, _, other = heapq.heappop(replies)
+            was_done = state.done
+            known = self.streams[other].get(stream)
+            send(now, state.on_reply(other, known is not None, known))
+            if state.done and not was_done:
+                answered_at = now
+        return Lookup(state.node, state.center, state.messages, answered_at,
+                      fell_back=state.fell_back)
 
 
 class Transcoding:
