@@ -94,6 +94,13 @@ def start_edgebed(*arguments: str) -> subprocess.Popen:
                             stderr=subprocess.STDOUT, text=True)
 
 
+def emulator_made(summary: dict, *directions: tuple[int, str]) -> int:
+    """The frames the emulator itself lost in a run, by its own count: on these (link,
+    direction)s, or everywhere when none is named."""
+    return sum(entry["emulator_made"] for entry in summary["emulator_loss"]
+               if not directions or (entry["link"], entry["direction"]) in directions)
+
+
 def only_run_dir(runs: Path) -> Path:
     found = [p for p in runs.iterdir() if p.is_dir()]
     assert len(found) == 1, found

@@ -9,7 +9,7 @@ from agents import pcap
 from agents.probe import loss_interval
 from experiments.measurements import read_table
 from tests.integration.conftest import (SINGLE_SHOT_CONFIDENCE, assert_nothing_left, edgebed,
-                                        only_run_dir)
+                                        emulator_made, only_run_dir)
 
 STREAMING = """
 name: streaming
@@ -69,12 +69,6 @@ def assert_verdict_matches_timing(fidelity: dict, delay_p99_ms: float, configure
     if fidelity["ok"]:
         allowed_ms = configured_ms + 4.0 + max(2.0, path_p99_ms)
         assert delay_p99_ms <= allowed_ms, (delay_p99_ms, path_p99_ms, fidelity)
-
-
-def emulator_made(summary: dict, *directions: tuple[int, str]) -> int:
-    """The frames the emulator itself lost on these (link, direction)s, by its own count."""
-    return sum(entry["emulator_made"] for entry in summary["emulator_loss"]
-               if (entry["link"], entry["direction"]) in directions)
 
 
 def test_streaming_run_measures_what_the_link_does(tmp_path, state_before):

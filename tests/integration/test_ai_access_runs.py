@@ -32,7 +32,7 @@ from experiments.kinds.ai_access_emulation import (access_responses, first_copie
                                                    run_degrees, spread)
 from experiments.measurements import read_table
 from tests.conftest import ROOT
-from tests.integration.conftest import (SINGLE_SHOT_CONFIDENCE, SystemState,
+from tests.integration.conftest import (SINGLE_SHOT_CONFIDENCE, SystemState, emulator_made,
                                         assert_nothing_left, edgebed, only_run_dir)
 
 SCENARIO = ROOT / "topologies" / "ai_access.yaml"
@@ -75,10 +75,6 @@ def receiver_summary(run_dir, node: str) -> dict:
         if line.startswith("{") and '"agent": "ai_receiver"' in line:
             return json.loads(line)
     raise AssertionError(f"no ai_receiver summary in {node}'s log")
-
-
-def emulator_made(summary: dict) -> int:
-    return sum(entry["emulator_made"] for entry in summary["emulator_loss"])
 
 
 def test_least_connections_gives_each_server_four_flows(runs):
