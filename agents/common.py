@@ -320,9 +320,11 @@ class ProcessingBudget:
 
 
 def receiving_socket(port: int, kind: int = socket.SOCK_DGRAM,
-                     bind_address: str = "0.0.0.0") -> socket.socket:
+                     bind_address: str = "0.0.0.0", reuse: bool = True) -> socket.socket:
     """A UDP socket with a 16 MiB receive buffer and kernel receive timestamps, whose reads
-    time out every 0.1 s so a stop request is seen."""
+    time out every 0.1 s so a stop request is seen. ``reuse=False``: binding fails with
+    EADDRINUSE when another socket holds the address and port (with SO_REUSEADDR two UDP
+    sockets may share them)."""
     sock = socket.socket(socket.AF_INET, kind)
     try:
         sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RECEIVE_BUFFER)
@@ -330,8 +332,13 @@ def receiving_socket(port: int, kind: int = socket.SOCK_DGRAM,
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
     sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("@ll", 0, round(POLL_S * 1e6)))
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((bind_address, port))
+    if reuse:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((bind_address, port))
+    except OSError:
+        sock.close()
+        raise
     return sock
 
 

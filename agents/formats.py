@@ -39,6 +39,9 @@ gpu_request              13  stream u32, unit u32, unit_bytes u32
 gpu_grant                14  stream u32, unit u32, sequence u32, gpu u32 (IPv4), gpu_port u16
 ai_unit                  15  stream u32, unit u32, sequence u32, length u32, then ``length``
                              unit bytes
+lookup_query             16  lookup u32, stream u32, attempt u8, send_ns u64
+lookup_reply             17  lookup u32, stream u32, attempt u8, found u8, node u32 (IPv4),
+                             query_send_ns u64
 =====================  ====  ===========================================================
 
 A tail whose size a fixed field gives (text_length, length, count) ends there; bytes after it
@@ -64,6 +67,12 @@ unit asks the cluster manager where it goes (``gpu_request``, on the side band),
 answers with the GPU server whose turn it is (``gpu_grant``: its data-plane address and port,
 and the grant's number in the rotation, :class:`agents.ai_gpu.GpuRotation`), and the
 access server sends the unit there on the data plane (``ai_unit``, over TCP: the unit whole).
+
+Seed 001's back-to-source lookup between dispatch centers (:mod:`agents.dispatch_center`): a
+center that does not know ``stream`` asks another (``lookup_query``: its lookup's number, and
+``attempt`` 0 for the first query, 1, 2, ... for retransmissions), which answers whether the
+stream is registered with it and on which media node (``lookup_reply``: ``found`` 1 or 0,
+``node`` 0 when not), echoing the query's attempt and send time so the asker times each reply.
 """
 
 from __future__ import annotations
@@ -156,15 +165,22 @@ GPU_GRANT = MessageFormat("gpu_grant", 14, (
 AI_UNIT = MessageFormat("ai_unit", 15, (
     ("stream", "I"), ("unit", "I"), ("sequence", "I"), ("length", "I")), "payload", "data",
     "length")
+LOOKUP_QUERY = MessageFormat("lookup_query", 16, (
+    ("lookup", "I"), ("stream", "I"), ("attempt", "B"), ("send_ns", "Q")))
+LOOKUP_REPLY = MessageFormat("lookup_reply", 17, (
+    ("lookup", "I"), ("stream", "I"), ("attempt", "B"), ("found", "B"), ("node", "I"),
+    ("query_send_ns", "Q")))
 
 FORMATS = {f.type: f for f in (MEDIA, DANMAKU, GIFT, AI_DATA, AI_NACK, REQUEST, RESPONSE,
-                               PULL, CDN, FILTER_UPDATE, GPU_REQUEST, GPU_GRANT, AI_UNIT)}
+                               PULL, CDN, FILTER_UPDATE, GPU_REQUEST, GPU_GRANT, AI_UNIT,
+                               LOOKUP_QUERY, LOOKUP_REPLY)}
 CDN_KINDS = {1: "route", 2: "fetch", 3: "item"}
 FRAME_TYPES = {1: "I", 2: "P"}
+LOOKUP_FOUND = {0: "not here", 1: "found"}
 # What a field means beyond its size, for the Wireshark dissector (agents/dissector.py):
 # timestamps (CLOCK_REALTIME ns, shown with their date and age) and fields with named values.
-TIMESTAMP_FIELDS = frozenset({"send_ns", "request_send_ns"})
-NAMED_VALUES = {"frame_type": FRAME_TYPES, "kind": CDN_KINDS}
+TIMESTAMP_FIELDS = frozenset({"send_ns", "request_send_ns", "query_send_ns"})
+NAMED_VALUES = {"frame_type": FRAME_TYPES, "kind": CDN_KINDS, "found": LOOKUP_FOUND}
 
 
 def message_type(data) -> MessageFormat | None:

@@ -90,7 +90,7 @@ def message_layer(message: formats.MessageFormat) -> type[Packet]:
 LAYERS: dict[int, type[Packet]] = {code: message_layer(message)
                                    for code, message in formats.FORMATS.items()}
 (Media, Danmaku, Gift, AiData, AiNack, Request, Response, Pull, Cdn, FilterUpdate, GpuRequest,
- GpuGrant, AiUnit) = LAYERS.values()
+ GpuGrant, AiUnit, LookupQuery, LookupReply) = LAYERS.values()
 
 
 def dissect(data: bytes) -> Packet | None:

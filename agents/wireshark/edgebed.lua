@@ -26,7 +26,7 @@ local edgebed = Proto("edgebed", "edgebed testbed message")
 
 local MAGIC, PROBE_MAGIC, VERSION = "EB", "EBPR", 1
 -- Fields whose values have names (agents/formats.py NAMED_VALUES).
-local VALUE_NAMES = {frame_type = {[1] = "I", [2] = "P"}, kind = {[1] = "route", [2] = "fetch", [3] = "item"}}
+local VALUE_NAMES = {found = {[0] = "not here", [1] = "found"}, frame_type = {[1] = "I", [2] = "P"}, kind = {[1] = "route", [2] = "fetch", [3] = "item"}}
 
 -- How each kind of fixed field is shown: its size, its ProtoField, and how to add it to a tree.
 -- ``add`` returns the value other fields need (a tail's size) and the Info column shows. A
@@ -118,6 +118,11 @@ local MESSAGES = {
     [15] = {name = "ai_unit", fields = {{"stream", "u32"}, {"unit", "u32"}, {"sequence", "u32"},
             {"length", "u32"}},
         tail = {"data", "bytes", size = "length"}},
+    [16] = {name = "lookup_query", fields = {{"lookup", "u32"}, {"stream", "u32"},
+            {"attempt", "u8"}, {"send_ns", "time"}}},
+    [17] = {name = "lookup_reply", fields = {{"lookup", "u32"}, {"stream", "u32"},
+            {"attempt", "u8"}, {"found", "u8", values = VALUE_NAMES.found}, {"node", "u32"},
+            {"query_send_ns", "time"}}},
 }
 -- The probe's packets (magic "EBPR" instead of the common four bytes), zero padding after.
 local PROBE = {name = "probe", fields = {{"flow", "u32"}, {"sequence", "u64"},

@@ -8,7 +8,8 @@ Three runs: tickets with hot-standby routes (OpenFlow fast-failover groups); the
 shared capacity with routes recomputed by the controller after the cut; and access by probing
 with relays: a location database wrong for 30% of the clients abroad (usv1 among them) and the
 direct cn-us link lossy, every viewer probing three candidates and every media node probing its
-paths to the origin and the relay.
+paths to the origin and the relay. In that run the three dispatch centers also look up each
+other's streams, by broadcast and by hint in turn, a share of the hints stale.
 """
 
 from __future__ import annotations
@@ -48,6 +49,13 @@ LOSSY_DIRECT_P = "1.5%"
 RELAY_LEGS_S = 0.015 + 0.075  # cn-hk and hk-us one way: the relayed path's least delay
 DIRECT_S = 0.080
 MISPLACED = "usv1"  # the database's seed puts it at cnb at 30% error abroad
+# The probing run's back-to-source lookups: per center a second, and the share of stale hints.
+LOOKUP_RATE, STALE_HINTS = 4, 0.3
+LOOKUP_TIMEOUT_S = 0.5  # the dispatch_center agent's default
+# The centers' links one way, the least a round trip between two centers takes (the cn-eu
+# link's cut moves dcn-deu onto the longer way through the us).
+CENTER_ONE_WAY_S = {frozenset({"dcn", "dus"}): 0.080, frozenset({"dcn", "deu"}): 0.090,
+                    frozenset({"dus", "deu"}): 0.035}
 
 
 def run(tmp_path, capacity: str, fast_failover: str, probing: bool = False):
@@ -68,7 +76,9 @@ def run(tmp_path, capacity: str, fast_failover: str, probing: bool = False):
            "EDGEBED_CUT_AT": f"{CUT_AT}s", "EDGEBED_DURATION": f"{DURATION}s",
            "EDGEBED_CANDIDATES": "3" if probing else "1",
            "EDGEBED_DATABASE_ERROR_ABROAD": "0.3" if probing else "0",
-           "EDGEBED_BORDER_LOSS_P": LOSSY_DIRECT_P if probing else "0.5%"}
+           "EDGEBED_BORDER_LOSS_P": LOSSY_DIRECT_P if probing else "0.5%",
+           "EDGEBED_LOOKUP_RATE": str(LOOKUP_RATE if probing else 0),
+           "EDGEBED_LOOKUP_STALE": str(STALE_HINTS)}
     result = edgebed("run", str(scenario), "--runs-dir", str(runs), env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     run_dir = only_run_dir(runs)
@@ -307,6 +317,49 @@ def test_a_cross_border_viewer_goes_through_the_relay_when_the_direct_path_is_lo
           f"delay min {min(float(r['delay_ms']) for r in frames):.1f} ms")
     assert float(straight["loss_fraction"]) > VIA.loss, straight
     assert address[MISPLACED]
+
+
+def test_back_to_source_lookups_cross_the_borders_by_broadcast_or_hint(probed):
+    """Every lookup found its stream at the center it is registered at. One that needed no
+    retransmission took, by hint, one query and its reply, and as long as that round trip
+    across the border; by broadcast the K - 1 = 2 queries and their replies (one reply may be
+    lost when the other already answered), as long as the owner's round trip; with a stale
+    hint the hinted center's "not here" first, then the query to the owner. A lookup that did
+    retransmit waited out the timer."""
+    name = {address: host for host, address in addresses(probed).items()}
+    rows = read_table(probed, "lookups")
+    replies = {(row["node"], row["lookup"], name[row["center"]]): row
+               for row in read_table(probed, "lookup_replies")}
+    done = [row for row in rows if row["outcome"] != "unfinished"]
+    print(f"\n{len(rows)} lookups, outcomes "
+          f"{ {o: sum(r['outcome'] == o for r in rows) for o in {r['outcome'] for r in rows}} }"
+          f", retransmissions {sum(int(r['retransmissions']) for r in rows)}")
+    assert len(done) > 60 and {row["outcome"] for row in done} == {"found"}
+    kinds = {"hint": 0, "stale": 0, "broadcast": 0}
+    for row in done:
+        asker, owner = row["node"], name[row["owner"]]
+        assert name[row["center"]] == owner
+        answer = replies[asker, row["lookup"], owner]
+        if int(row["retransmissions"]):
+            assert float(row["seconds"]) >= LOOKUP_TIMEOUT_S, row
+            continue
+        rtt_s = float(answer["rtt_ms"]) / 1e3
+        assert rtt_s >= 2 * CENTER_ONE_WAY_S[frozenset({asker, owner})], (row, answer)
+        if row["mode"] == "broadcast":
+            kinds["broadcast"] += 1
+            assert row["messages"] in ("3", "4") and row["fell_back"] == "False", row
+            assert float(row["seconds"]) == pytest.approx(rtt_s, abs=2e-3), (row, answer)
+        elif row["stale"] == "False":
+            kinds["hint"] += 1
+            assert (row["messages"], row["fell_back"]) == ("2", "False"), row
+            assert float(row["seconds"]) == pytest.approx(rtt_s, abs=2e-3), (row, answer)
+        else:
+            kinds["stale"] += 1
+            hinted = name[row["hint"]]
+            assert (row["messages"], row["fell_back"]) == ("4", "True"), row
+            not_here = float(replies[asker, row["lookup"], hinted]["rtt_ms"]) / 1e3
+            assert float(row["seconds"]) == pytest.approx(not_here + rtt_s, abs=4e-3), row
+    assert min(kinds.values()) > 0, kinds
 
 
 def test_the_dispatch_experiment_measures_these_runs(runs, probed):

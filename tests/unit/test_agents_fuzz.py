@@ -31,6 +31,9 @@ LISTENERS = [
     # Fetches name where their item goes: the DC serves its content nodes' only (127.0.0.2
     # here), so no fuzzed fetch makes it send anywhere.
     ("bloom_cdn_dc", {"port": 47007, "nodes": ["127.0.0.2"]}, [47007]),
+    # The fuzzer sends from 127.0.0.1, the center's own address: nothing is answered.
+    ("dispatch_center", {"port": 47008, "centers": ["127.0.0.1", "127.0.0.2"],
+                         "ingest": ["127.0.0.1", "127.0.0.2"]}, [47008]),
 ]
 
 

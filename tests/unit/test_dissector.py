@@ -24,8 +24,9 @@ def test_every_field_of_every_format_is_in_the_dissector():
             assert f'tail = {{"{message.tail_name}", "{dissector.TAILS[message.tail]}"' in text
     assert '{"send_ns", "time"}' in text and '{"service_ns", "u64"}' in text
     assert '{"frame_type", "u8", values = VALUE_NAMES.frame_type}' in text
-    assert ('local VALUE_NAMES = {frame_type = {[1] = "I", [2] = "P"}, kind = {[1] = "route", '
-            '[2] = "fetch", [3] = "item"}}' in text)
+    assert ('local VALUE_NAMES = {found = {[0] = "not here", [1] = "found"}, frame_type = '
+            '{[1] = "I", [2] = "P"}, kind = {[1] = "route", [2] = "fetch", [3] = "item"}}' in text)
+    assert '{"found", "u8", values = VALUE_NAMES.found}' in text
 
 
 def test_a_format_added_in_python_appears_in_the_lua(monkeypatch):

@@ -85,7 +85,7 @@ def test_sizes_are_computed_from_the_tail(name, size, tail, entries):
 
 def test_classes_are_exported_by_name():
     names = ["Media", "Danmaku", "Gift", "AiData", "AiNack", "Request", "Response", "Pull",
-             "Cdn", "FilterUpdate", "GpuRequest", "GpuGrant", "AiUnit"]
+             "Cdn", "FilterUpdate", "GpuRequest", "GpuGrant", "AiUnit", "LookupQuery", "LookupReply"]
     assert [layer.__name__ for layer in protocols.LAYERS.values()] == names
     for name in names:
         assert getattr(protocols, name).__name__ == name
