@@ -38,9 +38,9 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional
+from typing import Annotated, Optional
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, WithJsonSchema, field_validator, model_validator
 
 from agents.common import (DATAGRAM_BUFFER, POLL_S, Agent, AgentParams, MalformedLog, NodeRef,
                            epoch_seconds, receive, receiving_socket)
@@ -49,6 +49,13 @@ from agents.lookup import LookupMode, LookupState
 from topologies.model import Duration, Fraction, PositiveDuration
 
 LOOKUP_PORT = 6110
+
+_MODE_NAMES = "|".join(mode.value for mode in LookupMode)
+# In the published schema too, a list of modes or their names separated by commas: a scenario
+# variable expands to one scalar.
+MODES_SCHEMA = {"anyOf": [
+    {"type": "array", "items": {"enum": [mode.value for mode in LookupMode]}, "minItems": 1},
+    {"type": "string", "pattern": rf"^\s*({_MODE_NAMES})(\s*,\s*({_MODE_NAMES}))*\s*$"}]}
 
 TABLES = {
     # owner: the center the stream is registered at; hint: the center the hint named (empty for
@@ -79,9 +86,9 @@ class Params(AgentParams):
                                                "at center s mod K")
     rate: float = Field(0.0, ge=0, description="lookups this center starts per second "
                                                "(Poisson); 0: it only answers")
-    modes: list[LookupMode] = Field([LookupMode.BROADCAST, LookupMode.HINT], min_length=1,
-                                    description="the lookups' modes, in turn (a list, or "
-                                                "names separated by commas)")
+    modes: Annotated[list[LookupMode], WithJsonSchema(MODES_SCHEMA)] = Field(
+        [LookupMode.BROADCAST, LookupMode.HINT], min_length=1,
+        description="the lookups' modes, in turn (a list, or names separated by commas)")
     stale_share: Fraction = Field(0.0, description="lookups whose hint is stale")
     timeout: PositiveDuration = Field(0.5, description="wait for replies before sending the "
                                                        "unanswered queries again")
