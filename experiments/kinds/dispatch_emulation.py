@@ -40,7 +40,7 @@ from controller.policies.dispatch.quality import VIA
 from controller.view import NetworkView
 from experiments.measurements import host_addresses, read_table
 from experiments.playout import Playout, viewer_playouts
-from experiments.sweeps.kinds import Cell, Kind, Metric, emulated_run
+from experiments.sweeps.kinds import Cell, Kind, Metric, measured_run
 from topologies.units import parse_duration
 
 ACCESS = ("database", "probe")
@@ -316,13 +316,6 @@ def playout_metrics(shown: Iterable[Playout]) -> dict[str, float]:
             "startup_max_ms": max(startups, default=float("nan")),
             "startups_under_1s": sum(startup < 1e3 for startup in startups),
             "first_frame_mean_ms": statistics.fmean(firsts) if firsts else float("nan")}
-
-
-def run_cell(cell: Cell) -> list[dict[str, object]]:
-    parameters: Parameters = cell.parameters
-    run_dir, _ = emulated_run(cell, parameters.scenario, parameters.duration,
-                              parameters.runs_dir, variables(cell))
-    return [measure(run_dir)]
 
 
 METRICS = (Metric("misplaced_by_database", "viewers the database placed abroad"),
@@ -610,6 +603,6 @@ def remarks(results: pd.DataFrame) -> list[str]:
 
 
 KINDS = (Kind(name="dispatch_emulation", parameters=Parameters, policies=ACCESS + RELAYS + FAILOVER,
-              run=run_cell, metrics=METRICS,
+              run=measured_run(variables, measure), metrics=METRICS,
               plots=PLOTS,
               about=ABOUT, remarks=remarks, emulated=True),)

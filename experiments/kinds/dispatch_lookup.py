@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from controller.policies.dispatch.rooms import Directory, LookupMode
 from experiments.measurements import host_addresses, read_table
-from experiments.sweeps.kinds import Cell, Kind, Metric, emulated_run
+from experiments.sweeps.kinds import Cell, Kind, Metric, measured_run
 
 POLICIES = tuple(mode.value for mode in LookupMode)
 # The centers' regions in the scenario (each dispatch host's region label), and the pairs of
@@ -147,13 +147,6 @@ def measure(run_dir: Path) -> dict[str, float]:
             "within_10ms_share": over_ms.abs().le(WITHIN_MS).mean(),
             **{f"rtt_{a}_{b}_ms": rtt_ms.get(tuple(sorted((center[a], center[b]))),
                                              float("nan")) for a, b in PAIRS}}
-
-
-def run_cell(cell: Cell) -> list[dict[str, object]]:
-    parameters: Parameters = cell.parameters
-    run_dir, _ = emulated_run(cell, parameters.scenario, parameters.duration,
-                              parameters.runs_dir, variables(cell))
-    return [measure(run_dir)]
 
 
 METRICS = (Metric("lookups_finished", "lookups answered (found, or nowhere)"),
@@ -284,6 +277,7 @@ def remarks(results: pd.DataFrame) -> list[str]:
     return found
 
 
-KINDS = (Kind(name="dispatch_lookup", parameters=Parameters, policies=POLICIES, run=run_cell,
+KINDS = (Kind(name="dispatch_lookup", parameters=Parameters, policies=POLICIES,
+              run=measured_run(variables, measure),
               metrics=METRICS, plots=PLOTS, lines=LINES, about=ABOUT, remarks=remarks,
               emulated=True),)

@@ -26,7 +26,7 @@ from experiments.kinds.dispatch_emulation import (PLAYOUT_BUFFER_S, goals, playo
                                                   serving_nodes)
 from experiments.measurements import host_addresses, read_table
 from experiments.playout import viewer_playouts
-from experiments.sweeps.kinds import Cell, Kind, Metric, emulated_run
+from experiments.sweeps.kinds import Cell, Kind, Metric, measured_run
 
 POLICIES = ("single", "multi")
 ORIGIN = "cn1"  # the media node the scenario's streamer pushes to
@@ -155,13 +155,6 @@ def measure(run_dir: Path) -> dict[str, float]:
             **playout_metrics(shown), "viewers": len(viewers)}
 
 
-def run_cell(cell: Cell) -> list[dict[str, object]]:
-    parameters: Parameters = cell.parameters
-    run_dir, _ = emulated_run(cell, parameters.scenario, parameters.duration,
-                              parameters.runs_dir, variables(cell))
-    return [measure(run_dir)]
-
-
 METRICS = (Metric("delay_p50_ms", "viewers' median frame delay from the streamer (mean)", "ms"),
            Metric("delay_p95_ms", "viewers' 95th-percentile frame delay (mean)", "ms"),
            Metric("delay_p95_max_ms", "worst viewer's 95th-percentile frame delay", "ms"),
@@ -273,5 +266,6 @@ def remarks(results: pd.DataFrame) -> list[str]:
     return found
 
 
-KINDS = (Kind(name="dispatch_rooms", parameters=Parameters, policies=POLICIES, run=run_cell,
+KINDS = (Kind(name="dispatch_rooms", parameters=Parameters, policies=POLICIES,
+              run=measured_run(variables, measure),
               metrics=METRICS, plots=PLOTS, about=ABOUT, remarks=remarks, emulated=True),)

@@ -209,3 +209,17 @@ def emulated_run(cell: Cell, scenario: str, duration: float, runs_dir: str,
     return edgebed_run(scenario, Path(runs_dir) / f"{cell.experiment}-{cell.id}",
                        {"EDGEBED_POLICY": cell.policy, "EDGEBED_SEED": str(cell.seed % 2**32),
                         **variables}, duration)
+
+
+def measured_run(variables: Callable[[Cell], Mapping[str, str]],
+                 measure: Callable[[Path], dict[str, object]]
+                 ) -> Callable[[Cell], list[dict[str, object]]]:
+    """A kind's ``run`` when each cell is one :func:`emulated_run` of its parameters'
+    ``scenario`` for their ``duration`` under their ``runs_dir``, with the scenario variables
+    ``variables(cell)``, and its one row is ``measure(run_dir)``."""
+    def run(cell: Cell) -> list[dict[str, object]]:
+        parameters = cell.parameters
+        run_dir, _ = emulated_run(cell, parameters.scenario, parameters.duration,
+                                  parameters.runs_dir, variables(cell))
+        return [measure(run_dir)]
+    return run
