@@ -190,11 +190,11 @@ class DispatchCenter:
         if stale:
             before = [c for c in self.centers if c not in (owner, self.address)] or [self.address]
             hint = self.random.choice(before)
-        state = LookupState(self.address, self.centers, mode,
-                            hint if mode is LookupMode.HINT else None, self.params.timeout,
+        followed = hint if mode is LookupMode.HINT else None
+        state = LookupState(self.address, self.centers, mode, followed, self.params.timeout,
                             self.params.retries)
-        lookup = Lookup(number, stream, mode, owner, hint if mode is LookupMode.HINT else None,
-                        stale, time.time_ns(), state, time.monotonic())
+        lookup = Lookup(number, stream, mode, owner, followed, stale, time.time_ns(), state,
+                        time.monotonic())
         self.lookups.append(lookup)
         self.open[number] = lookup
         self.query(lookup, state.start())
