@@ -178,7 +178,8 @@ class DispatchCenter:
             self.send(LOOKUP_QUERY.pack(lookup=lookup.number, stream=lookup.stream,
                                         attempt=lookup.state.round, send_ns=time.time_ns()),
                       center)
-        lookup.deadline = time.monotonic() + self.params.timeout
+        if centers:
+            lookup.deadline = time.monotonic() + self.params.timeout
 
     def start_lookup(self) -> None:
         number = len(self.lookups)
