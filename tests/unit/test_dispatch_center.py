@@ -60,11 +60,18 @@ def test_broadcast_asks_every_other_center_and_a_hint_one_unless_stale(tmp_path)
     port = free_port()
     running = centers(tmp_path, 3, port=port, rate=25, warmup="0.3s", stale_share=0.5,
                       timeout="0.3s", modes="broadcast, hint")
+    # On a busy machine the first center may start looking up before the last one is bound:
+    # its queries to that one are lost and retransmitted. Lookups started after every center
+    # was bound are held to loopback's exactness.
+    all_bound = time.time()
     summaries = stopped_together(running, 2.5)
     counts = {"broadcast": 0, "fresh": 0, "stale": 0}
+    exact_lookups = 0
     for (node, _), summary, address in zip(running, summaries, CENTERS):
-        rows = lookups_of(tmp_path, node)
-        assert summary["lookups"] == len(rows) > 10
+        all_rows = lookups_of(tmp_path, node)
+        assert summary["lookups"] == len(all_rows) > 10
+        rows = [row for row in all_rows if float(row["started_s"]) > all_bound]
+        exact_lookups += len(rows)
         assert summary["malformed"] == summary["replies_unmatched"] == 0
         # The stop may come with a lookup's replies on their way; none fails on loopback.
         assert {row["outcome"] for row in rows} <= {"found", "unfinished"}
@@ -89,12 +96,17 @@ def test_broadcast_asks_every_other_center_and_a_hint_one_unless_stale(tmp_path)
                 counts["fresh"] += 1
                 assert (row["hint"], row["messages"], row["fell_back"]) == (row["owner"], "2",
                                                                             "False")
-        replies = table(tmp_path, "lookup_replies", node, "dispatch_center")
+        exact = {row["lookup"] for row in rows}
+        replies = [row for row in table(tmp_path, "lookup_replies", node, "dispatch_center")
+                   if row["lookup"] in exact]
         assert {row["attempt"] for row in replies} == {"0"}
         assert all(0 < float(row["rtt_ms"]) < 300 for row in replies)
-    # Every center answered every query sent to it (none was lost on loopback).
+    assert exact_lookups > 60
+    # Every center answered every query sent to it once all were bound (none was lost on
+    # loopback): the queries of the lookups before then may have been.
     queries = sum(int(row["messages"]) for node, _ in running
-                  for row in lookups_of(tmp_path, node) if row["outcome"] == "found") / 2
+                  for row in lookups_of(tmp_path, node)
+                  if row["outcome"] == "found" and float(row["started_s"]) > all_bound) / 2
     assert sum(summary["queries_answered"] for summary in summaries) >= queries
     assert min(counts.values()) > 0, counts
 
@@ -103,6 +115,7 @@ def test_a_center_that_never_answers_is_asked_again_until_the_lookup_fails(tmp_p
     port = free_port()
     running = centers(tmp_path, 2, port=port, rate=20, warmup="0.2s", timeout="0.1s",
                       retries=2, modes="broadcast")
+    all_bound = time.time()  # as in the test above: lookups before it may have lost queries
     # Garbage from the silent center's address, from a host that is no center, and a reply to
     # a lookup never started: counted, never fatal.
     for source, datagram in (("127.0.0.3", b"EB\x01\x10garbage"),
@@ -119,6 +132,8 @@ def test_a_center_that_never_answers_is_asked_again_until_the_lookup_fails(tmp_p
     failed = found = 0
     for node, _ in running:
         for row in lookups_of(tmp_path, node):
+            if float(row["started_s"]) <= all_bound:
+                continue
             if row["owner"] == CENTERS[2]:
                 if row["outcome"] == "unfinished":
                     continue
