@@ -20,7 +20,7 @@ import struct
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from controller.protocol import path_metric
@@ -30,21 +30,33 @@ ECHO = struct.Struct("!BBHHHQ")  # type, code, checksum, identifier, sequence, s
 PROBES = 5
 PROBE_INTERVAL = 0.02  # seconds between a candidate's echo requests
 PROBE_TIMEOUT = 0.5  # how long after the last request an answer still counts
+# How often a probe told when it may stop looks again while no answer comes: what it waits on
+# (a request's lower bound on its round trip) grows with time alone.
+SETTLE_CHECK = 0.005
 
 
 @dataclass(frozen=True)
 class ProbeResult:
-    """What probing one address measured: echo requests sent and answered, and the round trips
-    (milliseconds) of the answered ones."""
+    """What probing one address measured: echo requests sent and answered, the round trips
+    (milliseconds) of the answered ones and, for a probe stopped once its outcome was settled
+    (:func:`echo_probes`' ``settled``), how long each request still unanswered then had waited
+    (``waiting_ms``, milliseconds: a lower bound on its round trip, had it come). ``loss``
+    counts every unanswered request, waiting ones included."""
 
     address: str
     sent: int
     answered: int
     rtts_ms: tuple[float, ...] = ()
+    waiting_ms: tuple[float, ...] = ()
 
     @property
     def loss(self) -> float:
         return 1 - self.answered / self.sent if self.sent else 1.0
+
+    @property
+    def given_up(self) -> int:
+        """Requests unanswered past the timeout: lost whatever comes later."""
+        return self.sent - self.answered - len(self.waiting_ms)
 
     @property
     def rtt_p50_ms(self) -> float | None:
@@ -61,16 +73,19 @@ def _checksum(data: bytes) -> int:
     return ~total & 0xFFFF
 
 
+Settled = Callable[[Sequence[ProbeResult]], bool]
+
+
 def echo_probe(address: str, count: int = PROBES, interval: float = PROBE_INTERVAL,
                timeout: float = PROBE_TIMEOUT) -> ProbeResult:
     """Round trips to ``address`` by ``count`` ICMP echo requests ``interval`` apart: one
     address's :func:`echo_probes`."""
-    return _probe_at_once((address,), count, interval, timeout)[0]
+    return _probe_at_once((address,), count, interval, timeout, None)[0]
 
 
 def echo_probes(addresses: Sequence[str], parallel: bool = False, count: int = PROBES,
-                interval: float = PROBE_INTERVAL,
-                timeout: float = PROBE_TIMEOUT) -> list[ProbeResult]:
+                interval: float = PROBE_INTERVAL, timeout: float = PROBE_TIMEOUT,
+                settled: Settled | None = None) -> list[ProbeResult]:
     """Each of ``addresses`` probed by ``count`` ICMP echo requests ``interval`` apart (a raw
     socket: agents run as root in their hosts), one after another or, ``parallel``, all at
     once: each round sends one request to every address, so probing N candidates takes about
@@ -79,41 +94,66 @@ def echo_probes(addresses: Sequence[str], parallel: bool = False, count: int = P
     ``(count - 1) * interval + timeout`` at most in parallel, N times that in turn. The
     kernel of any host answers, so a candidate needs no agent of its own to be probed;
     answers are matched by the socket's identifier, the address and the sequence, and timed
-    by the send time they echo back."""
+    by the send time they echo back.
+
+    ``settled`` (parallel only: in turn, the candidates not yet probed have nothing to be
+    judged on) is asked, once every round is sent, whether the results so far, each
+    unanswered request with how long it has waited, already decide what the caller will do
+    with them; when it says so the probe stops there, and the requests still waiting are in
+    each result's ``waiting_ms``. A caller choosing the best candidate stops as soon as no
+    answer still to come could change its choice (:func:`agents.follower.probes_settled`),
+    instead of waiting for the farthest candidate's answers or a lost one's timeout."""
     if parallel:
-        return _probe_at_once(tuple(addresses), count, interval, timeout)
-    return [_probe_at_once((address,), count, interval, timeout)[0] for address in addresses]
+        return _probe_at_once(tuple(addresses), count, interval, timeout, settled)
+    return [_probe_at_once((address,), count, interval, timeout, None)[0]
+            for address in addresses]
 
 
-def _probe_at_once(addresses: tuple[str, ...], count: int, interval: float,
-                   timeout: float) -> list[ProbeResult]:
+def _probe_at_once(addresses: tuple[str, ...], count: int, interval: float, timeout: float,
+                   settled: Settled | None) -> list[ProbeResult]:
     identifier = int.from_bytes(os.urandom(2), "big")
     with socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP) as sock:
         sock.setblocking(False)
         rtts: dict[str, dict[int, float]] = {address: {} for address in addresses}
-        sent = 0  # rounds sent: one request to every address each
+        sent_ns: list[int] = []  # per round (one request to every address), when it went
         deadline = time.monotonic()
         next_send = time.monotonic()
+
+        def results(waiting: bool) -> list[ProbeResult]:
+            now_ns = time.time_ns()
+            return [ProbeResult(address, len(sent_ns), len(rtts[address]),
+                                tuple(rtts[address][s] for s in sorted(rtts[address])),
+                                tuple((now_ns - sent_ns[s]) / 1e6 for s in range(len(sent_ns))
+                                      if s not in rtts[address]) if waiting else ())
+                    for address in addresses]
+
         # Done once every request sent is answered: waiting out the timeout then would add
         # half a second per candidate to a viewer's startup.
-        while sent < count or (any(len(got) < sent for got in rtts.values())
-                               and time.monotonic() < deadline):
+        while len(sent_ns) < count or (any(len(got) < count for got in rtts.values())
+                                       and time.monotonic() < deadline):
             now = time.monotonic()
-            if sent < count and now >= next_send:
+            if len(sent_ns) == count and settled is not None and settled(results(True)):
+                return results(True)
+            if len(sent_ns) < count and now >= next_send:
+                sequence = len(sent_ns)
                 for address in addresses:
                     send_ns = time.time_ns()
-                    header = ECHO.pack(ICMP_ECHO_REQUEST, 0, 0, identifier, sent, send_ns)
+                    header = ECHO.pack(ICMP_ECHO_REQUEST, 0, 0, identifier, sequence, send_ns)
                     packet = ECHO.pack(ICMP_ECHO_REQUEST, 0, _checksum(header), identifier,
-                                       sent, send_ns)
+                                       sequence, send_ns)
                     try:
                         sock.sendto(packet, (address, 0))
                     except OSError:
                         pass  # unreachable now: counted as lost
-                sent += 1
+                # After the round's last send, so that the time waited since is a lower bound
+                # on every one of its round trips.
+                sent_ns.append(time.time_ns())
                 next_send = now + interval
                 deadline = now + timeout
                 continue
-            wait = (next_send if sent < count else deadline) - now
+            wait = (next_send if len(sent_ns) < count else deadline) - now
+            if settled is not None and len(sent_ns) == count:
+                wait = min(wait, SETTLE_CHECK)
             if not select.select([sock], [], [], max(0.0, wait))[0]:
                 continue
             data, (source, _) = sock.recvfrom(2048)
@@ -122,11 +162,9 @@ def _probe_at_once(addresses: tuple[str, ...], count: int, interval: float,
             if source not in rtts or len(data) < offset + ECHO.size:
                 continue
             kind, _, _, ident, sequence, send_ns = ECHO.unpack_from(data, offset)
-            if kind == ICMP_ECHO_REPLY and ident == identifier and sequence < sent:
+            if kind == ICMP_ECHO_REPLY and ident == identifier and sequence < len(sent_ns):
                 rtts[source].setdefault(sequence, (received_ns - send_ns) / 1e6)
-    return [ProbeResult(address, sent, len(rtts[address]),
-                        tuple(rtts[address][s] for s in sorted(rtts[address])))
-            for address in addresses]
+    return results(False)
 
 
 # Written by an agent whose load reports carry its paths (:class:`PathMeter`): one row per

@@ -49,12 +49,15 @@ attributes as JSON; for the decision that answered the join, when the join reque
 grant as the agent measured it on its monotonic clock: the round trip over the side-band
 control network, the controller's policy call and rule sending, and any retransmission of the
 request; empty for pushed decisions), and ``candidate_probes``, one row per candidate probed (packets sent and
-answered, median and worst round trip).
+answered, still waiting when a parallel probe stopped with its choice settled
+(:func:`probes_settled`), median and worst round trip).
 """
 
 from __future__ import annotations
 
 import json
+import math
+import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -75,18 +78,45 @@ FOLLOWER_TABLES = {
                            "bitrate_bps", "migrated", "candidates", "via", "confirmed",
                            "attributes", "requested_s", "response_ms"),
     "candidate_probes": ("node", "agent", "time_s", "flow", "candidate", "address", "sent",
-                         "answered", "rtt_p50_ms", "rtt_max_ms"),
+                         "answered", "waiting", "rtt_p50_ms", "rtt_max_ms"),
 }
+
+
+def _rank(index: int, sent: int, unanswered: int, rtts_ms: Sequence[float]) -> tuple:
+    """How a candidate ranks (lower is better): loss, then median round trip, then the
+    controller's rank (its place in the decision's list). The loss is one expression for
+    every caller, so that equal losses compare equal to the last bit."""
+    return (unanswered / sent if sent else 1.0,
+            statistics.median(rtts_ms) if rtts_ms else math.inf, index)
 
 
 def best_candidate(candidates: Sequence[protocol.Hop],
                    results: Sequence[ProbeResult]) -> protocol.Hop:
     """The candidate that probed best: least loss, then least median round trip; the
-    controller's rank breaks ties (and decides when nothing answered)."""
-    ranked = sorted(range(len(candidates)), key=lambda index: (
-        results[index].loss, results[index].rtt_p50_ms if results[index].rtts_ms
-        else float("inf"), index))
-    return candidates[ranked[0]]
+    controller's rank breaks ties (and decides when nothing answered). A request still
+    waiting for its answer counts as lost."""
+    return candidates[min(range(len(candidates)), key=lambda index: _rank(
+        index, results[index].sent, results[index].sent - results[index].answered,
+        results[index].rtts_ms))]
+
+
+def probes_settled(results: Sequence[ProbeResult]) -> bool:
+    """Whether no answer still to come can change :func:`best_candidate`'s choice, so a
+    parallel probe may stop (:func:`agents.echo.echo_probes`' ``settled``). The choice now
+    counts every waiting request as lost, the worst that can still happen to its candidate
+    (fewer losses rank better, whatever the round trips); it stands when that beats the best
+    that can still happen to every other candidate: each of its waiting requests answered,
+    with a round trip no shorter than it has waited already. The choice is then the one
+    waiting out every answer would make: a near candidate answering at once need not wait
+    for a far one's answers, nor for the timeout of an echo the far one lost."""
+    if not results:
+        return True
+    worst = [_rank(index, result.sent, result.sent - result.answered, result.rtts_ms)
+             for index, result in enumerate(results)]
+    chosen = min(range(len(results)), key=worst.__getitem__)
+    return all(worst[chosen] < _rank(index, result.sent, result.given_up,
+                                     result.rtts_ms + result.waiting_ms)
+               for index, result in enumerate(results) if index != chosen)
 
 
 @dataclass(frozen=True)
@@ -283,7 +313,8 @@ class DecisionFollower:
                         else (None, None)))
             for name, result in item.probes:
                 agent.row("candidate_probes", heard, decision.flow, name, result.address,
-                          result.sent, result.answered, result.rtt_p50_ms,
+                          result.sent, result.answered, len(result.waiting_ms),
+                          result.rtt_p50_ms,
                           max(result.rtts_ms) if result.rtts_ms else None)
         return {"flow": self.flow, "decisions": len(self.followed),
                 "migrations": sum(item.migrated for item in self.followed),

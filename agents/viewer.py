@@ -63,7 +63,7 @@ from agents.common import (DATAGRAM_BUFFER, WAKE_EARLY_NS, Agent, AgentParams, N
                            datagrams, epoch_seconds, listen)
 from agents.control import ControlClient, controller_client
 from agents.echo import PROBE_TIMEOUT, echo_probes
-from agents.follower import FOLLOWER_TABLES, DecisionFollower
+from agents.follower import FOLLOWER_TABLES, DecisionFollower, probes_settled
 from agents.formats import DANMAKU, GIFT, PULL
 from agents.media import MEDIA_TABLES, MediaMeter
 from agents.streamer import flow_name
@@ -301,7 +301,8 @@ class Puller(threading.Thread):
                                          bitrates=ladder or self.params.bitrates[-1:],
                                          probe=partial(echo_probes,
                                                        parallel=self.params.parallel_probes,
-                                                       timeout=self.params.probe_timeout))
+                                                       timeout=self.params.probe_timeout,
+                                                       settled=probes_settled))
         followed = self.follower.join()
         if followed is not None:
             self.flow = self.follower.flow

@@ -9,10 +9,11 @@ import threading
 import time
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from agents.control import ControlClient
 from agents.echo import ProbeResult, echo_probe, echo_probes
-from agents.follower import FOLLOWER_TABLES, DecisionFollower, best_candidate
+from agents.follower import FOLLOWER_TABLES, DecisionFollower, best_candidate, probes_settled
 from controller import netns, protocol
 from controller.control_server import ControlServer
 from controller.core import ControllerCore
@@ -171,6 +172,102 @@ def test_the_best_candidate_is_least_loss_then_least_rtt_then_rank():
     assert best_candidate(hops, results).name == "e2"
     silent = [ProbeResult(h.address, 5, 0) for h in hops]
     assert best_candidate(hops, silent).name == "e1"  # nothing answered: the controller's rank
+
+
+def test_a_near_candidate_that_answered_everything_settles_before_a_far_one_answers():
+    near = ProbeResult("10.0.0.1", 5, 5, (20.0, 21.0, 20.5, 22.0, 20.0))
+    # The far one's five requests have waited 100, 80, 60, 40, 20 ms: were they all answered
+    # now, its median round trip would be at least 60 ms, worse than the near one's 20.5.
+    far = ProbeResult("10.0.0.2", 5, 0, (), (100.0, 80.0, 60.0, 40.0, 20.0))
+    assert probes_settled([near, far]) and probes_settled([far, near])
+    # Just after the last round went (waits 80, 60, 40, 20, 0 ms less) its median bound is
+    # 0 ms: all five answered at once it would win, so the probe must wait.
+    early = ProbeResult("10.0.0.2", 5, 0, (), (40.0, 20.0, 0.0, 0.0, 0.0))
+    assert not probes_settled([near, early])
+    # A far candidate that already lost an echo for good cannot beat one that lost nothing.
+    lost_one = ProbeResult("10.0.0.2", 5, 4, (1.0,) * 4)
+    assert probes_settled([near, lost_one])
+
+
+def test_a_leader_still_waiting_for_an_echo_is_not_settled_while_the_echo_could_save_it():
+    # The near candidate's fifth echo is unanswered: counted lost it ranks below the far one
+    # that lost nothing, but answered it would win again, so the probe goes on waiting.
+    near = ProbeResult("10.0.0.1", 5, 4, (20.0,) * 4, (30.0,))
+    far = ProbeResult("10.0.0.2", 5, 5, (180.0,) * 5)
+    assert not probes_settled([near, far])
+    # Once that echo is given up on (the timeout), the far one's choice stands.
+    assert probes_settled([ProbeResult("10.0.0.1", 5, 4, (20.0,) * 4), far])
+    # Complete results always decide.
+    assert probes_settled([ProbeResult("10.0.0.1", 5, 5, (20.0,) * 5), far])
+
+
+@st.composite
+def probing_now(draw):
+    """A parallel probe of 2-4 candidates caught once every round is sent: each request
+    answered (its round trip), given up, or still waiting (how long so far)."""
+    count = draw(st.integers(1, 5))
+    rtt = st.floats(0.1, 400.0, allow_nan=False)
+    results = []
+    for index in range(draw(st.integers(2, 4))):
+        states = draw(st.lists(st.one_of(st.tuples(st.just("answered"), rtt),
+                                         st.tuples(st.just("lost"), st.just(0.0)),
+                                         st.tuples(st.just("waiting"), rtt)),
+                               min_size=count, max_size=count))
+        results.append(ProbeResult(
+            f"10.0.0.{index + 1}", count, sum(kind == "answered" for kind, _ in states),
+            tuple(value for kind, value in states if kind == "answered"),
+            tuple(value for kind, value in states if kind == "waiting")))
+    return results
+
+
+@settings(max_examples=400, deadline=None)
+@given(probing_now(), st.data())
+def test_a_settled_probe_chooses_what_waiting_out_every_answer_would(results, data):
+    """Whatever happens to the waiting requests once the probe says it is settled (each
+    answered with a round trip no shorter than it has waited, or lost), the candidate chosen
+    from the complete results is the one chosen when it stopped. Fails if the settle rule
+    ignores the waits' bounds or lets a waiting leader stand."""
+    hops = [protocol.Hop(name=f"e{index}", address=result.address)
+            for index, result in enumerate(results)]
+    if not probes_settled(results):
+        return
+    chosen = best_candidate(hops, results).name
+    completed = []
+    for result in results:
+        rtts = list(result.rtts_ms)
+        for waited in result.waiting_ms:
+            if data.draw(st.booleans()):
+                rtts.append(waited + data.draw(st.floats(0.0, 1000.0, allow_nan=False)))
+        completed.append(ProbeResult(result.address, result.sent, len(rtts), tuple(rtts)))
+    assert best_candidate(hops, completed).name == chosen
+
+
+def test_probes_with_nothing_waiting_are_always_settled():
+    results = [ProbeResult("10.0.0.1", 5, 3, (9.0, 1.0, 4.0)), ProbeResult("10.0.0.2", 5, 0),
+               ProbeResult("10.0.0.3", 5, 5, (50.0,) * 5)]
+    assert probes_settled(results)
+
+
+def test_a_parallel_probe_asks_whether_it_is_settled_only_once_every_round_is_sent():
+    asked = []
+
+    def settled(results):
+        asked.append([(result.sent, result.answered + len(result.waiting_ms))
+                      for result in results])
+        return True
+
+    addresses = ["127.0.0.1", "127.0.0.2"]
+    results = echo_probes(addresses, parallel=True, count=4, interval=0.005, timeout=0.5,
+                          settled=settled)
+    # Asked at the first chance after the fourth round went, it stopped there: what had not
+    # been answered by then is reported waiting, not lost.
+    assert len(asked) == 1 and asked[0] == [(4, 4), (4, 4)], asked
+    assert all(result.given_up == 0 for result in results)
+    assert all(waited >= 0 for result in results for waited in result.waiting_ms)
+    # Told never, it waits for every answer as before.
+    never = echo_probes(addresses, parallel=True, count=3, interval=0.005, timeout=0.5,
+                        settled=lambda results: False)
+    assert [(r.sent, r.answered, r.waiting_ms) for r in never] == [(3, 3, ())] * 2
 
 
 def test_echo_probes_measure_a_real_round_trip():
