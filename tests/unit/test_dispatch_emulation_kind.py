@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from experiments.kinds import registered
-from experiments.kinds.dispatch_emulation import (PRE_CUT_S, STALL_S, Parameters,
+from experiments.kinds.dispatch_emulation import (PRE_CUT_S, STALL_S, Parameters, fixed_share,
                                                   early_stall_viewers, failover, goals,
                                                   playout_metrics, remarks, variables, verdict)
 from experiments.playout import playout
@@ -210,3 +210,24 @@ def test_the_playout_columns_count_views_from_what_each_viewer_got():
     assert early.first_stall_s - early.shown_s == pytest.approx(0.4)
     assert early_stall_viewers([steady, late, no_key]) == 0
     assert early_stall_viewers([steady, late, early]) == 1
+
+
+def test_the_relays_fixed_share_of_poor_viewers_is_put_against_half_with_and_without_flags():
+    def run(policy, poor, ok):
+        return dict(policy=policy, poor_viewers=poor, fidelity_ok=ok)
+    # Direct: 2 poor viewers a run; relay: 1, but 6 in a run whose impairment relays fell
+    # behind (the fidelity monitor flagged it).
+    group = pd.DataFrame([run("direct", 2, 1), run("direct", 2, 1), run("direct", 2, 1),
+                          run("relay", 1, 1), run("relay", 6, 0), run("relay", 1, 1)])
+    line = fixed_share(group, "direct", "relay")
+    # Over every run 2.67 a run against 2 is none fixed; over the clean runs 1 against 2,
+    # half (per run: the clean relay runs are two, the direct three).
+    assert line == ("relay fixed of direct's poor viewers, against VIA's anchor of at least "
+                    "half, over every run (3 and 3 runs) -33% (2.67 poor a run against 2.00): "
+                    "not met, over the runs the fidelity monitor passed (2 and 3 runs) 50% "
+                    "(1.00 poor a run against 2.00): met"), line
+    # Just under half is not met; nothing poor to start with is said as such.
+    assert fixed_share(pd.DataFrame([run("direct", 3, 1), run("relay", 2, 1)]), "direct",
+                       "relay").endswith("33% (2.00 poor a run against 3.00): not met")
+    assert "no poor viewer with direct to fix" in fixed_share(
+        pd.DataFrame([run("direct", 0, 1), run("relay", 0, 1)]), "direct", "relay")
