@@ -9,7 +9,9 @@ userspace switch's receive socket), dropped by the receiving probe's own full so
 elsewhere (inside Open vSwitch, the senders' hosts). It runs on two paths: ``direct``, the two
 hosts wired to each other (the relay alone), and ``switched``, the line through two Open
 vSwitch bridges, whose limit on a machine without the openvswitch module is the userspace
-switch's.
+switch's. On the direct path it also measures the configured distributions, normal jitter
+and Gilbert-Elliott burst loss, at 1k and at 50k packets/s: a relay that keeps the mean at
+the rate but bunches its timers or drops in its own bursts would change them.
 
     sudo .venv/bin/python benchmarks/impairment.py [--quick] [--sweep-only]
 """
@@ -36,7 +38,7 @@ from topologies.capabilities import probe_qdiscs  # noqa: E402
 from topologies.impairments.drops import interface_counters  # noqa: E402
 from topologies.impairments.relay import (RELAY_ENGINE_KEY, WIRE_TOWARD_A,  # noqa: E402
                                           WIRE_TOWARD_B)
-from topologies.model import Impairment  # noqa: E402
+from topologies.model import BurstLoss, Impairment  # noqa: E402
 from topologies.switch_sockets import read as read_switch_sockets  # noqa: E402
 
 LINK_NAMES = {HOST_SWITCH: "host-switch", SWITCH_SWITCH: "switch-switch"}
@@ -132,6 +134,44 @@ def rate_limit_rows(path: FidelityPath, quick: bool) -> dict[tuple[int, bool], t
     return rows
 
 
+# Issue 17: the distributions a link is configured with must not change at the rate either.
+DISTRIBUTION_RATES = (1000, 50_000)
+JITTER = Impairment(delay=0.05, jitter=0.01)  # normal, 10 ms standard deviation
+BURST = BurstLoss(p=0.02, r=0.25)  # Gilbert: p / (p + r) = 7.4 % lost, bursts of 1/r = 4
+
+
+def distribution_rows(path: FidelityPath, quick: bool) -> list[tuple[str, ...]]:
+    """Jitter and burst loss on the path's first link, one way, at a low rate and at the
+    sweep's highest, with 1,200-byte frames: (what, packets/s, configured, measured, verdict).
+    The burst loss is what the configuration dropped (the frames lost less those the emulator
+    counted as its own, which are given apart), within four standard deviations of p / (p + r)
+    (the binomial one inflated by the bursts' correlation, as the fidelity test allows); the
+    jitter's standard deviation within 1 ms of 10 ms, the mean within the sweep's 0.5 ms."""
+    expected = BURST.p / (BURST.p + BURST.r)
+    inflation = 1 + 2 * (1 - BURST.p - BURST.r) / (BURST.p + BURST.r)
+    rows = []
+    for rate in DISTRIBUTION_RATES:
+        count = int(rate * (1 if quick else 2))
+        path.only(HOST_SWITCH, JITTER)
+        delay = path.udp(rate_pps=rate, count=count, size=SWEEP_PAYLOAD_BYTES, all_sent=False,
+                         quantum_us=SWEEP_QUANTUM_US)["delay_ms"]
+        met = abs(delay["std"] - 10) <= 1 and abs(delay["mean"] - 50) <= GOAL_MEAN_MS
+        rows.append(("jitter, normal (mean / std)", f"{rate}", "50 / 10 ms",
+                     f"{delay['mean']:.2f} / {delay['std']:.2f} ms", "met" if met else "NOT met"))
+        path.only(HOST_SWITCH, Impairment(burst=BURST))
+        before = relay_counts(path)[0]
+        measured = path.udp(rate_pps=rate, count=count, size=SWEEP_PAYLOAD_BYTES,
+                            all_sent=False, quantum_us=SWEEP_QUANTUM_US)
+        emulator = relay_counts(path)[0] - before
+        seen = max(1, measured["sent"] - emulator)
+        fraction = (measured["lost"] - emulator) / seen
+        sigma = (expected * (1 - expected) * inflation / seen) ** 0.5
+        rows.append(("burst loss, Gilbert p 2% r 25%", f"{rate}", f"{expected:.2%}",
+                     f"{fraction:.2%} ({emulator} emulator-made apart)",
+                     "met" if abs(fraction - expected) <= 4 * sigma else "NOT met"))
+    return rows
+
+
 def meets_goals(row: tuple) -> bool:
     error, tail, _, delivered = row[:4]
     return abs(error) <= GOAL_MEAN_MS and tail <= GOAL_P99_MS and delivered == 1.0
@@ -201,7 +241,7 @@ def main() -> int:
             finally:
                 path.stop()
     # The rate sweep: each relay on each path of its own, in this one run, so they compare.
-    sweeps = {}
+    sweeps, distributions = {}, {}
     for engine in ENGINES:
         os.environ[RELAY_ENGINE_KEY] = engine
         for name, line in SWEEP_PATHS.items():
@@ -210,6 +250,8 @@ def main() -> int:
                 path.start()
                 try:
                     sweeps[engine, name] = rate_limit_rows(path, arguments.quick)
+                    if name == "direct":
+                        distributions[engine] = distribution_rows(path, arguments.quick)
                 finally:
                     path.stop()
     sweep = Table(title="fallback relays, 50 ms delay on the first link (host-switch, or the "
@@ -229,6 +271,15 @@ def main() -> int:
                               str(emulator), str(receiver), str(elsewhere), f"{sent:.0f}")
         sweep.add_section()
     console.print(sweep)
+    shapes = Table(title="fallback relays alone (direct path), one way, 1,200-byte frames: "
+                         "the configured distributions at a low rate and at 50k packets/s",
+                   title_justify="left")
+    for column in ("relay", "what", "packets/s", "configured", "measured", "verdict"):
+        shapes.add_column(column)
+    for engine, rows in distributions.items():
+        for row in rows:
+            shapes.add_row(engine, *row)
+    console.print(shapes)
     for engine, name in sweeps:
         for both_ways in (False, True):
             met = [rate for rate in RATE_SWEEP_PPS

@@ -136,14 +136,10 @@ def emulator_loss_flags(losses: list[dict], limit: EmulatorLossLimit) -> list[st
     return flags
 
 
-def fidelity(run_dir: Path, cpu: CpuMonitor, wires: dict | None = None,
-             losses: list[dict] | None = None,
-             loss_limit: EmulatorLossLimit | None = None) -> dict:
-    """``{"ok": bool, "flags": [...], "cpu_busy_max": ...}`` for the run's summary; ``wires``
-    are the relays' final statistics by link (the fallback impairment backend), ``losses``
-    the links' drops by cause (:meth:`LinkControl.losses`): emulator-made loss past
-    ``loss_limit`` makes the run invalid, as a saturated CPU does."""
-    flags = emulator_loss_flags(losses or [], loss_limit or EmulatorLossLimit())
+def wire_lateness_flags(wires: dict | None) -> list[str]:
+    """Flags for the wire directions that delivered frames late, from the relays' final
+    statistics by link (the fallback impairment backend's; a run's summary ``wires``)."""
+    flags = []
     for link, statistics in (wires or {}).items():
         for direction, figures in (statistics or {}).items():
             late = figures.get("late_us") or {}
@@ -152,6 +148,27 @@ def fidelity(run_dir: Path, cpu: CpuMonitor, wires: dict | None = None,
                 flags.append(f"the wire of link {link} ({direction}) delivered frames late: "
                              f"p99 {(late.get('p99') or 0) / 1000:.2f} ms, max "
                              f"{(late.get('max') or 0) / 1000:.2f} ms after their due time")
+    return flags
+
+
+def network_kept_up(summary: dict) -> bool:
+    """Whether a run's emulated network did what it was configured to (from its summary): no
+    wire delivered frames late and no link direction's emulator-made loss passed its limit.
+    Narrower than the fidelity verdict, which also flags the hosts (a saturated CPU, a sender
+    behind its schedule): what a path's measured delay and loss owe to the emulator."""
+    return not wire_lateness_flags(summary.get("wires")) and not any(
+        entry.get("over_limit") for entry in summary.get("emulator_loss") or [])
+
+
+def fidelity(run_dir: Path, cpu: CpuMonitor, wires: dict | None = None,
+             losses: list[dict] | None = None,
+             loss_limit: EmulatorLossLimit | None = None) -> dict:
+    """``{"ok": bool, "flags": [...], "cpu_busy_max": ...}`` for the run's summary; ``wires``
+    are the relays' final statistics by link (the fallback impairment backend), ``losses``
+    the links' drops by cause (:meth:`LinkControl.losses`): emulator-made loss past
+    ``loss_limit`` makes the run invalid, as a saturated CPU does."""
+    flags = (emulator_loss_flags(losses or [], loss_limit or EmulatorLossLimit())
+             + wire_lateness_flags(wires))
     for row in read_table(run_dir, "sender_lateness"):
         late_fraction = float(row["late_over_1ms_fraction"] or 0)
         late_p99 = float(row["late_p99_us"] or 0)

@@ -38,7 +38,7 @@ from scipy import stats
 from controller.config import ControllerConfig
 from controller.policies.dispatch.quality import VIA
 from controller.view import NetworkView
-from experiments.measurements import host_addresses, read_table
+from experiments.measurements import host_addresses, network_kept_up, read_table
 from experiments.playout import Playout, viewer_playouts
 from experiments.sweeps.kinds import Cell, Kind, Metric, measured_run
 from topologies.units import parse_duration
@@ -213,6 +213,7 @@ def serving_nodes(run_dir: Path, by_address: dict[str, str]) -> dict[str, str]:
 def measure(run_dir: Path) -> dict[str, float]:
     """One row of the run's metrics (:data:`METRICS`)."""
     resolved = yaml.safe_load((run_dir / "scenario.yaml").read_text())
+    summary = json.loads((run_dir / "summary.json").read_text())
     nodes = resolved["topology"]["nodes"]
     region = {name: node.get("labels", {}).get("region") for name, node in nodes.items()}
     viewers = sorted(name for name, node in nodes.items() if node.get("role") == "viewer")
@@ -267,9 +268,8 @@ def measure(run_dir: Path) -> dict[str, float]:
             "failover_ingest_wait_ms": 1e3 * cut.ingest_wait_s,
             "failover_reroute_ms": 1e3 * rerouted_after(run_dir),
             **playout_metrics(shown), **gop_cache_costs(run_dir, playouts),
-            "viewers": len(viewers),
-            "fidelity_ok": int(json.loads((run_dir / "summary.json").read_text())
-                               ["fidelity"]["ok"])}
+            "viewers": len(viewers), "fidelity_ok": int(summary["fidelity"]["ok"]),
+            "network_kept_up": int(network_kept_up(summary))}
 
 
 def gop_cache_costs(run_dir: Path, playouts: dict[str, Playout]) -> dict[str, float]:
@@ -361,7 +361,9 @@ METRICS = (Metric("misplaced_by_database", "viewers the database placed abroad")
            Metric("playout_lag_mean_ms", "mean lag of the player behind the source", "ms"),
            Metric("viewers_served", "viewers served"),
            Metric("viewers", "viewers in the scenario"),
-           Metric("fidelity_ok", "runs the fidelity monitor passed"))
+           Metric("fidelity_ok", "runs the fidelity monitor passed"),
+           Metric("network_kept_up", "runs whose wires kept time and emulator-made loss "
+                  "stayed within its limit"))
 PLOTS = ("misplaced_by_database", "served_abroad", "access_rtt_ms",
          "cross_border_node_loss_pct", "poor_viewers", "delay_p50_ms", "failover_gap_ms",
          "failover_frames_lost", "failover_valid", "failover_reroute_ms",
@@ -534,8 +536,9 @@ def fixed_share(group: pd.DataFrame, baseline: str, mechanism: str) -> str:
     """VIA's anchor for relays (an oracle relay choice fixes up to 53% of the poor calls; the
     goal: relays with probing fix at least half of direct access's poor sessions) on
     ``group``'s runs: the share of the baseline's poor viewers the mechanism's runs do not
-    have (poor viewers a run), over every run and over the runs the fidelity monitor passed
-    (a run whose impairment relays fell behind makes viewers poor that the policy did not)."""
+    have (poor viewers a run), over every run and over the runs whose emulated network kept
+    up (``network_kept_up``: a run whose impairment relays fell behind makes viewers poor
+    that the policy did not; the hosts' own flags, a CPU busy at start-up, do not)."""
     def share(runs: pd.DataFrame, which: str) -> str:
         poor = runs.groupby("policy")["poor_viewers"].mean()  # a run: the two may differ in runs
         counted = runs.groupby("policy").size()
@@ -546,9 +549,9 @@ def fixed_share(group: pd.DataFrame, baseline: str, mechanism: str) -> str:
                 f"{100 * fixed:.0f}% ({poor[mechanism]:.2f} poor a run against "
                 f"{poor[baseline]:.2f}): " + ("met" if fixed >= 0.5 else "not met"))
     parts = [share(group, "over every run")]
-    if "fidelity_ok" in group and group["fidelity_ok"].notna().all():
-        parts.append(share(group[group["fidelity_ok"] == 1],
-                           "over the runs the fidelity monitor passed"))
+    if "network_kept_up" in group and group["network_kept_up"].notna().all():
+        parts.append(share(group[group["network_kept_up"] == 1],
+                           "over the runs whose network kept up"))
     return (f"{mechanism} fixed of {baseline}'s poor viewers, against VIA's anchor of at "
             f"least half, " + ", ".join(parts))
 
