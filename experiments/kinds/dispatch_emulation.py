@@ -527,7 +527,7 @@ def goals(group: pd.DataFrame) -> str:
             f"{group['policy'].iloc[0]} ({views} views in {len(group)} runs): "
             + "; ".join(parts)
             + (f". Startup a mean {group['startup_mean_ms'].mean():.0f} ms: the first whole "
-               f"frame {first:.0f} ms after the join, {keyframe:.0f} ms more to the first I "
+               f"frame {first:.0f} ms after the join, {round(keyframe)} ms more to the first I "
                f"frame, {1e3 * PLAYOUT_BUFFER_S:.0f} ms of playout delay"
                if group["startup_mean_ms"].notna().any() else "") + ".")
 
@@ -550,8 +550,9 @@ def fixed_share(group: pd.DataFrame, baseline: str, mechanism: str) -> str:
                 f"{poor[baseline]:.2f}): " + ("met" if fixed >= 0.5 else "not met"))
     parts = [share(group, "over every run")]
     if "network_kept_up" in group and group["network_kept_up"].notna().all():
-        parts.append(share(group[group["network_kept_up"] == 1],
-                           "over the runs whose network kept up"))
+        kept_up = group[group["network_kept_up"] == 1]
+        parts.append(share(kept_up, "over the runs whose network kept up")
+                     if len(kept_up) < len(group) else "every run's network kept up")
     return (f"{mechanism} fixed of {baseline}'s poor viewers, against VIA's anchor of at "
             f"least half, " + ", ".join(parts))
 
