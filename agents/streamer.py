@@ -18,7 +18,17 @@ A frame of S bytes travels in ``ceil(S / payload)`` packets of near-equal size (
 one byte at most), as RTP packetizers split frames, so no packet is a runt. Frame f is due at
 ``start + f / fps``; with ``spread`` (the default, as real pacers do) its packet k of n is due
 ``k / (n * fps)`` later, otherwise all its packets are due at the frame time and leave as a
-burst. A late packet does not move the schedule. Every packet's lateness goes into
+burst. A late packet does not move the schedule.
+
+A push the receiver refused (``ECONNREFUSED``: an ICMP port unreachable for an earlier packet,
+nobody listening there yet, as when the ingest node's agent starts later than the streamer on
+a busy machine) restarts the GOP: the next frame is an I frame, as an encoder starts with a
+key frame when its push session (re)connects. Without it the stream's first I frame is lost
+at the ingest, and every viewer joining within the first GOP waits up to a GOP for the next
+one (and a node's GOP cache holds nothing to give it). Every refused or failed packet is
+counted in ``send_errors``; the summary's ``gop_restarts`` counts the restarts.
+
+Every packet's lateness goes into
 ``sender_lateness``; the summary gives frames, packets, bytes, the achieved bitrate and the
 lateness figures.
 
@@ -66,7 +76,8 @@ class Params(AgentParams):
     rung: int = Field(0, ge=0, le=255, description="index in the bitrate ladder, carried in "
                                                    "every packet")
     fps: float = Field(30.0, gt=0, le=10_000, description="frames per second")
-    gop: int = Field(60, ge=1, description="frames per GOP; frame 0 of each GOP is an I frame")
+    gop: int = Field(60, ge=1, description="frames per GOP; frame 0 of each GOP is an I frame "
+                                            "(a refused push starts a GOP afresh)")
     i_to_p: float = Field(5.0, ge=1, description="mean size of an I frame over a P frame's")
     noise: Fraction = Field(0.1, description="relative standard deviation of frame sizes")
     payload: Size = Field(1200, description=f"largest UDP payload of a packet, "
@@ -114,10 +125,18 @@ class FrameSizes:
         # standard deviation sqrt(exp(sigma^2) - 1), which is ``noise`` for this sigma.
         self._sigma = math.sqrt(math.log1p(params.noise ** 2))
         self._rng = rng
+        self._gop_start = 0  # the frame number of the current GOP's I frame
+        self._restart = False
+
+    def restart(self) -> None:
+        """The next frame starts a GOP (an I frame), and GOPs count on from it."""
+        self._restart = True
 
     def frame(self, number: int) -> tuple[int, int]:
         """(frame type, size in bytes) of frame ``number``; call in frame order."""
-        frame_type = I_FRAME if number % self.gop == 0 else P_FRAME
+        if self._restart:
+            self._gop_start, self._restart = number, False
+        frame_type = I_FRAME if (number - self._gop_start) % self.gop == 0 else P_FRAME
         size = self.i_mean if frame_type == I_FRAME else self.p_mean
         if self._sigma:
             size *= self._rng.lognormvariate(-self._sigma ** 2 / 2, self._sigma)
@@ -142,7 +161,7 @@ def stream(agent: Agent, params: Params) -> dict:
     packet_view = memoryview(packet)
     frame_ns = 1e9 / params.fps
     pacer = Pacer()
-    frames = sequence = packets = sent_bytes = send_errors = 0
+    frames = sequence = packets = sent_bytes = send_errors = gop_restarts = 0
     last_send_ns = None
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.connect((params.to, params.port))
@@ -152,6 +171,7 @@ def stream(agent: Agent, params: Params) -> dict:
             frame_due_ns = start_ns + round(frames * frame_ns)
             fragments = fragment_sizes(frame_size, payload)
             count = len(fragments)
+            refused = False
             for fragment, size in enumerate(fragments):
                 if agent.stopping:
                     break
@@ -162,21 +182,29 @@ def stream(agent: Agent, params: Params) -> dict:
                 sequence += 1
                 try:
                     sock.send(packet_view[:size])
+                except ConnectionRefusedError:
+                    # Nobody was listening for an earlier packet: this one is lost, and the
+                    # frame with it; the receiver gets a key frame to start on next.
+                    send_errors += 1
+                    refused = True
+                    continue
                 except OSError:
-                    # An ICMP error from an earlier packet (nobody listening yet) or a full
-                    # queue: this packet is lost, and a receiver sees the gap.
+                    # A full queue: this packet is lost, and a receiver sees the gap.
                     send_errors += 1
                     continue
                 packets += 1
                 sent_bytes += size
                 last_send_ns = time.monotonic_ns()
+            if refused:
+                sizes.restart()
+                gop_restarts += 1
             frames += 1
     # The frames' own time, or longer when the sender fell behind its schedule.
     span_s = max(frames / params.fps,
                  (last_send_ns - start_ns) / 1e9 if last_send_ns is not None else 0.0)
     return {"stream": params.stream, "rung": params.rung, "bitrate_bps": params.bitrate,
             "frames": frames, "packets": packets, "bytes": sent_bytes,
-            "send_errors": send_errors, "duration_s": span_s,
+            "send_errors": send_errors, "gop_restarts": gop_restarts, "duration_s": span_s,
             "achieved_bps": sent_bytes * 8 / span_s if span_s > 0 else None,
             "lateness": pacer.report(agent, flow_name(params.stream))}
 

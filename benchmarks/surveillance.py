@@ -8,8 +8,10 @@
   cluster from the placements, as the controller calls it), one request per call, with 200 and
   2,000 flows placed.
 
-Decision-to-flow latency (from a request to the client receiving the stream through the new
-rules) needs the emulated scenario, which is not built yet; it is not measured here.
+Decision-to-flow latency on real packets (a decision's rules installed in the switches) is not
+measured here: it is the controller's, whatever the policy, and ``benchmarks/controller.py``
+measures it; each emulated run also records the clients' access response times
+(``decisions_followed``' ``response_ms``, ``topologies/surveillance.yaml``).
 
     .venv/bin/python benchmarks/surveillance.py [--decisions N]
 """

@@ -224,6 +224,59 @@ def test_packet_sizes_on_the_wire_stay_within_the_payload(tmp_path):
     assert sum(sizes) == sent["bytes"]
 
 
+def test_frame_sizes_restart_the_gop_when_told():
+    sizes = streamer.FrameSizes(stream_params(gop=5, noise=0), random.Random(1))
+    kinds = [sizes.frame(number)[0] for number in range(7)]
+    sizes.restart()
+    kinds += [sizes.frame(number)[0] for number in range(7, 18)]
+    # I frames at 0 and 5, then from the restart at 7 every five frames: 7, 12, 17.
+    assert [number for number, kind in enumerate(kinds) if kind == streamer.I_FRAME] == [
+        0, 5, 7, 12, 17]
+
+
+def connected_to(port: int) -> bool:
+    """Whether some UDP socket of this network namespace is connected to ``port`` on
+    loopback (``/proc/net/udp``'s remote address)."""
+    with open("/proc/net/udp") as table:
+        next(table)
+        return any(line.split()[2] == f"0100007F:{port:04X}" for line in table)
+
+
+def test_a_push_nobody_listened_to_restarts_the_gop_so_the_receiver_starts_on_an_i_frame(
+        tmp_path):
+    """A streamer pushing before its ingest listens (a busy machine starts the ingest's agent
+    late) gets its packets refused; the first frame its receiver gets whole is an I frame,
+    not the rest of a GOP that began in the void. Fails without the restart: the only
+    scheduled I frame is frame 0, sent before anyone listened."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind((LOOPBACK, 0))
+        port = probe.getsockname()[1]  # free now, and nobody listens on it
+    sender = start("streamer", "s", tmp_path, {"to": LOOPBACK, "port": port, "fps": 50,
+                                               "gop": 1000, "bitrate": "1Mbps",
+                                               "duration": 2.5})
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not connected_to(port) and sender.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)  # a dozen frames into the void
+    frames: dict[int, tuple[int, set[int], int]] = {}  # frame -> type, fragments seen, count
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sink:
+        sink.bind((LOOPBACK, port))
+        sink.settimeout(1.0)
+        try:
+            while True:
+                data = sink.recv(2048)
+                _, _, frame, kind, _, fragment, count = streamer.PER_PACKET.unpack_from(
+                    data, streamer.PER_PACKET_OFFSET)
+                frames.setdefault(frame, (kind, set(), count))[1].add(fragment)
+        except socket.timeout:
+            pass
+    sent = summary_of(sender)
+    assert sent["send_errors"] >= 1 and sent["gop_restarts"] >= 1, sent
+    whole = [frame for frame, (_, seen, count) in sorted(frames.items()) if len(seen) == count]
+    assert whole and 0 not in frames, sorted(frames)[:5]
+    assert frames[whole[0]][0] == streamer.I_FRAME, (whole[:3], sent)
+
+
 def test_streamer_to_viewer_loses_nothing_and_keeps_the_bitrate(tmp_path):
     # No noise: two seconds are one GOP, whose size is then exactly the bitrate's, not a
     # sample of it.
