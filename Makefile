@@ -36,6 +36,10 @@ bench: setup
 	$(VENV)/bin/python benchmarks/controller.py
 	$(VENV)/bin/python benchmarks/policies.py
 	$(VENV)/bin/python benchmarks/sweeps.py
+	$(VENV)/bin/python benchmarks/dispatch.py
+	$(VENV)/bin/python benchmarks/bloom_cdn.py
+	$(VENV)/bin/python benchmarks/ai_access.py
+	$(VENV)/bin/python benchmarks/surveillance.py
 
 # Removes what crashed runs left behind (by prefix); run directories under runs/ stay.
 clean: setup
