@@ -615,6 +615,32 @@ def test_back_source_pulls_a_wanted_stream_from_the_upstream_its_decisions_name(
     source.close()
 
 
+def test_an_always_on_back_source_pulls_its_standing_stream_with_no_session():
+    """back_source_mode always (passive transcoding's baseline): the standing stream is pulled
+    from the configured upstream before any decision, with nobody wanting it, at its bitrate
+    or the highest a session asks; a passive one pulls nothing then."""
+    upstream, source = (socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(2))
+    for sock in (upstream, source):
+        sock.bind((LOOPBACK, 0))
+        sock.settimeout(HANG_GUARD_S)
+    port = upstream.getsockname()[1]
+    passive = live_edge.BackSource("t1", PushedOnly(), source, port, interval=0.2)
+    passive.pull({}, now_ns=0)
+    assert passive.pulls == {}
+    always = live_edge.BackSource("t1", PushedOnly(), source, port, interval=0.2,
+                                  standing={0: 1e6}, upstreams={0: LOOPBACK})
+    always.pull({}, now_ns=0)
+    fields = PULL.struct.unpack_from(upstream.recvfrom(2048)[0])
+    assert (fields[3], fields[7]) == (0, 1000)  # stream 0 at 1 Mbit/s
+    always.pull({0: 2e6}, now_ns=200_000_000)  # a session asks more: pulled at its bitrate
+    assert PULL.struct.unpack_from(upstream.recvfrom(2048)[0])[7] == 2000
+    assert always.pulls == {0: 2}
+    with pytest.raises(ValueError, match="needs back_source and an upstream"):
+        live_edge.Params(back_source=True, back_source_mode="always")
+    upstream.close()
+    source.close()
+
+
 def test_the_edge_says_how_long_each_wanted_stream_has_been_silent():
     edge = live_edge.LiveEdge(live_edge.Params(), socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
     packet = bytearray(100)

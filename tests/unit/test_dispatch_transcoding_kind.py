@@ -1,0 +1,50 @@
+"""The dispatch_transcoding kind's pure measurements: when a transcoder was getting the stream
+and how much of it no viewer of another protocol was there, on hand-made arrivals."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from experiments.kinds.dispatch_transcoding import (Parameters, overlap, stretches,
+                                                    transcoder_time, variables)
+
+
+def frames(start: float, end: float, fps: float = 25) -> list[float]:
+    return [start + n / fps for n in range(round((end - start) * fps))]
+
+
+def test_frames_close_together_are_one_stretch_and_a_silence_splits_them():
+    arrivals = frames(1.0, 3.0) + frames(5.0, 6.0)
+    assert stretches(arrivals) == [pytest.approx((1.0, 3.0)), pytest.approx((5.0, 6.0))]
+    assert stretches([]) == []
+
+
+def test_overlap_counts_seconds_inside_the_other_intervals():
+    assert overlap([(0, 4), (6, 8)], [(3, 7)]) == pytest.approx(2.0)
+    assert overlap([(0, 4)], []) == 0.0
+
+
+def test_an_always_on_transcoder_wastes_what_lies_outside_the_viewers_stay():
+    # Pulling 0.5-14 s; the webrtc viewer there 7-11 s.
+    time_at = transcoder_time(frames(0.5, 14.0), [(7.0, 11.0)])
+    assert time_at["pulling_s"] == pytest.approx(13.5, abs=0.05)
+    assert time_at["wasted_s"] == pytest.approx(9.5, abs=0.05)
+    assert time_at["before_s"] == pytest.approx(6.5, abs=0.05)
+    assert time_at["after_s"] == pytest.approx(3.0, abs=0.05)
+
+
+def test_a_passive_transcoder_wastes_only_its_tail():
+    # Pulling from the first frame after the join (7.1 s) to 2 s after the leave.
+    time_at = transcoder_time(frames(7.1, 13.0), [(7.0, 11.0)])
+    assert time_at["before_s"] == 0.0
+    assert time_at["wasted_s"] == pytest.approx(2.0, abs=0.05)
+    # Nobody of another protocol came: all of its pulling is wasted.
+    assert transcoder_time(frames(1.0, 2.0), [])["wasted_s"] == pytest.approx(1.0, abs=0.05)
+
+
+def test_the_cell_sets_the_mechanism_and_the_join():
+    cell = SimpleNamespace(policy="passive", parameters=Parameters(late_join=6.5))
+    assert variables(cell) == {"EDGEBED_TRANSCODING": "passive", "EDGEBED_LATE_JOIN": "6.5s",
+                               "EDGEBED_DURATION": "14s"}
