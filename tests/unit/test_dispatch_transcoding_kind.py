@@ -48,3 +48,35 @@ def test_the_cell_sets_the_mechanism_and_the_join():
     cell = SimpleNamespace(policy="passive", parameters=Parameters(late_join=6.5))
     assert variables(cell) == {"EDGEBED_TRANSCODING": "passive", "EDGEBED_LATE_JOIN": "6.5s",
                                "EDGEBED_DURATION": "14s"}
+
+
+def test_the_models_timeline_is_the_scenarios():
+    import yaml
+
+    from experiments.kinds.dispatch_transcoding import STAY_S, STREAM_AT_S, predicted
+    from tests.conftest import ROOT
+    scenario = yaml.safe_load((ROOT / "topologies" / "dispatch-transcoding.yaml").read_text())
+    [web] = [w for w in scenario["workload"] if w.get("nodes") == ["webv1"]]
+    [streamer] = [w for w in scenario["workload"] if w["agent"] == "streamer"]
+    assert web["params"]["duration"] == f"{STAY_S:g}s"
+    assert streamer["start"] == f"{STREAM_AT_S:g}s"
+    assert predicted(7.0, 14.0) == {"always": pytest.approx(13.5), "passive": pytest.approx(4.0)}
+
+
+def test_the_remarks_put_always_on_against_passive_and_the_model():
+    import pandas as pd
+
+    from experiments.kinds.dispatch_transcoding import METRICS, remarks
+    rows = []
+    for policy, pulling, wasted, started in (("always", 13.4, 9.5, 0), ("passive", 5.9, 2.0, 1)):
+        row = {m.name: 1.0 for m in METRICS}
+        row.update(policy=policy, value="7", parameter="late_join",
+                   transcoder_pulling_s=pulling, transcoder_wasted_s=wasted,
+                   transcoder_started_joins=started, same_stall_free=3, same_viewers=3)
+        rows += [row, row]
+    found = remarks(pd.DataFrame(rows))
+    assert "13.4 against 5.9 s pulling" in found[0]
+    assert "9.5 against 2.0 s pulling with no webrtc viewer" in found[0]
+    assert "0 under always-on, 2 under passive" in found[1]
+    assert "running 13.5 s always-on against 4.0 s passive" in found[2]
+    assert remarks(pd.DataFrame(rows[:2])) == []  # one policy only: nothing to compare
