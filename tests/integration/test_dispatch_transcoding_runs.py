@@ -74,6 +74,11 @@ def test_passive_feeds_the_transcoder_only_while_the_other_protocol_is_there(run
     join_s, attributes = joined(run_dir, "webv1")
     assert attributes["transcoder_started"] is True
     assert attributes["transcode"] == "rtmp->webrtc"
+    # The controller's own record of the placement says so too.
+    placed = [row for row in read_table(run_dir, "decisions")
+              if row["kind"] == "place" and row["flow"] == "webv1/live"]
+    assert placed and placed[0]["server"] == "tc1"
+    assert json.loads(placed[0]["attributes"])["transcoder_started"] is True
     got = arrivals(run_dir, "tc1")
     # Nothing before webv1 asked; then the stream, which webv1 got from tc1.
     assert got and got[0] > join_s, (got[:1], join_s)
