@@ -97,6 +97,7 @@ def test_always_finds_the_transcoder_running_and_logs_no_start():
     dispatch = policy("always")
     [w1] = decide(dispatch, [request("w1")]).assignments
     assert (w1.server, w1.attributes["transcoder_started"]) == ("t1", False)
+    decide(dispatch, (), (), now=3.0)  # w1 left: an always-on transcoder keeps running
     assert dispatch.transcoder_events == []
 
 

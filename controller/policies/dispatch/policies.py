@@ -48,9 +48,10 @@ default their site), ``cost`` and ``preference`` (numbers); clients ``center`` (
 center they ask, default the one listed first for their region in ``centers``, else the first).
 Clients optionally carry ``protocol`` (default the stream's ``source_protocol``) and servers
 ``transcoder`` (:class:`DispatchClientLabels`, :class:`DispatchServerLabels`); both are looked
-at only with ``transcoding``. A server's capacity in streams is its capacity over the service's per-flow demand (its
-capacity when the demand is 0); its load is the ``sessions`` metric of its last report (the
-downstream streams it serves), else the report's load over the demand.
+at only with ``transcoding``. A server's capacity in streams is its capacity over the
+service's per-flow demand (its capacity when the demand is 0); its load is the ``sessions``
+metric of its last report (the downstream streams it serves), else the report's load over the
+demand.
 """
 
 from __future__ import annotations
@@ -328,7 +329,8 @@ class Dispatch(ModelPolicy):
             if flow in present:
                 continue
             del self._transcoded[flow]
-            if self.transcoding.leave(self._room, flow, protocol) is not None:
+            stopped = self.transcoding.leave(self._room, flow, protocol) is not None
+            if stopped and self.params.transcoding == "passive":
                 self.transcoder_events.append((state.now, "stopped", self._room, protocol))
 
     def _join(self, flow: str, protocol: str, now: float) -> bool:
@@ -446,7 +448,7 @@ class Dispatch(ModelPolicy):
             # A viewer needing a transcoder pulls from one wherever the scheduling is
             # single-point: the origin only forwards the stream as it was pushed.
             if self.params.scheduling is Mode.SINGLE and not transcoded:
-                answers[request.flow] = self._single_point(nodes, offered, book, center,
+                answers[request.flow] = self._single_point(usable, offered, book, center,
                                                            request.client)
                 continue
             taken = next((node for node in offered if book.admit(center, node.name)), None)
