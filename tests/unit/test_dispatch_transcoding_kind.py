@@ -72,10 +72,11 @@ def test_the_remarks_put_always_on_against_passive_and_the_model():
         row = {m.name: 1.0 for m in METRICS}
         row.update(policy=policy, value="7", parameter="late_join",
                    transcoder_pulling_s=pulling, transcoder_wasted_s=wasted,
-                   transcoder_started_joins=started, same_stall_free=3, same_viewers=3)
+                   transcoder_started_joins=started, same_stall_free=3, same_viewers=3,
+                   network_kept_up=1)
         rows += [row, row]
     found = remarks(pd.DataFrame(rows))
-    assert "13.4 against 5.9 s pulling" in found[0]
+    assert "13.4 against 5.9 s pulling" in found[0] and "kept up in 4 of 4" in found[0]
     assert "9.5 against 2.0 s pulling with no webrtc viewer" in found[0]
     assert "0 under always-on, 2 under passive" in found[1]
     assert "running 13.5 s always-on against 4.0 s passive" in found[2]
