@@ -178,7 +178,9 @@ def sessions(tmp_path) -> list[dict]:
 
 def test_the_agents_and_their_node_references_are_in_the_catalog():
     assert "live_edge" in catalog.available()
-    assert catalog.node_reference_fields(catalog.params_model("live_edge")) == ["report_paths"]
+    # upstream: the always-on back-source's (passive transcoding's baseline) origin.
+    assert catalog.node_reference_fields(catalog.params_model("live_edge")) == [
+        "report_paths", "upstream"]
     assert "pull" in catalog.node_reference_fields(catalog.params_model("viewer"))
 
 
