@@ -249,6 +249,14 @@ impairment relays fell behind (fidelity flags in its `summary.json`) delivers fr
 """
 
 
+def against(means: pd.DataFrame, first: str, second: str,
+            compared: tuple[tuple[str, str, str], ...]) -> list[str]:
+    """``first``'s mean against ``second``'s (rows of ``means``) for each (column, what it is,
+    format) of ``compared``: "0.96 against 0.46 Mbit/s pulled"."""
+    return [f"{format(means.loc[first, m], f)} against {format(means.loc[second, m], f)} {what}"
+            for m, what, f in compared]
+
+
 def remarks(results: pd.DataFrame) -> list[str]:
     """Per room, single-point against multi-point on the measured columns (means over the
     repetitions), and each policy's views against LiveNet's goals (:func:`goals`)."""
@@ -267,8 +275,7 @@ def remarks(results: pd.DataFrame) -> list[str]:
         runs = group.groupby("policy").size()
         if not set(POLICIES) <= set(means.index):
             continue
-        sides = [f"{format(means.loc['single', m], f)} against {format(means.loc['multi', m], f)}"
-                 f" {what}" for m, what, f in compared]
+        sides = against(means, "single", "multi", compared)
         stalls = {p: (int(group.loc[group["policy"] == p, "stall_free_viewers"].sum()),
                       int(group.loc[group["policy"] == p, "viewers"].sum())) for p in POLICIES}
         found.append(

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from controller.policies.dispatch.model import Join, transcoding
 from experiments.kinds.dispatch_emulation import (PLAYOUT_BUFFER_S, playout_metrics,
                                                   serving_nodes)
-from experiments.kinds.dispatch_rooms import ORIGIN, viewer_frame_loss, whole_frames
+from experiments.kinds.dispatch_rooms import ORIGIN, against, viewer_frame_loss, whole_frames
 from experiments.measurements import host_addresses, network_kept_up, read_table
 from experiments.playout import viewer_playouts
 from experiments.sweeps.kinds import Cell, Kind, Metric, measured_run
@@ -271,12 +271,10 @@ def remarks(results: pd.DataFrame) -> list[str]:
                 ("same_startup_mean_ms", "ms rtmp viewers' startup", ".0f"),
                 ("same_frame_loss_pct", "% frames rtmp viewers lost", ".2f"),
                 ("same_delay_p50_ms", "ms rtmp viewers' median delay", ".0f"))
-    sides = [f"{format(means.loc['always', m], f)} against "
-             f"{format(means.loc['passive', m], f)} {what}" for m, what, f in compared]
-    started = {p: int(results.loc[results["policy"] == p, "transcoder_started_joins"].sum())
-               for p in POLICIES}
-    stall_free = {p: (int(results.loc[results["policy"] == p, "same_stall_free"].sum()),
-                      int(results.loc[results["policy"] == p, "same_viewers"].sum()))
+    sides = against(means, "always", "passive", compared)
+    sums = results.groupby("policy").sum(numeric_only=True).astype(int)
+    started = sums["transcoder_started_joins"]
+    stall_free = {p: (sums.loc[p, "same_stall_free"], sums.loc[p, "same_viewers"])
                   for p in POLICIES}
     kept = int(results["network_kept_up"].sum())
     return [f"Always-on against passive transcoder (means of {int(runs['always'])} and "
