@@ -81,7 +81,11 @@ where that stream comes from; the latest decision heard for a stream wins. It st
 stream once no session asks for it, and the upstream's session for it ends a pull timeout
 later, so a cascade nobody watches any more collapses by itself. Every decision followed is a
 row of ``decisions_followed``; the summary's ``back_source`` counts pulls per stream and lists
-each change of upstream.
+each change of upstream. That is passive (``back_source_mode: passive``, seed 001's passive
+transcoding: a transcoder node pulls the stream only while it serves a viewer); with
+``back_source_mode: always`` the edge also pulls stream ``upstream_stream`` from ``upstream``
+at ``upstream_bitrate`` from its start, viewers or not (the always-on transcoder, passive
+transcoding's baseline), until a decision names another upstream for it.
 
 It announces its ports like the viewer (``listening on PORT`` on stderr, the service port
 first) and stops on SIGTERM or SIGINT or after ``duration``.
@@ -97,7 +101,7 @@ import socket
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Literal, Optional
 
 from pydantic import Field, model_validator
 
@@ -107,11 +111,11 @@ from agents.formats import MAGIC, MEDIA, PULL, VERSION
 from agents.streamer import (I_FRAME, MAX_PAYLOAD, MIN_FRAME_SIZE, PER_PACKET,
                              PER_PACKET_OFFSET, flow_name, fragment_sizes)
 from agents.control import ControlClient, LoadReporter, ReportingParams, controller_client
-from agents.common import DATAGRAM_BUFFER, epoch_seconds, listen
+from agents.common import DATAGRAM_BUFFER, NodeRef, epoch_seconds, listen
 from agents.echo import PATH_TABLES
 from agents.follower import FOLLOWER_TABLES, DecisionFollower, follow_pushed
 from agents.media import MEDIA_TABLES, MediaMeter
-from topologies.model import Duration, PositiveDuration, Size
+from topologies.model import Duration, PositiveDuration, Rate, Size
 
 TABLES = {
     **MEDIA_TABLES,
@@ -153,6 +157,17 @@ class Params(ReportingParams, AgentParams):
                                                                  "upstreams take pulls on")
     back_source_interval: PositiveDuration = Field(0.2, description="back-source: how often "
                                                                     "to pull a stream")
+    back_source_mode: Literal["passive", "always"] = Field(
+        "passive", description="back-source: passive pulls a stream only while sessions ask for "
+                               "it; always also pulls upstream_stream from upstream from the "
+                               "start, viewers or not")
+    upstream: Optional[NodeRef] = Field(None, description="back-source, always: where the "
+                                                          "stream comes from before a decision "
+                                                          "says")
+    upstream_stream: int = Field(0, ge=0, lt=2**32, description="back-source, always: the "
+                                                                "stream pulled from the start")
+    upstream_bitrate: Rate = Field(1e6, gt=0, description="back-source, always: the bitrate "
+                                                          "it is pulled at (the source's)")
     gop_cache: bool = Field(False, description="keep each stream's frames since its latest I "
                                                "frame and send them to a viewer's new session "
                                                "before the live stream")
@@ -163,6 +178,12 @@ class Params(ReportingParams, AgentParams):
     gop_cache_frames: int = Field(250, ge=1, description="GOP cache: the most frames kept of "
                                                          "a stream; past it (its next I frame "
                                                          "lost) nothing until the next")
+
+    @model_validator(mode="after")
+    def _always_has_upstream(self) -> "Params":
+        if self.back_source_mode == "always" and not (self.back_source and self.upstream):
+            raise ValueError("back_source_mode always needs back_source and an upstream")
+        return self
 
     @model_validator(mode="after")
     def _packets_fit(self) -> "Params":
@@ -509,14 +530,17 @@ class BackSource:
     this edge say, and the pulls that bring it (see the module's docstring)."""
 
     def __init__(self, node: str, control: ControlClient, source: socket.socket,
-                 port: int, interval: float):
+                 port: int, interval: float, standing: dict[int, float] | None = None,
+                 upstreams: dict[int, str] | None = None):
         self.node = node
         self.control = control
         self.source = source
         self.port = port
         self.interval_ns = round(interval * 1e9)
         self.followers: dict[str, DecisionFollower] = {}
-        self.upstreams: dict[int, str] = {}  # stream -> address
+        self.upstreams: dict[int, str] = dict(upstreams or {})  # stream -> address
+        # back_source_mode always: stream -> bitrate, pulled whether sessions ask or not
+        self.standing = dict(standing or {})
         self.changes: list[dict] = []
         self.due_ns: dict[int, int] = {}
         self.pulls: dict[int, int] = {}
@@ -539,7 +563,11 @@ class BackSource:
                 self.due_ns[stream] = 0  # pull from the new upstream at once
 
     def pull(self, wanted: dict[int, float], now_ns: int) -> None:
-        """Pull every wanted stream whose upstream is known and whose pull is due."""
+        """Pull every wanted stream (and every standing one) whose upstream is known and whose
+        pull is due."""
+        wanted = {stream: max(bitrate, wanted.get(stream, 0.0))
+                  for stream, bitrate in self.standing.items()} | {
+            stream: bitrate for stream, bitrate in wanted.items() if stream not in self.standing}
         for stream, bitrate in wanted.items():
             upstream = self.upstreams.get(stream)
             if upstream is None or now_ns < self.due_ns.get(stream, 0):
@@ -573,8 +601,12 @@ def back_source_for(agent: Agent, params: Params, source: socket.socket) -> Back
         raise SystemExit("live_edge: back_source needs the run's controller "
                          "($EDGEBED_CONTROLLER)")
     control.subscribe()
+    always = params.back_source_mode == "always"
     return BackSource(agent.node, control, source, params.upstream_port,
-                      params.back_source_interval)
+                      params.back_source_interval,
+                      standing={params.upstream_stream: params.upstream_bitrate} if always
+                      else None,
+                      upstreams={params.upstream_stream: params.upstream} if always else None)
 
 
 def serve(agent: Agent, params: Params, service: socket.socket, source: socket.socket,

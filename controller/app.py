@@ -41,9 +41,11 @@ from .view import NetworkView
 TABLES = {
     # One row per decision carried out: from the policy's answer to the switches' barriers.
     # Joins decided together (one policy call, one barrier per switch) have a row each, with
-    # the batch's figures; ``together`` counts the flows decided in that pass.
+    # the batch's figures; ``together`` counts the flows decided in that pass. ``attributes``:
+    # a placed or moved flow's decision attributes as JSON (what the policy told its hosts,
+    # seed 001's transcoder_started say), ``{}`` for other rows.
     "decisions": ("node", "agent", "time", "kind", "flow", "server", "switches", "messages",
-                  "policy_ms", "send_ms", "install_ms", "together"),
+                  "policy_ms", "send_ms", "install_ms", "together", "attributes"),
     # One row per policy call: what it was given, what it answered, how long it took.
     "policy_trace": ("node", "agent", "time", *TRACE_COLUMNS),
     # One row per load report that arrived, kept or not: its age is arrival minus the sender's
@@ -391,11 +393,14 @@ class EdgebedController(App):
                      or "-")]
         stamp = f"{time.time():.6f}"
         for flow, server in rows:
+            record = self.core.flows.get(flow) if pending.kind != "leave" else None
+            attributes = dict(record.placement.attributes) if record is not None else {}
             self.tables["decisions"].row(
                 "controller", "controller", stamp, pending.kind, flow, server,
                 len(pending.switches), pending.messages, f"{pending.policy_ms:.3f}",
                 f"{(pending.sent_ns - pending.decided_ns) / 1e6:.3f}",
-                f"{(done_ns - pending.decided_ns) / 1e6:.3f}", max(1, len(placed)))
+                f"{(done_ns - pending.decided_ns) / 1e6:.3f}", max(1, len(placed)),
+                json.dumps(attributes, sort_keys=True, separators=(",", ":")))
 
     def _write_traces(self) -> None:
         """A ``policy_trace`` row for each policy call the core made since the last."""

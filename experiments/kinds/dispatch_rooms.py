@@ -70,6 +70,31 @@ def frame_loss(reference: dict[int, float], got: dict[int, float], edge_s: float
     return sum(frame not in got for frame in expected), len(expected)
 
 
+def whole_frames(run_dir: Path) -> tuple[dict[str, dict[int, float]], dict[str, list[float]]]:
+    """Per node of a run, the frames it got whole (frame number -> arrival, epoch s) and their
+    one-way delays from the streamer (ms), from the ``frames`` table."""
+    whole: dict[str, dict[int, float]] = {}
+    delays: dict[str, list[float]] = {}
+    for row in read_table(run_dir, "frames"):
+        if row["complete"] == "True":
+            whole.setdefault(row["node"], {})[int(row["frame"])] = float(row["arrived_s"])
+            delays.setdefault(row["node"], []).append(float(row["delay_ms"]))
+    return whole, delays
+
+
+def viewer_frame_loss(whole: dict[str, dict[int, float]], served: dict[str, str], viewer: str,
+                      origin: str = ORIGIN) -> tuple[int, int]:
+    """:func:`frame_loss` of ``viewer`` against the ``origin``'s whole frames (``whole`` as
+    :func:`whole_frames` gives it; ``served``: which node served each peer)."""
+    node = served.get(viewer)
+    got = whole.get(viewer, {})
+    if node not in (None, origin):
+        # A node re-packetises: a frame it got in part reaches its viewers whole, though
+        # smaller. Lost on the way to the node is lost to the viewer.
+        got = {frame: at for frame, at in got.items() if frame in whole.get(node, {})}
+    return frame_loss(whole.get(origin, {}), got)
+
+
 def cross_border(regions: dict[str, str | None], flows: list[dict], served: dict[str, str],
                  by_address: dict[str, str]) -> float:
     """Mbit/s of media delivered across a border: for every media flow a host received (a row
@@ -96,24 +121,14 @@ def measure(run_dir: Path) -> dict[str, float]:
                       for name in entry["nodes"]})
     by_address = {value: name for name, value in host_addresses(nodes).items()}
     served = serving_nodes(run_dir, by_address)
-    whole: dict[str, dict[int, float]] = {}
-    delays: dict[str, list[float]] = {}
-    for row in read_table(run_dir, "frames"):
-        if row["complete"] == "True":
-            whole.setdefault(row["node"], {})[int(row["frame"])] = float(row["arrived_s"])
-            delays.setdefault(row["node"], []).append(float(row["delay_ms"]))
+    whole, delays = whole_frames(run_dir)
     p50s, p95s, lost, expected, hops = [], [], 0, 0, []
     for viewer in viewers:
         if delays.get(viewer):
             p50s.append(float(np.percentile(delays[viewer], 50)))
             p95s.append(float(np.percentile(delays[viewer], 95)))
         node = served.get(viewer)
-        got = whole.get(viewer, {})
-        if node not in (None, ORIGIN):
-            # A node re-packetises: a frame it got in part reaches its viewers whole, though
-            # smaller. Lost on the way to the node is lost to the viewer.
-            got = {frame: at for frame, at in got.items() if frame in whole.get(node, {})}
-        missed, of = frame_loss(whole.get(ORIGIN, {}), got)
+        missed, of = viewer_frame_loss(whole, served, viewer)
         lost, expected = lost + missed, expected + of
         if node is not None:
             # Media nodes after the origin: none when the viewer pulls from it, one when its
@@ -234,6 +249,14 @@ impairment relays fell behind (fidelity flags in its `summary.json`) delivers fr
 """
 
 
+def against(means: pd.DataFrame, first: str, second: str,
+            compared: tuple[tuple[str, str, str], ...]) -> list[str]:
+    """``first``'s mean against ``second``'s (rows of ``means``) for each (column, what it is,
+    format) of ``compared``: "0.96 against 0.46 Mbit/s pulled"."""
+    return [f"{format(means.loc[first, m], f)} against {format(means.loc[second, m], f)} {what}"
+            for m, what, f in compared]
+
+
 def remarks(results: pd.DataFrame) -> list[str]:
     """Per room, single-point against multi-point on the measured columns (means over the
     repetitions), and each policy's views against LiveNet's goals (:func:`goals`)."""
@@ -252,8 +275,7 @@ def remarks(results: pd.DataFrame) -> list[str]:
         runs = group.groupby("policy").size()
         if not set(POLICIES) <= set(means.index):
             continue
-        sides = [f"{format(means.loc['single', m], f)} against {format(means.loc['multi', m], f)}"
-                 f" {what}" for m, what, f in compared]
+        sides = against(means, "single", "multi", compared)
         stalls = {p: (int(group.loc[group["policy"] == p, "stall_free_viewers"].sum()),
                       int(group.loc[group["policy"] == p, "viewers"].sum())) for p in POLICIES}
         found.append(

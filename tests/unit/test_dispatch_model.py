@@ -130,3 +130,35 @@ def test_lookup_costs_on_a_generated_world():
     assert all(m for f, m in zip(few.fell_back, many.fell_back) if f)
     assert {m for m, f in zip(many.messages, many.fell_back) if f} == {10}
     assert all(s > t for s, t, f in zip(many.seconds, fresh.seconds, many.fell_back) if f)
+
+
+def test_passive_transcoding_runs_a_transcoder_only_while_the_other_protocol_is_in():
+    joins = [model.Join("r", "a", "rtmp", 1.0, 14.0),
+             model.Join("r", "w1", "webrtc", 7.0, 11.0),
+             model.Join("r", "w2", "webrtc", 9.0, 12.0),  # overlaps w1: no second start
+             model.Join("r", "w3", "webrtc", 13.0, 20.0)]  # past the horizon at 14 s
+    passive = model.transcoding(joins, {"r": "rtmp"}, 14.0, "passive")
+    assert passive == model.TranscodingResult(transcoder_s=5.0 + 1.0, starts=2, cold_joins=2,
+                                              other_joins=3)
+    always = model.transcoding(joins, {"r": "rtmp"}, 14.0, "always")
+    assert always == model.TranscodingResult(14.0, 1, 0, 3)
+    with pytest.raises(ValueError, match="passive or always"):
+        model.transcoding(joins, {"r": "rtmp"}, 14.0, "never")
+
+
+def test_passive_saves_most_transcoder_time_when_few_viewers_play_another_protocol():
+    joins, sources = model.room_joins(3, rooms=50, rate_per_room=0.01, stay_s=300.0,
+                                      other_share=0.05, horizon_s=3600.0)
+    assert model.room_joins(3, rooms=50, rate_per_room=0.01, stay_s=300.0, other_share=0.05,
+                            horizon_s=3600.0) == (joins, sources)
+    passive = model.transcoding(joins, sources, 3600.0, "passive")
+    always = model.transcoding(joins, sources, 3600.0, "always")
+    # About 1.8 other-protocol joins per room-hour at 5 min each: the transcoder is needed a
+    # small share of the hour, and passive runs it exactly then.
+    assert 0 < passive.transcoder_s < 0.4 * always.transcoder_s
+    assert passive.cold_joins == passive.starts and always.cold_joins == 0
+    # Everyone on the other protocol: passive's transcoders run nearly all the time.
+    busy, busy_sources = model.room_joins(3, rooms=20, rate_per_room=0.05, stay_s=600.0,
+                                          other_share=1.0, horizon_s=3600.0)
+    assert (model.transcoding(busy, busy_sources, 3600.0, "passive").transcoder_s
+            > 0.9 * model.transcoding(busy, busy_sources, 3600.0, "always").transcoder_s)

@@ -178,7 +178,9 @@ def sessions(tmp_path) -> list[dict]:
 
 def test_the_agents_and_their_node_references_are_in_the_catalog():
     assert "live_edge" in catalog.available()
-    assert catalog.node_reference_fields(catalog.params_model("live_edge")) == ["report_paths"]
+    # upstream: the always-on back-source's (passive transcoding's baseline) origin.
+    assert catalog.node_reference_fields(catalog.params_model("live_edge")) == [
+        "report_paths", "upstream"]
     assert "pull" in catalog.node_reference_fields(catalog.params_model("viewer"))
 
 
@@ -611,6 +613,32 @@ def test_back_source_pulls_a_wanted_stream_from_the_upstream_its_decisions_name(
     back.pull({}, now_ns=10**10)
     assert back.upstreams == {1: LOOPBACK} and back.pulls == {1: 2}
     assert [c["to"] for c in back.changes] == [LOOPBACK]
+    upstream.close()
+    source.close()
+
+
+def test_an_always_on_back_source_pulls_its_standing_stream_with_no_session():
+    """back_source_mode always (passive transcoding's baseline): the standing stream is pulled
+    from the configured upstream before any decision, with nobody wanting it, at its bitrate
+    or the highest a session asks; a passive one pulls nothing then."""
+    upstream, source = (socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(2))
+    for sock in (upstream, source):
+        sock.bind((LOOPBACK, 0))
+        sock.settimeout(HANG_GUARD_S)
+    port = upstream.getsockname()[1]
+    passive = live_edge.BackSource("t1", PushedOnly(), source, port, interval=0.2)
+    passive.pull({}, now_ns=0)
+    assert passive.pulls == {}
+    always = live_edge.BackSource("t1", PushedOnly(), source, port, interval=0.2,
+                                  standing={0: 1e6}, upstreams={0: LOOPBACK})
+    always.pull({}, now_ns=0)
+    fields = PULL.struct.unpack_from(upstream.recvfrom(2048)[0])
+    assert (fields[3], fields[7]) == (0, 1000)  # stream 0 at 1 Mbit/s
+    always.pull({0: 2e6}, now_ns=200_000_000)  # a session asks more: pulled at its bitrate
+    assert PULL.struct.unpack_from(upstream.recvfrom(2048)[0])[7] == 2000
+    assert always.pulls == {0: 2}
+    with pytest.raises(ValueError, match="needs back_source and an upstream"):
+        live_edge.Params(back_source=True, back_source_mode="always")
     upstream.close()
     source.close()
 

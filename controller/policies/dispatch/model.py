@@ -42,6 +42,14 @@ the owner's, there being one) or by the hint in the room's signalling. A share
 ``stale_hint_share`` of the hints is stale: it names a center other than the owner (and than
 the asker, when there is a third), which answers "not here", so the query then goes out by
 broadcast to the rest (:class:`~.rooms.Directory` defines both costs).
+
+**Passive transcoding** (:func:`transcoding`, :func:`room_joins`). Viewers join and leave rooms
+(each room one stream pushed in its source protocol); :class:`~.rooms.Transcoding`, the same
+class the dispatch policy runs, says when a room's transcoder for another protocol starts (its
+first viewer of that protocol joins) and stops (the last one leaves). Passive runs each
+transcoder only then; the always-on baseline runs one per room and protocol for the whole
+horizon. Counted: transcoder-seconds, starts, and the joins that found no transcoder running
+(those that wait for one to start).
 """
 
 from __future__ import annotations
@@ -57,7 +65,7 @@ from .access import (Geography, LocationDatabase, MediaNode, candidates, choose_
                      rank)
 from .capacity import SharedCapacity, Tickets, redirects
 from .quality import VIA, PathQuality, Thresholds
-from .rooms import Directory, LookupMode
+from .rooms import Directory, LookupMode, Transcoding
 
 LIGHT_KM_PER_S = 200_000.0
 
@@ -368,3 +376,83 @@ def lookups(world: World, mode: LookupMode, *, centers: int = 3, stale_hint_shar
         result.seconds.append(found.seconds)
         result.fell_back.append(found.fell_back)
     return result
+
+
+@dataclass(frozen=True)
+class Join:
+    """One viewer's stay in a room: its protocol, when it joins and leaves (s)."""
+
+    room: str
+    client: str
+    protocol: str
+    join_s: float
+    leave_s: float
+
+
+@dataclass(frozen=True)
+class TranscodingResult:
+    """Transcoder-seconds (summed over rooms and protocols), transcoder starts, and the joins
+    of another protocol that found its transcoder not running."""
+
+    transcoder_s: float
+    starts: int
+    cold_joins: int
+    other_joins: int
+
+
+def transcoding(joins: list[Join], sources: dict[str, str], horizon_s: float,
+                mode: str) -> TranscodingResult:
+    """The transcoders ``joins`` need in rooms of source protocols ``sources`` (room ->
+    protocol) over ``horizon_s``: under ``passive`` a (room, protocol) transcoder runs from the
+    join :class:`~.rooms.Transcoding` says started it to the leave it says stopped it (or the
+    horizon); under ``always`` every (room, protocol) that any join asks for runs the whole
+    horizon and no join finds it cold."""
+    if mode not in ("passive", "always"):
+        raise ValueError(f"mode is passive or always, not {mode!r}")
+    rooms = Transcoding()
+    for room, protocol in sources.items():
+        rooms.open(room, protocol)
+    # Leaves before joins at the same instant: a viewer replacing another keeps nothing running.
+    events = sorted([(j.leave_s, 0, j) for j in joins] + [(j.join_s, 1, j) for j in joins],
+                    key=lambda event: (event[0], event[1]))
+    since: dict[tuple[str, str], float] = {}
+    running_s, starts, cold = 0.0, 0, 0
+    for at, is_join, join in events:
+        if at > horizon_s:
+            break
+        if is_join:
+            started = rooms.join(join.room, join.client, join.protocol)
+            if started is not None:
+                since[started], starts, cold = at, starts + 1, cold + 1
+        else:
+            stopped = rooms.leave(join.room, join.client, join.protocol)
+            if stopped is not None:
+                running_s += at - since.pop(stopped)
+    running_s += sum(horizon_s - at for at in since.values())
+    wanted = {(j.room, j.protocol) for j in joins
+              if j.protocol != sources[j.room] and j.join_s <= horizon_s}
+    other = sum(j.protocol != sources[j.room] and j.join_s <= horizon_s for j in joins)
+    if mode == "always":
+        return TranscodingResult(len(wanted) * horizon_s, len(wanted), 0, other)
+    return TranscodingResult(running_s, starts, cold, other)
+
+
+def room_joins(seed: int, *, rooms: int = 100, rate_per_room: float = 0.02,
+               stay_s: float = 600.0, other_share: float = 0.1, horizon_s: float = 3600.0,
+               source: str = "rtmp", other: str = "webrtc") -> tuple[list[Join], dict[str, str]]:
+    """A seeded workload for :func:`transcoding`: viewers join each of ``rooms`` as a Poisson
+    process of ``rate_per_room`` per second over ``horizon_s``, stay an exponential
+    ``stay_s`` on average, and play ``other`` with probability ``other_share`` (else the
+    rooms' ``source``). Returns the joins and each room's source protocol."""
+    rng = np.random.default_rng([seed, 1007])
+    joins, sources = [], {}
+    for r in range(rooms):
+        room = f"room{r}"
+        sources[room] = source
+        at = rng.exponential(1 / rate_per_room)
+        while at < horizon_s:
+            protocol = other if rng.uniform() < other_share else source
+            joins.append(Join(room, f"{room}/v{len(joins)}", protocol, float(at),
+                              float(at + rng.exponential(stay_s))))
+            at += rng.exponential(1 / rate_per_room)
+    return joins, sources

@@ -32,14 +32,26 @@ request it:
    site gives the relay's other leg (the origin forwards and does not report). The flows placed
    on the node get the chain ``(origin, relay)`` as their ``via`` (the origin sends the node's
    copy to the relay, the relay on to the node), or ``(origin,)`` once the direct path is the
-   better again.
+   better again;
+7. with ``transcoding`` (mechanism 7), places a viewer whose ``protocol`` differs from the
+   stream's ``source_protocol`` on a transcoder node (server label ``transcoder``) and the
+   others on the other nodes. Under ``passive`` the room's transcoder runs only while such a
+   viewer is in it (:class:`~.rooms.Transcoding`): a decision says whether its join started
+   the transcoder (attributes ``transcode``, ``transcoder_started``), and a viewer's flow gone
+   from the placements is its leave (``transcoder_events`` keeps when each transcoder started
+   and stopped). The transcoder is a media node that back-sources (5.), so it pulls the stream
+   only while it serves someone; under ``always`` it is kept fed from the start (the baseline:
+   ``agents.live_edge``'s ``back_source_mode: always``) and no join starts anything.
 
 **Labels.** Servers and clients carry ``region``; servers optionally ``room`` (machine room,
 default their site), ``cost`` and ``preference`` (numbers); clients ``center`` (the dispatch
 center they ask, default the one listed first for their region in ``centers``, else the first).
-A server's capacity in streams is its capacity over the service's per-flow demand (its
-capacity when the demand is 0); its load is the ``sessions`` metric of its last report (the
-downstream streams it serves), else the report's load over the demand.
+Clients optionally carry ``protocol`` (default the stream's ``source_protocol``) and servers
+``transcoder`` (:class:`DispatchClientLabels`, :class:`DispatchServerLabels`); both are looked
+at only with ``transcoding``. A server's capacity in streams is its capacity over the
+service's per-flow demand (its capacity when the demand is 0); its load is the ``sessions``
+metric of its last report (the downstream streams it serves), else the report's load over the
+demand.
 """
 
 from __future__ import annotations
@@ -52,12 +64,14 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from controller.policy import (Assignment, Decision, Host, LoadReport, Migration, ModelPolicy,
-                               PolicyParams, Rejection, Request, ScenarioProblem, State)
+                               PolicyLabels, PolicyParams, Rejection, Request, ScenarioProblem,
+                               State)
 from controller.protocol import path_metric
 
 from .access import Geography, LocationDatabase, MediaNode, candidates, rank
 from .capacity import SharedCapacity, Tickets
 from .quality import PathQuality
+from .rooms import Transcoding
 from .routing import Mode, choose_relay, schedule
 
 
@@ -92,12 +106,35 @@ class DispatchParams(PolicyParams):
                                                  "(attributes stream, upstream) for media "
                                                  "nodes that back-source from it")
     stream: int = Field(0, ge=0, lt=2**32, description="with back_source: the stream id")
+    transcoding: Literal["passive", "always"] | None = Field(
+        None, description="viewers of another protocol than source_protocol pull from "
+                          "transcoder nodes: passive starts the room's transcoder with the "
+                          "first of them and stops it with the last, always keeps it running; "
+                          "none: protocols are not looked at")
+    source_protocol: str = Field("rtmp", min_length=1, description="with transcoding: the "
+                                                                   "protocol the stream is "
+                                                                   "pushed in")
 
     @model_validator(mode="after")
     def _some_center(self) -> DispatchParams:
         if not self.centers:
             raise ValueError("a dispatch scenario needs at least one dispatch center")
         return self
+
+
+class DispatchClientLabels(PolicyLabels):
+    """A client's labels the dispatch policy reads besides ``region`` and ``center``."""
+
+    protocol: str | None = Field(None, description="with transcoding: the protocol the viewer "
+                                                   "plays (default the stream's)")
+
+
+class DispatchServerLabels(PolicyLabels):
+    """A media node's labels the dispatch policy reads besides ``region``, ``room``, ``cost``
+    and ``preference``."""
+
+    transcoder: bool = Field(False, description="with transcoding: a transcoding node, for "
+                                                "viewers of another protocol than the stream's")
 
 
 @dataclass
@@ -112,6 +149,7 @@ class DispatchRound:
     geography: Geography
     database: LocationDatabase
     book: object
+    transcoders: frozenset[str] = frozenset()  # with transcoding: the transcoder nodes
 
 
 class Dispatch(ModelPolicy):
@@ -120,6 +158,8 @@ class Dispatch(ModelPolicy):
 
     name = "dispatch"
     Params = DispatchParams
+    ClientLabels = DispatchClientLabels
+    ServerLabels = DispatchServerLabels
     on_load = "rebalance"
 
     def __init__(self, params: DispatchParams | None = None) -> None:
@@ -127,6 +167,17 @@ class Dispatch(ModelPolicy):
         self._labels: dict[str, dict] = {}  # client -> its labels, this call's
         self._shared: SharedCapacity | None = None
         self._reports_seen: dict[str, float] = {}
+        # Passive transcoding: the room is the stream; its members are the flows placed on a
+        # transcoder, each with its protocol, so that a flow gone from the placements leaves.
+        self.transcoding = Transcoding()
+        self.transcoding.open(self._room, self.params.source_protocol)
+        self._transcoded: dict[str, str] = {}  # flow -> its protocol
+        # (time, "started" | "stopped", room, protocol) for every transcoder passive ran.
+        self.transcoder_events: list[tuple[float, str, str, str]] = []
+
+    @property
+    def _room(self) -> str:
+        return f"stream-{self.params.stream}"
 
     @classmethod
     def scenario_problems(cls, params: DispatchParams, hosts: Mapping[str, Host],
@@ -207,6 +258,22 @@ class Dispatch(ModelPolicy):
                                    float(labels.get("preference", 0) or 0)))
         return nodes
 
+    def _protocol(self, labels: dict) -> str:
+        """The protocol a client plays (its label, else the stream's own)."""
+        return str(labels.get("protocol") or self.params.source_protocol)
+
+    def _transcoded_for(self, labels: dict) -> bool | None:
+        """With transcoding, whether the client needs a transcoder node (its protocol is not
+        the stream's); None without transcoding (any node serves it)."""
+        if self.params.transcoding is None:
+            return None
+        return self._protocol(labels) != self.params.source_protocol
+
+    @staticmethod
+    def _transcoders(state: State, service: str) -> frozenset[str]:
+        return frozenset(server.name for server in state.servers_of(service)
+                         if server.labels.get("transcoder"))
+
     def _center(self, labels: dict) -> str:
         centers = self.params.centers
         named = labels.get("center")
@@ -254,8 +321,32 @@ class Dispatch(ModelPolicy):
     def _client_labels(state: State) -> dict[str, dict]:
         return {client.name: dict(client.labels) for client in state.clients}
 
+    def _leaves(self, state: State) -> None:
+        """Passive transcoding's leaves: the transcoded flows neither placed nor asking any
+        more left the room; the last one of a protocol to leave stops its transcoder."""
+        present = {p.request.flow for p in state.placements} | {r.flow for r in state.requests}
+        for flow, protocol in list(self._transcoded.items()):
+            if flow in present:
+                continue
+            del self._transcoded[flow]
+            stopped = self.transcoding.leave(self._room, flow, protocol) is not None
+            if stopped and self.params.transcoding == "passive":
+                self.transcoder_events.append((state.now, "stopped", self._room, protocol))
+
+    def _join(self, flow: str, protocol: str, now: float) -> bool:
+        """A flow placed on a transcoder joins the room; whether that started its transcoder
+        (never under ``always``: it runs from the start)."""
+        self._transcoded[flow] = protocol
+        started = self.transcoding.join(self._room, flow, protocol) is not None
+        if started and self.params.transcoding == "passive":
+            self.transcoder_events.append((now, "started", self._room, protocol))
+            return True
+        return False
+
     def decide(self, state: State) -> Decision:
         labels = self._client_labels(state)
+        if self.params.transcoding is not None:
+            self._leaves(state)
         absent = [center for center in self.params.centers if center not in labels]
         if absent and state.clients:
             # The centers are the scenario's dispatch hosts; a name that is none is a typo or
@@ -277,7 +368,13 @@ class Dispatch(ModelPolicy):
         if placement.server == server or server not in {node.name for node in nodes}:
             return None  # no move, or none the controller's own check lets through
         labels = self._client_labels(state)
-        center = self._center(labels.get(placement.request.client, {}) | placement.request.labels)
+        merged = labels.get(placement.request.client, {}) | placement.request.labels
+        transcoded = self._transcoded_for(merged)
+        if transcoded is not None and transcoded != (
+                server in self._transcoders(state, placement.request.service)):
+            return (f"{server} does not serve {self._protocol(merged)} viewers "
+                    f"({'no ' if transcoded else ''}transcoder)")
+        center = self._center(merged)
         if self._control(state, nodes, labels).has_room(center, server):
             return None
         return f"{server} has no room for {placement.request.client} at {center}"
@@ -314,7 +411,8 @@ class Dispatch(ModelPolicy):
                                     same_region_share=self.params.same_region_share,
                                     seed=self.params.seed)
         return DispatchRound(state, service, nodes, requests, geography, database,
-                             self._control(state, nodes, labels))
+                             self._control(state, nodes, labels),
+                             self._transcoders(state, service))
 
     def allocate(self, round: DispatchRound) -> dict[str, tuple[str, ...] | str]:
         """Each request's ranked candidates (the admitted node first), or why it has none."""
@@ -337,10 +435,20 @@ class Dispatch(ModelPolicy):
             except KeyError as error:
                 answers[request.flow] = str(error.args[0])
                 continue
-            offered = self._offer(nodes, round.database.locate(request.client, site),
+            transcoded = self._transcoded_for(merged)
+            usable = nodes if transcoded is None else [
+                node for node in nodes if (node.name in round.transcoders) == transcoded]
+            if not usable:
+                answers[request.flow] = (f"no {'transcoder' if transcoded else 'media'} node "
+                                         f"serves {self._protocol(merged)} viewers of "
+                                         f"{round.service!r}")
+                continue
+            offered = self._offer(usable, round.database.locate(request.client, site),
                                   round.geography, book, center)
-            if self.params.scheduling is Mode.SINGLE:
-                answers[request.flow] = self._single_point(nodes, offered, book, center,
+            # A viewer needing a transcoder pulls from one wherever the scheduling is
+            # single-point: the origin only forwards the stream as it was pushed.
+            if self.params.scheduling is Mode.SINGLE and not transcoded:
+                answers[request.flow] = self._single_point(usable, offered, book, center,
                                                            request.client)
                 continue
             taken = next((node for node in offered if book.admit(center, node.name)), None)
@@ -379,9 +487,18 @@ class Dispatch(ModelPolicy):
                 attributes = {"stream": self.params.stream, "upstream": upstream}
         for request in requests:
             answer = answers[request.flow]
-            yield (Rejection(request.flow, answer) if isinstance(answer, str)
-                   else Assignment(request.flow, answer[0], candidates=answer[1:],
-                                   attributes=attributes))
+            if isinstance(answer, str):
+                yield Rejection(request.flow, answer)
+                continue
+            extra = {}
+            if answer[0] in round.transcoders and self.params.transcoding is not None:
+                protocol = self._protocol(self._labels.get(request.client, {})
+                                          | request.labels)
+                extra = {"transcode": f"{self.params.source_protocol}->{protocol}",
+                         "transcoder_started": self._join(request.flow, protocol,
+                                                          round.state.now)}
+            yield Assignment(request.flow, answer[0], candidates=answer[1:],
+                             attributes=attributes | extra)
 
     def migrations(self, state: State, service: str, nodes: list[MediaNode],
                    requests: list[Request]) -> list[Migration]:
@@ -389,7 +506,7 @@ class Dispatch(ModelPolicy):
             return []
         round = self.instance(state, service, nodes, requests)
         redirects = self._redirects(state, nodes, round.geography, round.database, round.book,
-                                    self._labels)
+                                    self._labels, round.transcoders)
         redirected = {move.flow for move in redirects}
         return redirects + [move for move in self._relayed(state, nodes)
                             if move.flow not in redirected]
@@ -437,7 +554,8 @@ class Dispatch(ModelPolicy):
                       near_band=self.params.near_band)
         return candidates(ranked, self.params.candidates, other_regions=self.params.other_regions)
 
-    def _redirects(self, state, nodes, geography, database, book, labels) -> list[Migration]:
+    def _redirects(self, state, nodes, geography, database, book, labels,
+                   transcoders=frozenset()) -> list[Migration]:
         """Once a node's last report shows it oversold, the latest flows placed on it beyond
         its capacity, each to the best other node with room for its center. The excess is
         counted on the placements, not the report: a report still shows the sessions of flows
@@ -451,7 +569,10 @@ class Dispatch(ModelPolicy):
             for placement in reversed(placed[-excess:] if excess > 0 else []):
                 client = placement.request.client
                 center = self._center(labels.get(client, {}) | placement.request.labels)
-                ranked = rank([n for n in nodes if n.name != node.name],
+                # A redirect keeps a viewer on the kind of node it needs (transcoder or not).
+                kind = self._transcoded_for(labels.get(client, {}) | placement.request.labels)
+                ranked = rank([n for n in nodes if n.name != node.name and (
+                    kind is None or (n.name in transcoders) == kind)],
                               database.locate(client, self._site(state, client)), geography,
                               has_room=lambda n: book.has_room(center, n.name),
                               near_band=self.params.near_band)

@@ -110,6 +110,8 @@ class Transcoding:
         if protocol == self.source[room]:
             return None
         members = self.clients[room, protocol]
+        if client in members:
+            return None  # decided again (a new period, a redirect): nothing starts
         members.add(client)
         return (room, protocol) if len(members) == 1 else None
 
