@@ -132,8 +132,9 @@ def _probe_at_once(addresses: tuple[str, ...], count: int, interval: float, time
         while len(sent_ns) < count or (any(len(got) < count for got in rtts.values())
                                        and time.monotonic() < deadline):
             now = time.monotonic()
-            if len(sent_ns) == count and settled is not None and settled(results(True)):
-                return results(True)
+            if len(sent_ns) == count and settled is not None and settled(
+                    partial := results(True)):
+                return partial
             if len(sent_ns) < count and now >= next_send:
                 sequence = len(sent_ns)
                 for address in addresses:

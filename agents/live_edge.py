@@ -565,9 +565,9 @@ class BackSource:
     def pull(self, wanted: dict[int, float], now_ns: int) -> None:
         """Pull every wanted stream (and every standing one) whose upstream is known and whose
         pull is due."""
-        wanted = {stream: max(bitrate, wanted.get(stream, 0.0))
-                  for stream, bitrate in self.standing.items()} | {
-            stream: bitrate for stream, bitrate in wanted.items() if stream not in self.standing}
+        if self.standing:
+            wanted = wanted | {stream: max(bitrate, wanted.get(stream, 0.0))
+                               for stream, bitrate in self.standing.items()}
         for stream, bitrate in wanted.items():
             upstream = self.upstreams.get(stream)
             if upstream is None or now_ns < self.due_ns.get(stream, 0):

@@ -409,6 +409,10 @@ def transcoding(joins: list[Join], sources: dict[str, str], horizon_s: float,
     horizon and no join finds it cold."""
     if mode not in ("passive", "always"):
         raise ValueError(f"mode is passive or always, not {mode!r}")
+    other = [j for j in joins if j.protocol != sources[j.room] and j.join_s <= horizon_s]
+    if mode == "always":
+        wanted = {(j.room, j.protocol) for j in other}
+        return TranscodingResult(len(wanted) * horizon_s, len(wanted), 0, len(other))
     rooms = Transcoding()
     for room, protocol in sources.items():
         rooms.open(room, protocol)
@@ -429,12 +433,7 @@ def transcoding(joins: list[Join], sources: dict[str, str], horizon_s: float,
             if stopped is not None:
                 running_s += at - since.pop(stopped)
     running_s += sum(horizon_s - at for at in since.values())
-    wanted = {(j.room, j.protocol) for j in joins
-              if j.protocol != sources[j.room] and j.join_s <= horizon_s}
-    other = sum(j.protocol != sources[j.room] and j.join_s <= horizon_s for j in joins)
-    if mode == "always":
-        return TranscodingResult(len(wanted) * horizon_s, len(wanted), 0, other)
-    return TranscodingResult(running_s, starts, cold, other)
+    return TranscodingResult(running_s, starts, cold, len(other))
 
 
 def room_joins(seed: int, *, rooms: int = 100, rate_per_room: float = 0.02,
