@@ -80,7 +80,7 @@ from agents.common import (DATAGRAM_BUFFER, POLL_S, Agent, FlowStats, MalformedL
 from agents import ai_gpu
 from agents.control import LoadReporter, ReportingParams, side_band_address
 from agents.formats import AI_DATA, MAGIC, VERSION
-from topologies.model import Duration
+from edgebed.quantities import Duration
 
 TABLES = {
     "gpu_handoffs": ai_gpu.TABLES["gpu_handoffs"],

@@ -62,8 +62,8 @@ from agents.common import (DATAGRAM_BUFFER, POLL_S, WAKE_EARLY_NS, Agent, AgentP
 from agents.control import ControlClient, controller_client
 from agents.follower import FOLLOWER_TABLES, DecisionFollower, Followed
 from agents.formats import AI_DATA, AI_NACK, MAGIC, VERSION, pack_u16_list, unpack_u16_list
-from controller import protocol
-from topologies.model import Fraction, PositiveDuration, Size
+from edgebed import protocol
+from edgebed.quantities import Fraction, PositiveDuration, Size
 
 TABLES = {
     **FOLLOWER_TABLES,

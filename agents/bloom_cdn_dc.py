@@ -28,7 +28,7 @@ from agents.common import DATAGRAM_BUFFER, Agent, AgentParams, MalformedLog, Nod
 from agents.formats import CDN
 from agents.queues import FifoQueue, Job, QueueLoop, serve
 from agents.request_server import REQUEST_PORT
-from topologies.model import Duration, Size
+from edgebed.quantities import Duration, Size
 
 
 class Params(AgentParams):

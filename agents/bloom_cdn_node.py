@@ -5,7 +5,7 @@ decide where a request the filter calls a miss goes.
     python -m agents.bloom_cdn_node --node NAME --out RUN_DIR --params JSON [--seed N]
 
 The node is one of ``nodes`` (the ring, in order: node i has identifier i 2^32 / N, as
-:meth:`agents.chord.ChordRing.evenly_spread`), found by the address it sends from. Its routing,
+:meth:`controller.policies.bloom_cdn.chord.ChordRing.evenly_spread`), found by the address it sends from. Its routing,
 lookup and response queues are :class:`agents.queues.FifoQueue`\\ s with exponential service at
 ``routing_rate``, ``lookup_rate`` and ``response_rate`` (the paper's mu_t, mu_l, mu_r), so the
 emulated network is the model's Jackson network; every message between hosts is a real packet
@@ -37,7 +37,7 @@ catalogue, requested uniformly, so an LRU of that size hits with that probabilit
 with its lowest-numbered ones; every node computes everyone's initial filter itself (the same
 deterministic start), so the first synchronisation is not needed on the wire. After every
 ``sync_every`` lookups a node sends the change of its filter since its last update to every
-other node (``filter_update``: the deflated XOR of the bits, :func:`agents.bloom.delta_update`).
+other node (``filter_update``: the deflated XOR of the bits, :func:`controller.policies.bloom_cdn.bloom.delta_update`).
 
 Tables: ``cdn_queues`` (per job a queue served: the queue, the request, time queued and in
 service, and whether a user waited for it), ``cdn_lookups`` (per lookup at the home: hops so
@@ -60,15 +60,15 @@ from typing import Literal, Optional
 import numpy as np
 from pydantic import Field
 
-from agents.bloom import (NODE_FILTER_BYTES, FilteredCache, GlobalFilter, apply_update,
+from controller.policies.bloom_cdn.bloom import (NODE_FILTER_BYTES, FilteredCache, GlobalFilter, apply_update,
                           bit_positions, delta_update)
-from agents.chord import ChordRing, identifier
+from controller.policies.bloom_cdn.chord import ChordRing, identifier
 from agents.common import DATAGRAM_BUFFER, Agent, AgentParams, MalformedLog, NodeRef, receive
 from agents.formats import CDN, FILTER_UPDATE, REQUEST, RESPONSE, message_type
 from agents.queues import FifoQueue, Job, QueueLoop, serve
 from agents.request_client import source_address
 from agents.request_server import MAX_RESPONSE_BYTES, REQUEST_PORT
-from topologies.model import Duration, Size
+from edgebed.quantities import Duration, Size
 
 STRATEGIES = ("linear", "parallel", "cut_through")
 ROUTE, FETCH, ITEM = 1, 2, 3  # agents.formats.CDN_KINDS

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import shlex
-import string
 import sys
 import typing
 from types import ModuleType
@@ -23,28 +21,8 @@ from pydantic import BaseModel
 import agents
 from agents.common import TABLES as SHARED_TABLES
 from agents.common import AgentParams, with_shared_tables
-from topologies import discovery
-
-COMMAND = "command"  # runs a program given in the scenario; no module, no params
-COMMAND_PLACEHOLDERS = ("node", "ip", "run_dir")  # what {name} in a command is replaced with
-RUN_DIR_VARIABLE = "EDGEBED_RUN_DIR"  # every program a run starts finds its run directory here
-
-
-def command_placeholder_problem(part: str) -> str | None:
-    """Why one word of a command cannot be filled per node (None: it can): a placeholder
-    other than :data:`COMMAND_PLACEHOLDERS`, or braces that are not a placeholder."""
-    try:
-        fields = [name for _, name, spec, conversion in string.Formatter().parse(part)
-                  if name is not None]
-    except ValueError as error:
-        return f"{error} in {part!r}; write {{{{ and }}}} for literal braces"
-    for name in fields:
-        if name not in COMMAND_PLACEHOLDERS:
-            known = ", ".join("{" + p + "}" for p in COMMAND_PLACEHOLDERS)
-            return (f"unknown placeholder {{{name}}} in {part!r} (known: {known}); "
-                    "write {{ and }} for literal braces")
-    return None
-
+from edgebed import discovery
+from topologies.commands import COMMAND
 
 def is_agent(module: ModuleType) -> bool:
     """Whether ``module`` is an agent: it has a ``Params`` model and a ``main`` entry."""
@@ -77,13 +55,6 @@ def agent_argv(python: str, name: str, node: str, out: str, params: dict, seed: 
     an exported container), with ``params`` whose node names are already addresses."""
     return [python, "-m", module_name(name), "--node", node, "--out", out,
             "--params", json.dumps(params), "--seed", str(seed)]
-
-
-def command_argv(command: str | list[str], node: str, ip: str, run_dir: str) -> list[str]:
-    """A ``command`` workload's program and arguments with the placeholders filled for
-    ``node``."""
-    argv = shlex.split(command) if isinstance(command, str) else list(command)
-    return [part.format(node=node, ip=ip, run_dir=run_dir) for part in argv]
 
 
 def tables() -> dict[str, tuple[str, ...]]:

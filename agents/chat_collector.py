@@ -25,7 +25,7 @@ from agents.common import Agent, AgentParams, FlowStats, MalformedLog
 from agents.formats import DANMAKU, GIFT, message_type
 from agents.common import DATAGRAM_BUFFER, datagrams, listen
 from agents.viewer import chat_flow
-from topologies.model import Duration
+from edgebed.quantities import Duration
 
 
 class Params(AgentParams):

@@ -6,7 +6,7 @@ An agent is a module run inside a host as::
     python -m agents.<agent> --node NAME --out RUN_DIR --params JSON [--seed N]
 
 Each agent module defines ``Params`` (an :class:`AgentParams` model: what the scenario's
-``params:`` may say, with units parsed by :mod:`topologies.units`), ``main(argv=None)`` and, if
+``params:`` may say, with units parsed by :mod:`edgebed.units`), ``main(argv=None)`` and, if
 it writes tables of its own, ``TABLES`` (table name -> columns); :mod:`agents.catalog` finds
 agent modules by these names, so adding an agent edits no shared file.
 The runner passes the validated parameters as JSON, node references already turned into IPs.
@@ -49,7 +49,9 @@ from typing import Annotated, Callable, Iterator, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from topologies.model import Rate
+from edgebed.quantities import Rate
+from edgebed.realtime import request_cpu_latency
+from edgebed.tables import TableWriter
 
 # A parameter naming another node of the scenario (``to: edge1``) or a controller service
 # (``to: video``). The scenario's checks make sure it exists; the runner hands the agent its IP
@@ -92,43 +94,6 @@ TABLES = {
 (table name -> columns, ``node`` and ``agent`` first) and hands them to :class:`Agent`."""
 
 
-_cpu_latency_requested = False
-
-
-def request_cpu_latency(microseconds: int) -> None:
-    """Ask the kernel to keep every CPU able to wake within ``microseconds`` for as long as this
-    process runs: the request is a descriptor left open, which closes with the process however
-    it ends (once per process; later calls do nothing).
-
-    Waking a halted virtual CPU can take milliseconds (1.5 ms at the 99th percentile on the
-    2-vCPU reference VM, 3.7 ms at the 99.9th), which no spinning before the due time covers:
-    with idle CPUs polling, frames there leave within 0.7 ms of their due time at the 99th
-    percentile instead of 3 to 5 ms. The price is that idle CPUs stay busy while relays and
-    paced senders run."""
-    global _cpu_latency_requested
-    if _cpu_latency_requested:
-        return
-    _cpu_latency_requested = True
-    try:
-        os.write(os.open("/dev/cpu_dma_latency", os.O_WRONLY), struct.pack("i", microseconds))
-    except OSError as error:
-        print(f"CPU wake-up latency left to the machine: {error}", file=sys.stderr,
-              flush=True)
-
-
-def run_realtime(priority: int) -> None:
-    """Run under SCHED_FIFO at ``priority``.
-
-    On a machine whose cores are busy (the emulated hosts' own programs, Open vSwitch) a relay
-    under normal scheduling waits for its turn and frames leave milliseconds late. The relay
-    sleeps whenever nothing is due, and the kernel's real-time throttling (95% of each second
-    by default) keeps even a saturated relay from starving the rest."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
-    except OSError as error:
-        print(f"normal scheduling: {error}", file=sys.stderr, flush=True)
-
-
 def percentile(sorted_values, q: float) -> float:
     """Linear-interpolated percentile of already sorted values (q in 0..100)."""
     if not sorted_values:
@@ -137,32 +102,6 @@ def percentile(sorted_values, q: float) -> float:
     low = math.floor(position)
     high = min(low + 1, len(sorted_values) - 1)
     return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
-
-
-class TableWriter:
-    """Rows of one table from one agent, appended to its CSV as they come."""
-
-    def __init__(self, path: Path, columns: tuple[str, ...], append: bool = False,
-                 flush: bool = False):
-        """``append``: go on with the rows already in ``path`` (a restarted controller's);
-        ``flush``: hand each row to the file at once, for tables read while the run goes on."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.columns = columns
-        fresh = not (append and path.exists())
-        self._stream = open(path, "a" if append else "w", newline="")
-        self._writer = csv.writer(self._stream)
-        self._flush = flush
-        if fresh:
-            self._writer.writerow(columns)
-
-    def row(self, *values) -> None:
-        self._writer.writerow(["" if v is None else (f"{v:.6g}" if isinstance(v, float) else v)
-                               for v in values])
-        if self._flush:
-            self._stream.flush()
-
-    def close(self) -> None:
-        self._stream.close()
 
 
 def with_shared_tables(tables: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:

@@ -24,7 +24,7 @@ doubling from ``timeout`` seconds each time), since the controller answers a ret
 without acting twice. Pushed decisions that arrive while a request waits for its reply are
 kept (up to PUSHED) for :meth:`ControlClient.decisions`.
 
-Only pydantic is needed (through :mod:`controller.protocol` and :mod:`topologies.model`): no
+Only pydantic is needed (through :mod:`edgebed.protocol` and :mod:`topologies.model`): no
 os-ken, Ryu or Mininet, which the emulated hosts' programs do without. One thread at a time may use a client, except for
 :meth:`ControlClient.report_load`, which only sends.
 """
@@ -44,8 +44,8 @@ from pydantic import BaseModel, Field
 
 from agents.common import NodeRef
 from agents.echo import PathMeter
-from controller import protocol
-from topologies.model import PositiveDuration
+from edgebed import protocol
+from edgebed.quantities import PositiveDuration
 from topologies.naming import MANAGEMENT_INTERFACE
 
 TIMEOUT = 0.5
@@ -100,7 +100,7 @@ class ControlClient:
                     metrics: Mapping[str, float] | None = None, ts: float | None = None,
                     seq: int = 0, urgent: bool = False) -> None:
         """Send a load report (``ts`` defaults to now); nothing comes back. ``metrics`` are
-        named figures (:data:`controller.protocol.METRIC_KINDS`)."""
+        named figures (:data:`edgebed.protocol.METRIC_KINDS`)."""
         self._send(protocol.encode(protocol.Load(
             node=self._own_node(), service=service, load=load, metrics=dict(metrics or {}),
             ts=time.time() if ts is None else ts, seq=seq, urgent=urgent)))

@@ -15,7 +15,7 @@ from ``warmup`` on: each time a stream registered at another center, the lookups
 room's signalling names, the stream's own, except for a ``stale_share`` of the lookups, whose
 hint names another center (where the streamer was registered before: any center but the owner
 and the asker, or the asker itself when there is none), so the hinted center says "not here"
-and the lookup falls back to broadcast. The lookup's logic is :class:`agents.lookup.LookupState`,
+and the lookup falls back to broadcast. The lookup's logic is :class:`controller.policies.dispatch.lookup.LookupState`,
 the same the model's :class:`~controller.policies.dispatch.rooms.Directory` runs; here its
 queries cross the emulated network, and a query or reply the network loses is sent again when
 the lookup's timer (``timeout``, started again with every batch of queries) fires, up to
@@ -45,8 +45,8 @@ from pydantic import Field, WithJsonSchema, field_validator, model_validator
 from agents.common import (DATAGRAM_BUFFER, POLL_S, Agent, AgentParams, MalformedLog, NodeRef,
                            epoch_seconds, receive, receiving_socket)
 from agents.formats import LOOKUP_QUERY, LOOKUP_REPLY, message_type
-from agents.lookup import LookupMode, LookupState
-from topologies.model import Duration, Fraction, PositiveDuration
+from controller.policies.dispatch.lookup import LookupMode, LookupState
+from edgebed.quantities import Duration, Fraction, PositiveDuration
 
 LOOKUP_PORT = 6110
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from topologies.files import atomic_write
+from edgebed.files import atomic_write
 
 from agents import formats, probe
 

@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from controller.protocol import path_metric
+from edgebed.protocol import path_metric
 
 ICMP_ECHO_REQUEST, ICMP_ECHO_REPLY = 8, 0
 ECHO = struct.Struct("!BBHHHQ")  # type, code, checksum, identifier, sequence, send time ns

@@ -63,8 +63,8 @@ from agents.follower import FOLLOWER_TABLES, Followed, follow_pushed
 from agents.formats import MEDIA
 from agents.media import MEDIA_TABLES, MediaMeter
 from agents.streamer import flow_name
-from controller import protocol
-from topologies.model import Duration, Rate
+from edgebed import protocol
+from edgebed.quantities import Duration, Rate
 
 TABLES = {
     **MEDIA_TABLES,

@@ -47,7 +47,7 @@ lookup_reply             17  lookup u32, stream u32, attempt u8, found u8, node 
 A tail whose size a fixed field gives (text_length, length, count) ends there; bytes after it
 are padding and ignored. Types 5 and 6 are retired (they were AI load and access messages on
 the data plane; load reports travel on the management network as the control protocol's
-``load``, :mod:`controller.protocol`) and are not reused, so old captures do not dissect as
+``load``, :mod:`edgebed.protocol`) and are not reused, so old captures do not dissect as
 something else.
 
 A pull is a viewer asking an edge for a live stream (:mod:`agents.live_edge`), sent again

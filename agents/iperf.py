@@ -35,7 +35,7 @@ from typing import Literal, Optional
 from pydantic import Field, model_validator
 
 from agents.common import Agent, AgentParams, NodeRef
-from topologies.model import Duration, PositiveDuration, Rate
+from edgebed.quantities import Duration, PositiveDuration, Rate
 
 TABLES = {
     # One row per side (sent, received) of each test, one per reporting interval.

@@ -115,7 +115,7 @@ from agents.common import DATAGRAM_BUFFER, NodeRef, epoch_seconds, listen
 from agents.echo import PATH_TABLES
 from agents.follower import FOLLOWER_TABLES, DecisionFollower, follow_pushed
 from agents.media import MEDIA_TABLES, MediaMeter
-from topologies.model import Duration, PositiveDuration, Rate, Size
+from edgebed.quantities import Duration, PositiveDuration, Rate, Size
 
 TABLES = {
     **MEDIA_TABLES,

@@ -44,7 +44,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from topologies.files import atomic_output, atomic_write
+from edgebed.files import atomic_output, atomic_write
 
 from agents.common import (RECEIVE_BUFFER, SO_RCVBUFFORCE, SO_TIMESTAMPNS, TIMESPEC, Pacer,
                            percentile)

@@ -41,7 +41,7 @@ from agents.formats import REQUEST, RESPONSE
 from agents.queues import readable_before
 from agents.request_server import MAX_RESPONSE_BYTES, REQUEST_PORT
 from agents.common import DATAGRAM_BUFFER
-from topologies.model import Duration, PositiveDuration, Size
+from edgebed.quantities import Duration, PositiveDuration, Size
 
 TABLES = {
     # One row per request.

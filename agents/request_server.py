@@ -34,7 +34,7 @@ from pydantic import Field
 from agents.common import DATAGRAM_BUFFER, Agent, AgentParams, MalformedLog, receive
 from agents.formats import REQUEST, RESPONSE
 from agents.queues import FifoQueue, Job, QueueLoop, serve
-from topologies.model import Duration
+from edgebed.quantities import Duration
 
 TABLES = {
     # One row per request.

@@ -49,7 +49,7 @@ from pydantic import Field, model_validator
 
 from agents.common import Agent, AgentParams, NodeRef, Pacer
 from agents.formats import MAGIC, MEDIA, VERSION
-from topologies.model import Duration, Fraction, Rate, Size
+from edgebed.quantities import Duration, Fraction, Rate, Size
 
 I_FRAME, P_FRAME = 1, 2  # formats.FRAME_TYPES
 MAX_PAYLOAD = 1500 - 20 - 8  # an Ethernet MTU less the IPv4 and UDP headers

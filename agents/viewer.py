@@ -67,8 +67,8 @@ from agents.follower import FOLLOWER_TABLES, DecisionFollower, probes_settled
 from agents.formats import DANMAKU, GIFT, PULL
 from agents.media import MEDIA_TABLES, MediaMeter
 from agents.streamer import flow_name
-from controller import protocol
-from topologies.model import Duration, PositiveDuration, Rate
+from edgebed import protocol
+from edgebed.quantities import Duration, PositiveDuration, Rate
 
 TABLES = {
     **MEDIA_TABLES,

@@ -29,6 +29,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from experiments import scenarios
 from experiments import registry  # noqa: E402
 from topologies import cleanup, scenario as scenario_module  # noqa: E402
 from topologies.naming import RunNames, processes_carry  # noqa: E402
@@ -76,7 +77,7 @@ def iperf3_pps(network, size: int, seconds: int = 3) -> float:
 def main() -> int:
     setLogLevel("error")
     console = Console()
-    loaded = scenario_module.loads(PAIR, "agents-bench.yaml", {})
+    loaded = scenarios.loads(PAIR, "agents-bench.yaml", {})
     names = RunNames.fresh()
     with tempfile.TemporaryDirectory() as state, registry.registered(names.prefix, Path(state)):
         network = ScenarioNetwork(loaded, names, "user")

@@ -25,7 +25,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agents.bloom import (NODE_FILTER_BYTES, CountingFilter,  # noqa: E402
+from controller.policies.bloom_cdn.bloom import (NODE_FILTER_BYTES, CountingFilter,  # noqa: E402
                                                  GlobalFilter, bit_positions)
 from controller.policies.bloom_cdn.model import LOW_TRAFFIC  # noqa: E402
 from controller.policies.bloom_cdn.simulation import STRATEGIES, SimConfig, simulate  # noqa: E402

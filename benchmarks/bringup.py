@@ -26,6 +26,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from experiments import scenarios
 from topologies import cleanup, scenario as scenario_module  # noqa: E402
 from topologies.capabilities import ovs_kernel_module  # noqa: E402
 from experiments.registry import registered  # noqa: E402
@@ -37,7 +38,7 @@ def edgebed_round(path: Path, datapath: str) -> tuple[float, float]:
     names = RunNames.fresh()
     with registered(names.prefix, path), processes_carry(names.prefix):
         started = time.perf_counter()
-        network = ScenarioNetwork(scenario_module.load(path), names, datapath)
+        network = ScenarioNetwork(scenarios.load(path), names, datapath)
         network.start()
         up = time.perf_counter() - started
         started = time.perf_counter()
@@ -49,7 +50,7 @@ def edgebed_round(path: Path, datapath: str) -> tuple[float, float]:
 
 def mininet_round(path: Path, datapath: str) -> tuple[float, float]:
     """The same topology through Mininet's own API with its defaults for names and ports."""
-    loaded = scenario_module.load(path)  # read outside the timed part: Mininet has no format
+    loaded = scenarios.load(path)  # read outside the timed part: Mininet has no format
     prefix = RunNames.fresh().prefix
     with registered(prefix, path), processes_carry(prefix):
         return _mininet_build_and_stop(loaded, prefix, datapath)
@@ -88,7 +89,7 @@ def main() -> int:
     setLogLevel("error")
     path = Path(arguments.scenario)
     datapath = "kernel" if ovs_kernel_module() else "user"
-    loaded = scenario_module.load(path)
+    loaded = scenarios.load(path)
     results = {"edgebed": [], "mininet": []}
     console = Console()
     for round_number in range(arguments.rounds):

@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from agents.control import ControlClient  # noqa: E402
-from controller import protocol  # noqa: E402
+from edgebed import protocol  # noqa: E402
 from experiments.measurements import read_table  # noqa: E402
 
 EDGEBED = [sys.executable, "-m", "experiments.cli"]

@@ -33,6 +33,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from experiments import scenarios
 from experiments.runner import RunOptions, run_scenario  # noqa: E402
 from topologies import scenario as scenario_module  # noqa: E402
 
@@ -125,7 +126,7 @@ class Outcome:
 
 def run_once(kind: TrafficKind, n: int, duration_s: float, runs_root: Path) -> Outcome:
     text = scenario_text(kind, n, duration_s)
-    loaded = scenario_module.loads(text, file=f"<scale {kind.name} {n}>")
+    loaded = scenarios.loads(text, file=f"<scale {kind.name} {n}>")
     result = run_scenario(loaded, RunOptions(runs_root=runs_root))
     summary = result.summary
     fidelity = summary.get("fidelity") or {}

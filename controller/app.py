@@ -26,10 +26,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agents.common import TableWriter
-from topologies.files import atomic_write
+from edgebed.tables import TableWriter
+from edgebed.files import atomic_write
 
-from . import netns, openflow, policies, protocol, rules
+from edgebed import protocol
+
+from . import netns, openflow, policies, rules
 from .config import ControllerConfig
 from .control_server import ControlServer
 from .core import TRACE_COLUMNS, ControllerCore, Outcome
@@ -54,7 +56,7 @@ TABLES = {
                      "age_ms", "kept", "metrics"),
 }
 """The tables the controller writes, as ``records/<table>/controller-controller.csv`` beside the
-agents' (:class:`agents.common.TableWriter`), merged with theirs after the run."""
+agents' (:class:`edgebed.tables.TableWriter`), merged with theirs after the run."""
 LOG = logging.getLogger("edgebed.controller")
 
 

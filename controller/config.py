@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from controller import policies
-from topologies.files import atomic_write
+from edgebed.files import atomic_write
 
 
 class ControlEndpoint(BaseModel):

@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from controller import protocol
+from edgebed import protocol
 
 logger = logging.getLogger("edgebed.controller.control")
 

@@ -18,7 +18,9 @@ from types import MappingProxyType
 
 import networkx as nx
 
-from . import protocol, rules
+from edgebed import protocol
+
+from . import rules
 from .policy import (ON_LOAD, Client, Decision, LoadReport, Placement, Policy, Rejection,
                      Request, Server, State, Terms)
 from .view import NetworkView

@@ -189,10 +189,14 @@ def standalone_config(scenario_path: Path, out: Path, management_address: str | 
     (a containerlab node of an exported scenario): the scenario's view and policy, OpenFlow
     on ``openflow_host:openflow_port``, the control protocol on ``management_address`` in this
     namespace. Returns the file written."""
+    from controller import policies
     from topologies import scenario as scenario_module
+    from topologies.plugins import Plugins
 
+    # The controller starts no workload, so it reads the scenario without the agents.
+    loaded = scenario_module.load(scenario_path, plugins=Plugins(agents=None, policies=policies))
     config = scenario_config(
-        scenario_module.load(scenario_path), out, free_port(socket.SOCK_DGRAM),
+        loaded, out, free_port(socket.SOCK_DGRAM),
         management_address and ControlEndpoint(address=management_address, netns_pid=None))
     config.openflow_host, config.openflow_port = openflow_host, openflow_port
     out.mkdir(parents=True, exist_ok=True)

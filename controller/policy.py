@@ -46,7 +46,7 @@ class Server:
 class LoadReport:
     """One load report a server sent (the control protocol's ``load``): ``load`` in its
     service's demand unit and named ``metrics`` (``cpu``, ``memory``, ``bw_in``,
-    ``port.eth1.bw_out``...: :data:`controller.protocol.METRIC_KINDS`). ``received`` is when it
+    ``port.eth1.bw_out``...: :data:`edgebed.protocol.METRIC_KINDS`). ``received`` is when it
     arrived, on the clock of :attr:`State.now`; ``sent`` the sender's CLOCK_REALTIME; ``urgent``
     that it was sent at once because a metric crossed a threshold."""
 

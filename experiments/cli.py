@@ -17,14 +17,15 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from experiments import scenarios
 from topologies import scenario as scenario_module
-from topologies.files import atomic_write
+from edgebed.files import atomic_write
 
 from .rundir import edgebed_version
-from topologies.model import json_schema
+from experiments.scenarios import json_schema
 from topologies.impairments.relay import RELAY_ACCURATE_PPS
 from topologies.problems import ScenarioInvalid
-from topologies.units import UnitError, format_duration, format_fraction, parse_duration
+from edgebed.units import UnitError, format_duration, format_fraction, parse_duration
 
 IMPAIRMENT_BACKENDS = {
     "netem": "netem (sch_netem) for delay, jitter and loss, HTB for rate",
@@ -43,7 +44,7 @@ errors = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _load(path: str) -> scenario_module.Scenario:
-    return scenario_module.load(path)
+    return scenarios.load(path)
 
 
 def _report_invalid(error: ScenarioInvalid) -> int:
@@ -307,7 +308,7 @@ def command_agents(arguments: argparse.Namespace) -> int:
     """The agents a workload can start, and each one's parameters (from its Params model)."""
     from agents import catalog
 
-    names = arguments.names or [n for n in catalog.available() if n != catalog.COMMAND]
+    names = arguments.names or [n for n in catalog.available() if n != command_workload.COMMAND]
     unknown = [n for n in names if n not in catalog.available()]
     if unknown:
         errors.print(f"unknown agent {unknown[0]!r}; agents: {', '.join(catalog.available())}")
@@ -340,7 +341,7 @@ def command_schema(arguments: argparse.Namespace) -> int:
 
 def command_export(arguments: argparse.Namespace) -> int:
     """The scenario as another engine's topology file, written whole or not at all."""
-    from topologies.export import ExportError, exporter
+    from experiments.export import ExportError, exporter
 
     try:
         loaded = _load(arguments.file)
@@ -613,7 +614,7 @@ def parser() -> argparse.ArgumentParser:
                             "(tcp://host:8786; README \"Sweeps on a cluster\")")
     experiment.set_defaults(handler=command_experiment)
 
-    from topologies.export import targets
+    from experiments.export import targets
 
     export = commands.add_parser(
         "export", help="write the scenario as a topology of another engine (containerlab); "

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from experiments import scenarios
 from experiments import registry
 from topologies import cleanup, scenario as scenario_module
 from topologies.capabilities import ovs_kernel_module
@@ -69,7 +70,7 @@ class EmulatedNetwork:
 
     def __init__(self, text: str, file_name: str, log_dir: Path,
                  wired: Callable[[Scenario], frozenset[int]] = lambda scenario: frozenset()):
-        self.scenario = scenario_module.loads(text, file_name, {})
+        self.scenario = scenarios.loads(text, file_name, {})
         self.names = RunNames.fresh()
         self.network = ScenarioNetwork(self.scenario, self.names,
                                        "kernel" if ovs_kernel_module() else "user",

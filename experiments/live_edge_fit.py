@@ -59,7 +59,7 @@ from experiments.sweeps import runner
 from experiments.sweeps.executors import Executor, executor_for
 from experiments.sweeps.experiment import Experiment, PaperEntry, load, loads
 from experiments.sweeps.runner import RESULTS, read_results
-from topologies.files import atomic_output, atomic_write
+from edgebed.files import atomic_output, atomic_write
 
 MODEL_FILE = Path("experiments/live_edge-model.yaml")
 FITTED_FILE = Path("experiments/live_edge-fitted.yaml")

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from topologies.files import atomic_output
+from edgebed.files import atomic_output
 from topologies.impairments.drops import EMULATOR_CAUSES
 from topologies.model import EmulatorLossLimit
 

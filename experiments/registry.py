@@ -17,7 +17,7 @@ from typing import Iterator
 from topologies import cleanup
 from topologies.naming import PREFIX_PATTERN
 
-from topologies.files import atomic_write
+from edgebed.files import atomic_write
 
 from .rundir import RunDirectory, iso, utc_now
 

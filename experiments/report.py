@@ -26,7 +26,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from scipy import stats
 
-from topologies.files import atomic_output, atomic_write
+from edgebed.files import atomic_output, atomic_write
 
 from experiments.sweeps.experiment import Experiment, PaperEntry, Sweep
 from experiments.sweeps.kinds import Claim, Kind, TimeFigure

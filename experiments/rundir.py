@@ -9,7 +9,7 @@ Layout::
     logs/<node>.log    per node: addresses and routes, agent output; switches: ports and flows
     pcap/<node>-<interface>.pcap   captures asked for in the scenario
 
-Every file is written atomically (:func:`topologies.files.atomic_write`), so a reader never sees half a
+Every file is written atomically (:func:`edgebed.files.atomic_write`), so a reader never sees half a
 file. ``manifest.json`` says ``"status": "running"`` until the run ends; a run that died
 without ending is marked ``"incomplete"`` by ``edgebed clean``.
 """
@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from topologies.files import atomic_write
+from edgebed.files import atomic_write
 
 
 def edgebed_version() -> str:

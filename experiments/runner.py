@@ -33,6 +33,7 @@ from topologies.naming import RunNames, processes_carry
 from topologies.scenario import Scenario
 
 from agents import catalog
+from topologies import commands
 
 from . import measurements, registry
 from .machine_lock import machine_lock
@@ -384,13 +385,13 @@ class Run:
             self.processes.start(self.network.net[name], name, self._agent_argv(entry, name),
                                  self.run_dir.node_log(name),
                                  self._controller_environment() | node.env
-                                 | {catalog.RUN_DIR_VARIABLE: str(self.run_dir.path.resolve())},
+                                 | {commands.RUN_DIR_VARIABLE: str(self.run_dir.path.resolve())},
                                  may_fail=entry.may_fail)
 
     def _agent_argv(self, entry, name: str) -> list[str]:
         node = self.scenario.nodes[name]
-        if entry.agent == catalog.COMMAND:
-            return catalog.command_argv(entry.command, name,
+        if entry.agent == commands.COMMAND:
+            return commands.command_argv(entry.command, name,
                                         str(node.ip.ip) if node.ip else "",
                                         str(self.run_dir.path.resolve()))
         self._agent_count += 1

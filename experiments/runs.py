@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from topologies.files import atomic_write
+from edgebed.files import atomic_write
 
 from .measurements import read_table
 from .report import markdown_table, save_figure

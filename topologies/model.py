@@ -16,7 +16,11 @@ from typing import Annotated, Any, Literal, Optional, Union
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer,
                       WithJsonSchema, field_validator, model_validator)
 
-from . import units
+from edgebed import units
+from edgebed.quantities import Duration, Fraction, PositiveDuration, Rate, Size
+
+from .commands import COMMAND
+from .plugins import AgentCatalog, PolicyCatalog, Plugins
 
 SAFE_NAME = r"^[A-Za-z][A-Za-z0-9_-]{0,31}$"
 # Node names may carry a range, ``viewer[1-40]``, expanded into viewer1 ... viewer40.
@@ -37,44 +41,6 @@ class Role(str, Enum):
     client = "client"
     relay = "relay"
     switch = "switch"
-
-
-def _quantity(parse, kind: str, pattern: str, minimum: float, maximum: float | None = None,
-              exclusive_minimum: bool = False):
-    """A float field read from text with a unit, bounded, shown in the schema as a string."""
-
-    def check(value: Any) -> float:
-        number = parse(value)
-        if number != number or number in (float("inf"), float("-inf")):
-            raise ValueError(f"{value!r} is not a finite {kind}")
-        if number < minimum or (exclusive_minimum and number == minimum):
-            bound = "greater than" if exclusive_minimum else "at least"
-            raise ValueError(f"{kind} must be {bound} {minimum:g}, got {value!r}")
-        if maximum is not None and number > maximum:
-            raise ValueError(f"{kind} must be at most {units.describe(kind, maximum)}, "
-                             f"got {value!r}")
-        return number
-
-    return Annotated[float, BeforeValidator(check),
-                     WithJsonSchema({"anyOf": [{"type": "string", "pattern": pattern},
-                                               {"type": "number", "minimum": minimum}],
-                                     "description": f"a {kind}, e.g. {units.EXAMPLES[kind]}"})]
-
-
-_NUM = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*"
-# Upper bounds: past them the agents' timers, counters and buffers cannot represent a value
-# (time.sleep overflows, a pacing interval rounds to zero), so validation refuses what could
-# only fail at run time.
-Duration = _quantity(units.parse_duration, "duration", _NUM + r"(s|sec|ms|us|µs|ns|min|m|h)?\s*$",
-                     0.0, maximum=units.MAX_DURATION_S)
-PositiveDuration = _quantity(units.parse_duration, "duration",
-                             _NUM + r"(s|sec|ms|us|µs|ns|min|m|h)?\s*$", 0.0,
-                             maximum=units.MAX_DURATION_S, exclusive_minimum=True)
-Rate = _quantity(units.parse_rate, "rate", _NUM + r"([kKmMgG]?(bps|bit))?\s*$", 0.0,
-                 maximum=units.MAX_RATE_BPS)
-Fraction = _quantity(units.parse_fraction, "fraction", _NUM + r"%?\s*$", 0.0, maximum=1.0)
-Size = _quantity(units.parse_size, "size", _NUM + r"(B|KB|kB|MB|GB|KiB|MiB|GiB)?\s*$", 1.0,
-                 maximum=units.MAX_SIZE_BYTES)
 
 
 def _parse_dpid(value: Any) -> int:
@@ -444,18 +410,17 @@ def _allow_variables(schema: Any) -> Any:
     return schema
 
 
-def _agent_params(schema: dict) -> None:
+def _agent_params(schema: dict, catalog: AgentCatalog) -> None:
     """Each agent's ``params`` schema, chosen by the entry's ``agent`` (if/then), so editors
     complete and check parameters too."""
-    from agents import catalog
-
     entry = schema["$defs"]["WorkloadEntry"]
-    entry["properties"]["agent"]["enum"] = catalog.available()
+    agents = [name for name in catalog.available() if name != COMMAND]
+    entry["properties"]["agent"]["enum"] = [COMMAND, *agents]
     clauses = [
         {"if": {"properties": {"agent": {"const": name}}},
          "then": {"properties": {"params": _allow_variables(
              catalog.params_model(name).model_json_schema(ref_template="#/$defs/{model}"))}}}
-        for name in catalog.available() if name != catalog.COMMAND]
+        for name in agents]
     if clauses:
         entry["allOf"] = clauses
     for clause in clauses:
@@ -463,14 +428,12 @@ def _agent_params(schema: dict) -> None:
         schema["$defs"].update(params.pop("$defs", {}))
 
 
-def _policy_contracts(schema: dict) -> None:
+def _policy_contracts(schema: dict, policies: PolicyCatalog) -> None:
     """Each policy's ``policy_params`` and the host labels it reads, chosen by the
     controller's ``policy`` (if/then), so editors complete and check them too. Definitions are
     named ``<scheme>.<Model>`` (two schemes may each have a ``LoadWeights``). A host's labels
     are checked against both the client and server labels the policy reads: which hosts serve
     is only known once services are resolved."""
-    from controller import policies
-
     controller = schema["$defs"]["Controller"]
     names = policies.available()
     controller["properties"]["policy"] = _allow_variables(
@@ -511,11 +474,12 @@ def _policy_contracts(schema: dict) -> None:
         schema["allOf"] = label_clauses
 
 
-def json_schema() -> dict:
-    """The published JSON Schema of scenario files."""
+def json_schema(plugins: Plugins) -> dict:
+    """The published JSON Schema of scenario files, with the params of the agents and policies
+    in ``plugins``."""
     schema = _allow_variables(ScenarioDocument.model_json_schema())
-    _agent_params(schema)
-    _policy_contracts(schema)
+    _agent_params(schema, plugins.agents)
+    _policy_contracts(schema, plugins.policies)
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["$id"] = "https://edgebed.invalid/scenario.schema.json"
     schema["title"] = "edgebed scenario"

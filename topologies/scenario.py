@@ -21,10 +21,13 @@ from typing import Any, Iterator
 import networkx as nx
 from pydantic import BaseModel, ValidationError
 
-from . import model, units
+from edgebed import units
+
+from . import model
 from .loader import Position, SourceMap, ScenarioSyntaxError, load_scenario_file, load_scenario_text
 from .model import Impairment, Role, ScenarioDocument
-from agents import catalog
+from . import commands
+from .plugins import Plugins
 
 from .naming import MAX_PORT, MAX_SWITCHES
 from .problems import Problem, ScenarioInvalid, did_you_mean, validation_problems
@@ -230,27 +233,30 @@ class Scenario:
         return document
 
 
-def load(path: str | Path, environ: dict[str, str] | None = None) -> Scenario:
-    """Read, validate and resolve a scenario file; raises :class:`ScenarioInvalid`."""
-    return _parse_and_resolve(load_scenario_file, path, environ)
+def load(path: str | Path, environ: dict[str, str] | None = None, *,
+         plugins: Plugins) -> Scenario:
+    """Read, validate and resolve a scenario file, its workload and policy checked against
+    ``plugins``; raises :class:`ScenarioInvalid`."""
+    return _parse_and_resolve(load_scenario_file, path, environ, plugins)
 
 
-def loads(text: str, file: str = "<scenario>", environ: dict[str, str] | None = None) -> Scenario:
+def loads(text: str, file: str = "<scenario>", environ: dict[str, str] | None = None, *,
+          plugins: Plugins) -> Scenario:
     """Like :func:`load`, from text."""
     return _parse_and_resolve(lambda text, environ: load_scenario_text(text, file, environ),
-                              text, environ)
+                              text, environ, plugins)
 
 
-def _parse_and_resolve(parse, source, environ) -> Scenario:
+def _parse_and_resolve(parse, source, environ, plugins: Plugins) -> Scenario:
     try:
         data, source_map = parse(source, environ)
     except ScenarioSyntaxError as error:
         raise ScenarioInvalid([Problem(error.position, error.path, error.message,
                                        error.hint)]) from None
-    return resolve(data, source_map)
+    return resolve(data, source_map, plugins)
 
 
-def resolve(data: object, source_map: SourceMap) -> Scenario:
+def resolve(data: object, source_map: SourceMap, plugins: Plugins) -> Scenario:
     if not isinstance(data, dict):
         raise ScenarioInvalid([Problem(source_map.position(()), (),
                                        "a scenario is a mapping of keys such as name and topology",
@@ -260,7 +266,7 @@ def resolve(data: object, source_map: SourceMap) -> Scenario:
     except ValidationError as error:
         raise ScenarioInvalid(validation_problems(error, data, source_map,
                                                   fields=_fields_at)) from None
-    return _Resolver(document, source_map).run()
+    return _Resolver(document, source_map, plugins).run()
 
 
 # -- schema errors -------------------------------------------------------------------------
@@ -309,8 +315,10 @@ def _unwrap(annotation: Any) -> Any:
 class _Resolver:
     """Turns a schema-valid document into a :class:`Scenario`, collecting every problem."""
 
-    def __init__(self, document: ScenarioDocument, source_map: SourceMap):
+    def __init__(self, document: ScenarioDocument, source_map: SourceMap, plugins: Plugins):
         self.document = document
+        self.agents = plugins.agents
+        self.policies = plugins.policies
         self.topology = document.topology
         self.source_map = source_map
         self.problems: list[Problem] = []
@@ -694,11 +702,13 @@ class _Resolver:
         return list(dict.fromkeys(chosen))
 
     def _resolve_workload(self) -> list[Workload]:
-        workload = []
+        workload: list[Workload] = []
+        if self.agents is None:
+            return workload
         for i, entry in enumerate(self.document.workload):
             path = ("workload", i)
             nodes = self._select(entry.nodes, path + ("nodes",))
-            if entry.agent == catalog.COMMAND:
+            if entry.agent == commands.COMMAND:
                 if entry.command is None or entry.params:
                     self.problem(path, "the command agent takes command: and no params:",
                                  'write command: "iperf3 -s"')
@@ -707,15 +717,15 @@ class _Resolver:
                 workload.append(Workload(entry.agent, nodes, entry.command, entry.start,
                                          may_fail=entry.may_fail))
                 continue
-            if entry.agent not in catalog.available():
+            if entry.agent not in self.agents.available():
                 self.problem(path + ("agent",), f"unknown agent {entry.agent!r}",
-                             did_you_mean(entry.agent, catalog.available()))
+                             did_you_mean(entry.agent, self.agents.available()))
                 continue
             if entry.command is not None:
                 self.problem(path + ("command",), f"agent {entry.agent} takes params:, not "
                                                   "command:")
                 continue
-            model = catalog.params_model(entry.agent)
+            model = self.agents.params_model(entry.agent)
             try:
                 params = model.model_validate(entry.params)
             except ValidationError as error:
@@ -723,7 +733,7 @@ class _Resolver:
                     error, entry.params, self.source_map, at=path + ("params",),
                     fields=lambda _: model.model_fields))
                 continue
-            references = catalog.node_reference_fields(model)
+            references = self.agents.node_reference_fields(model)
             for name in references:
                 value = getattr(params, name)
                 for j, target in enumerate(value if isinstance(value, list) else [value]):
@@ -752,7 +762,7 @@ class _Resolver:
         else:
             parts, where = command, [path + (j,) for j in range(len(command))]
         for part, at in zip(parts, where):
-            if (problem := catalog.command_placeholder_problem(part)) is not None:
+            if (problem := commands.command_placeholder_problem(part)) is not None:
                 self.problem(at, problem)
 
     def _resolve_captures(self) -> list[Capture]:
@@ -815,8 +825,6 @@ class _Resolver:
 
     def _resolve_controller(self) -> dict[str, Service]:
         """Services, the policy and the management network, checked against the nodes."""
-        from controller import policies
-
         controller = self.document.controller
         path = ("controller",)
         if controller.app == "none":
@@ -826,10 +834,10 @@ class _Resolver:
                     self.problem(path + (name,), f"{name} is set but no controller app runs",
                                  "set controller: {app: edgebed}", key=True)
             return {}
-        if controller.policy not in policies.available():
+        if controller.policy not in self.policies.available():
             self.problem(path + ("policy",), f"unknown policy {controller.policy!r}; valid "
-                                             f"policies: {', '.join(policies.available())}",
-                         did_you_mean(controller.policy, policies.available()))
+                                             f"policies: {', '.join(self.policies.available())}",
+                         did_you_mean(controller.policy, self.policies.available()))
         else:
             self._check_policy_params(controller.policy, controller.policy_params)
         host_addresses = {address.ip: node.name for node in self.hosts_in_order()
@@ -872,7 +880,7 @@ class _Resolver:
                                                       f"{server}: {error}", key=True)
             services[name] = Service(name, spec.address, spec.protocol, spec.port, spec.demand,
                                      servers)
-        if controller.policy in policies.available():
+        if controller.policy in self.policies.available():
             self._check_policy_labels(controller.policy, services)
             self._check_policy_scenario(controller.policy, controller.policy_params, services)
         return services
@@ -881,20 +889,14 @@ class _Resolver:
                                services: dict[str, Service]) -> None:
         """The policy's own checks of the scenario (``scenario_problems``), once its
         parameters are valid, each problem at the parameter or host it is about."""
-        from controller import policies
-        from controller.policy import Host
-
-        check = getattr(policies.policy_class(policy), "scenario_problems", None)
         try:
-            validated = policies.params_model(policy).model_validate(params)
+            validated = self.policies.params_model(policy).model_validate(params)
         except ValidationError:
             return  # reported by _check_policy_params
-        if check is None:
-            return
-        hosts = {node.name: Host(node.name, node.role.value if node.role else "",
-                                 dict(node.labels)) for node in self.hosts_in_order()}
+        hosts = {node.name: (node.role.value if node.role else "", dict(node.labels))
+                 for node in self.hosts_in_order()}
         servers = {name: tuple(service.servers) for name, service in services.items()}
-        for found in check(validated, hosts, servers):
+        for found in self.policies.scenario_problems(policy, validated, hosts, servers):
             # A parameter the file leaves at its default is reported at the nearest key the
             # file writes (the source map's nearest ancestor).
             where = self.origin[found.node] if found.node is not None else (
@@ -905,9 +907,7 @@ class _Resolver:
         """``params`` against the policy's ``Params``, each problem at the key it is about: an
         unknown key with the closest valid one, a value of the wrong type with what the policy
         reads it as."""
-        from controller import policies
-
-        model = policies.params_model(policy)
+        model = self.policies.params_model(policy)
         try:
             model.model_validate(params)
         except ValidationError as error:
@@ -944,9 +944,7 @@ class _Resolver:
         """The labels ``policy`` reads, typed by its label models: the servers' by
         ``ServerLabels``, every other host's by ``ClientLabels``; a label one or two letters
         off a declared one is refused as a misspelling."""
-        from controller import policies
-
-        client_labels, server_labels = policies.label_models(policy)
+        client_labels, server_labels = self.policies.label_models(policy)
         servers = {server for service in services.values() for server in service.servers}
         # A label set on a kind, group or the defaults is wrong once, not once per host.
         reported: set[tuple] = set()

@@ -15,8 +15,8 @@ import sys
 
 from pydantic import BaseModel, ValidationError
 
-from controller.policy import Policy, PolicyLabels
-from topologies import discovery
+from controller.policy import Host, Policy, PolicyLabels
+from edgebed import discovery
 
 
 def classes() -> dict[str, type]:
@@ -62,3 +62,14 @@ def create(name: str, params: dict | None = None) -> Policy:
         raise ValueError(f"policy {name!r}: {problems} (valid params: "
                          f"{', '.join(model.model_fields) or 'none'})") from error
     return policy(validated)
+
+
+def scenario_problems(name: str, params: BaseModel, hosts: dict[str, tuple[str, dict]],
+                      servers: dict[str, tuple[str, ...]]) -> list:
+    """Policy ``name``'s own checks of a scenario (its ``scenario_problems``, if it has one)
+    with validated ``params``, the hosts as name -> (role, labels) and each service's servers."""
+    check = getattr(policy_class(name), "scenario_problems", None)
+    if check is None:
+        return []
+    return list(check(params, {host: Host(host, role, labels)
+                               for host, (role, labels) in hosts.items()}, servers))

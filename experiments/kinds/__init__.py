@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 
 from experiments.sweeps.kinds import Kind, RunSummary
-from topologies import discovery
+from edgebed import discovery
 
 
 def registered() -> dict[str, Kind]:

@@ -29,7 +29,7 @@ from controller.policies.ai_access.model import Receiver, Run, Traffic, simulate
 from controller.policies.ai_access.resources import (SPEC_FRAGMENT_PAYLOAD, SPEC_UNIT_BYTES,
                                                      LoadWeights, Port, ServerSpec)
 from experiments.sweeps.kinds import Cell, Claim, Kind, Metric
-from topologies import units
+from edgebed import units
 
 SERVERS = ("R1", "R2", "R3", "R4")
 MIGRATING = "+migration"

@@ -28,7 +28,7 @@ from controller.policies.dispatch import model
 from controller.policies.dispatch.access import LocationDatabase
 from controller.policies.dispatch.rooms import LookupMode
 from experiments.sweeps.kinds import Cell, Kind, Metric
-from topologies import units
+from edgebed import units
 
 Seconds = Annotated[float, BeforeValidator(lambda value: units.parse_duration(value)
                                            if isinstance(value, str) else value)]

@@ -41,7 +41,7 @@ from controller.view import NetworkView
 from experiments.measurements import host_addresses, network_kept_up, read_table
 from experiments.playout import Playout, viewer_playouts
 from experiments.sweeps.kinds import Cell, Kind, Metric, measured_run
-from topologies.units import parse_duration
+from edgebed.units import parse_duration
 
 ACCESS = ("database", "probe")
 RELAYS = ("direct", "relay")

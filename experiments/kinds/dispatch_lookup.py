@@ -180,7 +180,7 @@ network, userspace Open vSwitch; the scenario's stream, seven media nodes and si
 beside) in which each of the three regional dispatch centers, dcn (cn), dus (us) and deu
 (eu), starts back-to-source lookups, Poisson at `rate` a second, for streams registered at
 another center, and answers the others' queries (`agents/dispatch_center.py`; the lookup's
-state machine is `agents/lookup.py`, the one the model runs too). The policy is the lookup
+state machine is `controller/policies/dispatch/lookup.py`, the one the model runs too). The policy is the lookup
 mode:
 
 * `broadcast` — the asking center queries both other centers at once; the answer is in at

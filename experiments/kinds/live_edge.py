@@ -42,7 +42,7 @@ from controller.policies.live_edge.allocators import (ALLOCATORS, DF_BITRATES, A
 from controller.policies.live_edge.model import (MBPS, MS, Allocation, Instance, Viewer,
                                                  Weights, check_ladder, evaluate, generate)
 from experiments.sweeps.kinds import Cell, Claim, Kind, Metric
-from topologies import units
+from edgebed import units
 
 # Each parameter's unit in the file, in SI (the model's units); unlisted ones are the same.
 SCALE = {"access_delay": MS, "edge_delay": MS, "bandwidth": MBPS, "ladder": MBPS,

@@ -43,7 +43,7 @@ from experiments.report import plot_time_figure
 from experiments.runs import RunRecord, per_second
 from experiments.sweeps.kinds import (Cell, Kind, Metric, Panel, RunSummary, TimeFigure,
                                       emulated_run)
-from topologies import units
+from edgebed import units
 
 COLUMNS = ("viewer", "flow", "server", "bitrate_bps", "goodput_bps", "latency_model_ms",
            "latency_measured_ms", "latency_p99_ms", "loss", "weight", "qoe_model",

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from controller.policies.surveillance.load import HEAVY_ABOVE, LoadWeights, Usage, node_load
 from controller.policies.surveillance.model import Workload, _mean_cv, draw_trace
 from experiments.measurements import read_table
-from topologies.files import atomic_write
+from edgebed.files import atomic_write
 from experiments.sweeps.kinds import ROOT, Cell, Kind, Metric, Panel, TimeFigure, emulated_run
 from experiments.kinds.surveillance import CLAIMS, METRICS as MODEL_METRICS
 

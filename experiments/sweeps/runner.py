@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
 
-from topologies.files import atomic_output
+from edgebed.files import atomic_output
 
 from .executors import Executor, Serial
 from .experiment import Experiment

@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from agents.control import ControlClient
-from controller import protocol
+from edgebed import protocol
 from experiments.measurements import read_table
 from tests.integration.conftest import (assert_nothing_left, edgebed, eventually, logged_at,
                                         only_run_dir, start_edgebed, wait_for_phase)

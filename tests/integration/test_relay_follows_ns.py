@@ -20,7 +20,8 @@ import time
 import pytest
 
 from agents import streamer
-from controller import netns, protocol
+from controller import netns
+from edgebed import protocol
 from controller.control_server import ControlServer
 from experiments.fidelity import EmulatedNetwork
 from tests.conftest import ROOT

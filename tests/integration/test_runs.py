@@ -18,6 +18,7 @@ import pytest
 from tests.conftest import ROOT
 from tests.integration.conftest import (assert_nothing_left, edgebed, logged_at, only_run_dir,
                                         start_edgebed, wait_for_phase)
+from experiments import scenarios
 from topologies import cleanup, scenario as scenario_module
 
 
@@ -49,7 +50,7 @@ def pcap_packet_count(path: Path) -> int:
 def test_example_runs_passes_traffic_between_every_connected_role_pair(example, tmp_path,
                                                                        state_before):
     path = ROOT / "topologies" / example
-    loaded = scenario_module.load(path, {})
+    loaded = scenarios.load(path, {})
     result = edgebed("run", str(path), "--duration", "1s", "--runs-dir", str(tmp_path))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Traceback" not in result.stdout + result.stderr

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from experiments import scenarios
 import agents
 import controller.policies
 import experiments.kinds
@@ -181,12 +182,12 @@ def toy_scheme(tmp_path, monkeypatch):
 def test_the_toy_policy_is_found_created_and_checked_in_scenarios(toy_scheme):
     assert "most_room" in policies.available()
     assert policies.create("most_room", {"reserve": 1}).params.reserve == 1
-    loaded = scenario.loads(SCENARIO.replace("RESERVE", "2").replace("COUNT", "2"), "toy.yaml",
+    loaded = scenarios.loads(SCENARIO.replace("RESERVE", "2").replace("COUNT", "2"), "toy.yaml",
                             {})
     assert loaded.document.controller.policy == "most_room"
     assert [entry.agent for entry in loaded.workload] == ["toy"]
     with pytest.raises(ScenarioInvalid, match="reserve") as refused:
-        scenario.loads(SCENARIO.replace("RESERVE", "-1").replace("COUNT", "2"), "toy.yaml", {})
+        scenarios.loads(SCENARIO.replace("RESERVE", "-1").replace("COUNT", "2"), "toy.yaml", {})
     assert "toy.yaml:" in str(refused.value)
 
 
@@ -204,7 +205,7 @@ def test_the_toy_agent_and_its_table_are_found_and_written(toy_scheme):
     assert "toy" in catalog.available()
     assert catalog.tables()["toy_counts"] == ("node", "agent", "number")
     with pytest.raises(ScenarioInvalid, match="count"):
-        scenario.loads(SCENARIO.replace("RESERVE", "0").replace("COUNT", "many"), "toy.yaml", {})
+        scenarios.loads(SCENARIO.replace("RESERVE", "0").replace("COUNT", "many"), "toy.yaml", {})
     handlers = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGINT)}
     try:
         module = __import__(catalog.module_name("toy"), fromlist=["main"])

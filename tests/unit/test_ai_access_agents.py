@@ -20,7 +20,8 @@ from agents.follower import FOLLOWER_TABLES
 from agents.formats import AI_DATA, AI_NACK
 from tests.unit.test_ai_agents import (SHORT, SHORT_FRAGMENTS, SHORT_TIMING, RowsKept,
                                        every_seventh, free_udp_port, transfer)
-from controller import netns, protocol
+from controller import netns
+from edgebed import protocol
 from controller.control_server import ControlServer
 from controller.core import ControllerCore
 from controller.policies import create
@@ -29,7 +30,7 @@ from controller.config import ControllerConfig
 from experiments.kinds.ai_access_emulation import access_responses, cell_figures, prediction_errors
 from tests.conftest import ROOT
 from tests.unit.test_media_agents import LOOPBACK, agent_argv, summary_of, start, table
-from topologies.scenario import load
+from experiments.scenarios import load
 
 MS = 1_000_000
 

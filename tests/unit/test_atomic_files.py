@@ -1,4 +1,4 @@
-"""The one atomic file writer (topologies.files) and that the project's result writers use it."""
+"""The one atomic file writer (edgebed.files) and that the project's result writers use it."""
 
 import os
 import re
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from topologies.files import atomic_output, atomic_write
+from edgebed.files import atomic_output, atomic_write
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,7 +48,7 @@ def test_only_whole_file_modes():
             pass
 
 
-# Writers of result files must go through topologies.files: no other rename-into-place, and no
+# Writers of result files must go through edgebed.files: no other rename-into-place, and no
 # plain write_text/savefig/to_csv(path) of a result file. The wire relay's once-a-second status
 # (topologies/impairments/wire.py) is no result but a live reading, renamed into place without
 # fsync: an fsync in the relay's real-time loop would hold every frame in flight behind the disk.

@@ -12,9 +12,9 @@ import pytest
 from scipy import stats
 
 from controller.policies.bloom_cdn import model
-from agents.bloom import (CountingFilter, apply_update, bit_positions,
+from controller.policies.bloom_cdn.bloom import (CountingFilter, apply_update, bit_positions,
                                                  delta_update)
-from agents.chord import RING, ChordRing
+from controller.policies.bloom_cdn.chord import RING, ChordRing
 from controller.policies.bloom_cdn.model import (HIGH_TRAFFIC, LOW_TRAFFIC, Reading, Setting,
                                                  evaluate)
 from controller.policies.bloom_cdn.simulation import AdaptiveSwitch, SimConfig, Workload, simulate

@@ -4,6 +4,7 @@ pty in tests/integration/test_cli_pty.py."""
 
 import pytest
 
+from experiments import scenarios
 from experiments.mininet_cli import CommandError, parse_changes
 from topologies import scenario
 from topologies.impairments.backends import FallbackBackend, ImpairmentError
@@ -63,7 +64,7 @@ class Untouchable:
 
 
 def test_a_change_the_link_cannot_take_changes_nothing(tmp_path):
-    loaded = scenario.loads(LINE)
+    loaded = scenarios.loads(LINE)
     links = LinkControl(loaded, network=None, backend=Untouchable(), log_dir=tmp_path)
     links.relays[1] = object()  # the delayed link was built with a wire
     before = dict(links.current)

@@ -19,11 +19,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from experiments import scenarios
 from controller.launcher import standalone_config
 from experiments import cli
 from topologies import scenario as scenario_module
-from topologies.export import ExportError, targets
-from topologies.export import containerlab
+from experiments.export import ExportError, targets
+from experiments.export import containerlab
 from tests.conftest import wait_until
 from tests.unit.test_media_agents import HANG_GUARD_S
 
@@ -33,7 +34,7 @@ DEMO = ROOT / "topologies" / "demo.yaml"
 
 
 def exported(path: Path = DEMO) -> containerlab.ContainerlabExport:
-    return containerlab.export(scenario_module.load(path), path, path.parent)
+    return containerlab.export(scenarios.load(path), path, path.parent)
 
 
 def host_commands(topology: dict) -> list[str]:
@@ -47,7 +48,7 @@ def host_commands(topology: dict) -> list[str]:
 def test_every_shipped_scenario_exports_to_a_valid_containerlab_topology(path):
     topology = exported(path).topology
     assert containerlab.problems(topology) == []
-    loaded = scenario_module.load(path)
+    loaded = scenarios.load(path)
     nodes = topology["topology"]["nodes"]
     controlled = loaded.document.controller.app == "edgebed"
     assert len(nodes) == len(loaded.nodes) + controlled

@@ -1,4 +1,4 @@
-"""The control protocol: its messages (controller.protocol), the controller's server
+"""The control protocol: its messages (edgebed.protocol), the controller's server
 (controller.control_server) and the agents' client (agents.control), over loopback (no root).
 
 Nothing here is timed: waits on sockets end early only as guards against a hang, and the
@@ -18,7 +18,8 @@ import threading
 import pytest
 
 from agents.control import ControlClient, ControlError, ControlTimeout
-from controller import control_server, protocol
+from controller import control_server
+from edgebed import protocol
 from controller.control_server import ControlServer
 from tests.conftest import ROOT
 

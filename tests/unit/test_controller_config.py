@@ -12,10 +12,11 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
+from experiments import scenarios
 from controller import policies
 from controller.config import ControllerConfig, ControlEndpoint
 from topologies import scenario as scenario_module
-from topologies.model import json_schema
+from experiments.scenarios import json_schema
 
 INVALID = Path(__file__).resolve().parents[1] / "scenarios" / "invalid"
 
@@ -116,10 +117,10 @@ controller:
 def test_in_band_control_builds_no_management_network_and_the_schema_takes_it():
     document = yaml.safe_load(IN_BAND)
     jsonschema.validate(document, json_schema())
-    settings = scenario_module.loads(IN_BAND).document.controller
+    settings = scenarios.loads(IN_BAND).document.controller
     assert settings.control_network == "in-band" and settings.control_host == "dc"
     assert settings.management and not settings.builds_management
-    out_of_band = scenario_module.loads(IN_BAND.replace("  control_network: in-band\n", "")
+    out_of_band = scenarios.loads(IN_BAND.replace("  control_network: in-band\n", "")
                                         .replace("  control_host: dc\n", ""))
     assert out_of_band.document.controller.builds_management  # the default
 

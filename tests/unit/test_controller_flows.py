@@ -18,7 +18,7 @@ from controller.core import ControllerCore, Outcome
 from controller.policies import create
 from controller.view import NetworkView
 from tests.unit.fakeoftable import FakeDatapath, FakeNetwork
-from topologies.scenario import load
+from experiments.scenarios import load
 
 VIDEO = "10.0.0.200"
 UDP = 17

@@ -8,13 +8,13 @@ import math
 
 import pytest
 
-from controller import protocol
+from edgebed import protocol
 from controller.core import ControllerCore
 from controller.policies import create
 from controller.policy import (Assignment, Decision, Migration, Placement, Request, State,
                                Terms)
 from controller.view import NetworkView
-from topologies.scenario import load
+from experiments.scenarios import load
 
 TERMS = dict(candidates=("edge2", "edge3", "edge1"), via=("viewer2", "viewer3"),
              attributes={"tier": "gold", "probe_ms": 40, "shared": True, "weight": 0.25,

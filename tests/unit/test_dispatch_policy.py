@@ -8,7 +8,7 @@ import pytest
 
 from controller.policies.dispatch.policies import Dispatch, DispatchParams
 from controller.policy import LoadReport, Placement, Request, Server, State, Client
-from controller.protocol import path_metric
+from edgebed.protocol import path_metric
 
 MS = 1e-3
 

@@ -14,12 +14,13 @@ from hypothesis import given, settings, strategies as st
 from agents.control import ControlClient
 from agents.echo import ProbeResult, echo_probe, echo_probes
 from agents.follower import FOLLOWER_TABLES, DecisionFollower, best_candidate, probes_settled
-from controller import netns, protocol
+from controller import netns
+from edgebed import protocol
 from controller.control_server import ControlServer
 from controller.core import ControllerCore
 from controller.policies import create
 from controller.view import NetworkView
-from topologies.scenario import load
+from experiments.scenarios import load
 
 
 class Controller:

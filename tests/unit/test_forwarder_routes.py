@@ -11,7 +11,8 @@ import pytest
 
 from agents.control import ControlClient
 from agents.edge_forwarder import Params, Routes, next_hop
-from controller import netns, protocol
+from controller import netns
+from edgebed import protocol
 from controller.control_server import ControlServer
 from tests.unit.test_media_agents import start
 

@@ -6,6 +6,7 @@ run, and the integration tests run it where the kernel has netem.
 
 import pytest
 
+from experiments import scenarios
 from topologies import scenario
 from topologies.impairments import tc
 from topologies.impairments.backends import FallbackBackend, NetemBackend, needs_relay
@@ -112,13 +113,13 @@ schedule:
 
 
 def test_links_get_wires_for_what_they_start_with_or_are_scheduled_to_get():
-    loaded = scenario.loads(WIRES, "wires.yaml", {})
+    loaded = scenarios.loads(WIRES, "wires.yaml", {})
     assert wired_links(loaded, FallbackBackend()) == {0, 2}
     assert wired_links(loaded, NetemBackend()) == frozenset()
 
 
 def test_schedule_events_are_resolved():
-    events = scenario.loads(WIRES, "wires.yaml", {}).schedule
+    events = scenarios.loads(WIRES, "wires.yaml", {}).schedule
     assert [(e.at, e.action, e.link, e.node, e.directions) for e in events] == [
         (2.0, "set", 2, None, ("forward",)), (3.0, "set", 1, None, ("forward", "reverse")),
         (4.0, "node_down", None, "c", ())]

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from experiments import scenarios
 from experiments import runner
 from experiments.cli import main
 from topologies import scenario
@@ -96,7 +97,7 @@ def match_distinct(wanted: list[Expectation], problems: list[Problem]) -> dict[i
 
 def refusal(path: Path) -> ScenarioInvalid:
     with pytest.raises(ScenarioInvalid) as raised:
-        scenario.load(path, environ=ENVIRON)
+        scenarios.load(path, environ=ENVIRON)
     return raised.value
 
 
@@ -216,6 +217,6 @@ topology:
       delay: 20ms
       endpoints: ["v1:eth1", "s1:eth1"]
 """
-    loaded = scenario.loads(text, environ=ENVIRON)
+    loaded = scenarios.loads(text, environ=ENVIRON)
     assert loaded.links[0].forward.delay == pytest.approx(0.02)
     assert loaded.links[0].forward.bw == pytest.approx(10e6)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("topologies", "controller", "agents", "experiments")
+PACKAGES = ("edgebed", "topologies", "controller", "agents", "experiments")
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess:
@@ -30,11 +30,21 @@ def test_the_layer_contracts_hold():
     assert "3 kept, 0 broken" in result.stdout
 
 
+LAYERS = "layers: edgebed, then topologies"
+POLICIES = "policies import only the base"
+
+
 @pytest.mark.parametrize("module, wrong_import, contract", [
-    ("agents/iperf.py", "from experiments import report", "never import experiments"),
-    ("controller/policies/baseline.py", "import controller.app", "policies import no os-ken"),
-    ("controller/policies/baseline.py", "import mininet.node", "policies import no os-ken"),
-    ("agents/streamer.py", "from controller import core", "only through controller.protocol"),
+    ("agents/iperf.py", "from experiments import report", LAYERS),
+    ("agents/streamer.py", "from controller import core", LAYERS),
+    ("controller/app.py", "from agents import common", LAYERS),
+    ("topologies/model.py", "from agents import catalog", LAYERS),
+    ("edgebed/units.py", "from topologies import naming", LAYERS),
+    ("controller/policies/baseline.py", "import controller.app", POLICIES),
+    ("controller/policies/baseline.py", "import mininet.node", POLICIES),
+    ("controller/policies/live_edge/model.py", "from topologies import model", POLICIES),
+    ("controller/policies/dispatch/access.py", "from controller.policies.live_edge import model",
+     "policies never import another's"),
 ])
 def test_a_wrong_import_in_a_scratch_copy_breaks_its_contract(tmp_path, module, wrong_import,
                                                                contract):

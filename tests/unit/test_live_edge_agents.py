@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from agents import catalog, live_edge, pcap, streamer, viewer
 from agents.formats import MAGIC, MEDIA, PULL, VERSION
 from agents.protocols import Pull, fuzzed_datagrams
-from controller import protocol
+from edgebed import protocol
 from tests.conftest import ROOT, LoopbackRelay, wait_until
 from tests.unit.test_agents_fuzz import DATAGRAMS, bound
 from tests.unit.test_media_agents import (HANG_GUARD_S, LOOPBACK, agent_argv, listening_port,

@@ -9,6 +9,7 @@ import itertools
 
 import pytest
 
+from experiments import scenarios
 from controller import policies
 from controller.core import ControllerCore
 from controller.view import NetworkView
@@ -23,7 +24,7 @@ SECOND = [f"viewer{i}" for start in (6, 16, 26) for i in range(start, start + 5)
 
 def allocation(policy: str) -> dict[str, tuple[str, float]]:
     """Each served viewer's (edge, bitrate) after both periods' joins under ``policy``."""
-    loaded = scenario_module.load(SCENARIO, {"EDGEBED_POLICY": policy})
+    loaded = scenarios.load(SCENARIO, {"EDGEBED_POLICY": policy})
     settings = loaded.document.controller
     core = ControllerCore(NetworkView.from_scenario(loaded),
                           policies.create(settings.policy, settings.policy_params))

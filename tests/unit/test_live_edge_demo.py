@@ -10,7 +10,9 @@ import networkx as nx
 import pandas as pd
 import pytest
 
-from controller import policies, protocol
+from experiments import scenarios
+from controller import policies
+from edgebed import protocol
 from controller.core import ControllerCore
 from controller.view import NetworkView
 from experiments.kinds.live_edge_emulation import phases, timeline_plot
@@ -23,7 +25,7 @@ VIEWERS = ("viewer1", "viewer2", "viewer3")
 
 @pytest.fixture
 def demo():
-    loaded = scenario_module.load(DEMO, {})
+    loaded = scenarios.load(DEMO, {})
     settings = loaded.document.controller
     policy = policies.create(settings.policy, settings.policy_params)
     core = ControllerCore(NetworkView.from_scenario(loaded), policy)

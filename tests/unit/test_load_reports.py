@@ -13,13 +13,13 @@ import pytest
 
 from agents.control import ControlClient, HostMeter, LoadReporter
 from agents.echo import PathMeter
-from controller.protocol import path_metric
-from controller import protocol
+from edgebed.protocol import path_metric
+from edgebed import protocol
 from controller.core import LOAD_HISTORY, ControllerCore
 from controller.policies import create
 from controller.policy import Decision, LoadReport, State
 from controller.view import NetworkView
-from topologies.scenario import load
+from experiments.scenarios import load
 
 WALL = 1.7e9  # a sender's and the controller's CLOCK_REALTIME in these tests
 

@@ -1,4 +1,4 @@
-"""agents.lookup: one back-to-source lookup's state machine, hand-computed at K = 3 centers,
+"""controller.policies.dispatch.lookup: one back-to-source lookup's state machine, hand-computed at K = 3 centers,
 and under any order of replies and losses."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agents.lookup import LookupMode, LookupState
+from controller.policies.dispatch.lookup import LookupMode, LookupState
 
 CENTERS = ("cn", "us", "eu")
 

@@ -13,6 +13,7 @@ from typing import Callable
 import pytest
 from mininet.node import Node
 
+from experiments import scenarios
 from agents.processes import NodeProcesses, failures
 from tests.conftest import wait_until
 from tests.unit.test_media_agents import HANG_GUARD_S
@@ -130,7 +131,7 @@ def test_commands_get_their_run_directory(tmp_path):
     from experiments.runner import Run, RunOptions
     from topologies import scenario
 
-    loaded = scenario.loads("""
+    loaded = scenarios.loads("""
 name: placeholders
 topology:
   nodes: {h1: {role: viewer}, h2: {role: edge}, s1: {role: switch}}

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 import controller.policies
 from controller import policies
 from controller.policy import Assignment, Client, Decision, Placement, Request, Server, State
-from topologies import discovery
+from edgebed import discovery
 
 SERVICES = ("video", "chat")
 LADDER = (1e6, 2.5e6, 5e6, 8e6)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import csv
 
-from agents.common import TableWriter
+from edgebed.tables import TableWriter
 from controller.app import TABLES
 from controller.core import TRACE_COLUMNS
 from controller.policy import Request

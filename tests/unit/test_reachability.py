@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from experiments import scenarios
 from agents.reachability import PingResult, configured_echo_loss, role_pairs
 from topologies import scenario as scenario_module
 
@@ -29,7 +30,7 @@ topology:
 
 @pytest.fixture(scope="module")
 def two_paths():
-    return scenario_module.loads(TWO_PATHS, "two-paths.yaml", {})
+    return scenarios.loads(TWO_PATHS, "two-paths.yaml", {})
 
 
 def test_both_directions_of_every_link_on_the_path_count(two_paths):
@@ -44,7 +45,7 @@ def test_of_parallel_links_the_lossiest_counts(two_paths):
 
 
 def test_a_clean_path_has_none(two_paths):
-    lossless = scenario_module.loads(TWO_PATHS.replace(", forward: {loss: 1%}, reverse: "
+    lossless = scenarios.loads(TWO_PATHS.replace(", forward: {loss: 1%}, reverse: "
                                                        "{loss: 2%}", "").replace(
         ", burst: {p: 1%, r: 9%}", ""), "clean.yaml", {})
     assert all(configured_echo_loss(lossless, a.name, b.name) == 0

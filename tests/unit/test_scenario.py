@@ -8,8 +8,10 @@ import pytest
 import yaml
 
 from tests.conftest import EXAMPLES, ROOT
+from experiments import scenarios
 from topologies import scenario
-from topologies.model import Role, json_schema
+from experiments.scenarios import json_schema
+from topologies.model import Role
 from topologies.problems import ScenarioInvalid
 
 BASE = """
@@ -38,7 +40,7 @@ topology:
 
 
 def load(text=BASE, environ=None):
-    return scenario.loads(text, "t.yaml", environ or {})
+    return scenarios.loads(text, "t.yaml", environ or {})
 
 
 def test_inheritance_order_defaults_kind_group_node():
@@ -120,7 +122,7 @@ def test_resolved_scenario_is_plain_data():
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_examples_are_valid_and_match_the_json_schema(path):
-    loaded = scenario.load(path, {})
+    loaded = scenarios.load(path, {})
     assert loaded.hosts
     document = yaml.safe_load(path.read_text())
     jsonschema.validate(document, json_schema())
@@ -128,7 +130,7 @@ def test_examples_are_valid_and_match_the_json_schema(path):
 
 
 def test_big_example_has_more_than_100_hosts():
-    assert len(scenario.load(ROOT / "topologies" / "city-113.yaml", {}).hosts) > 100
+    assert len(scenarios.load(ROOT / "topologies" / "city-113.yaml", {}).hosts) > 100
 
 
 def test_shipped_schema_is_current():

@@ -26,7 +26,7 @@ from controller.policies.surveillance.model import Workload, draw_trace, simulat
 from controller.policies.surveillance.policies import reported_load
 from controller.policy import Client, LoadReport, Placement, Request, Server, State
 from controller.view import NetworkView
-from topologies.scenario import load
+from experiments.scenarios import load
 
 
 # --- load, maximum load, weights, queues -------------------------------------------------

@@ -9,6 +9,7 @@ from collections import Counter
 import pandas as pd
 import yaml
 
+from experiments import scenarios
 from experiments.kinds import registered
 from experiments.kinds.surveillance_emulation import (Parameters, heavy_spells,
                                                       traced_scenario)
@@ -35,7 +36,7 @@ def test_the_trace_becomes_one_client_per_request_asking_for_its_camera(tmp_path
     # ... and it is a valid scenario: 12 clients, the nodes and camera hosts kept.
     path = tmp_path / "traced.yaml"
     path.write_text(yaml.safe_dump(document, sort_keys=False))
-    hosts = scenario.load(path).document.topology.nodes
+    hosts = scenarios.load(path).document.topology.nodes
     assert sum(str(name).startswith("client") for name in hosts) == 12
     assert {"camA", "camB", "node1", "node2", "node3"} <= set(map(str, hosts))
     assert registered()["surveillance_emulation"].emulated

@@ -1,6 +1,6 @@
 import pytest
 
-from topologies import units
+from edgebed import units
 
 
 @pytest.mark.parametrize("text, seconds", [

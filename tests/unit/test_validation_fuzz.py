@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from experiments import scenarios
 from experiments.cli import main
 from tests.conftest import ROOT
 from topologies import scenario
@@ -51,7 +52,7 @@ def assert_refused_or_valid(data: bytes, tmp_path) -> None:
     path = tmp_path / "fuzzed.yaml"
     path.write_bytes(data)
     try:
-        scenario.load(path, {})
+        scenarios.load(path, {})
     except ScenarioInvalid as error:
         assert error.problems and all(str(p) for p in error.problems)
 

@@ -52,7 +52,7 @@ semantics, acknowledgements and statistics, its own random sequence, and ~10x th
 (the Python relay's delay error passes 1 ms near 7,500 frames/s per direction on 2 cores).
 
 While it runs, the relay asks the kernel to keep idle CPUs polling rather than halted (see
-:func:`agents.common.request_cpu_latency`; ``--cpu-latency-us -1`` leaves the machine alone).
+:func:`edgebed.realtime.request_cpu_latency`; ``--cpu-latency-us -1`` leaves the machine alone).
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ from typing import Optional
 
 from pydantic import Field, StrictInt, ValidationError
 
-from agents.common import request_cpu_latency, run_realtime
+from edgebed.realtime import request_cpu_latency, run_realtime
 from topologies.model import BurstLoss, StrictModel, WireImpairment
 from topologies.problems import dotted
 
@@ -619,7 +619,7 @@ class Relay:
     def write_status(self, now: int) -> None:
         """The statistics so far, replaced atomically once a second, for whoever watches the
         relay's load during a run (the runner warns when a wire nears its limits). Not through
-        :mod:`topologies.files`: this is a live reading, not a result, and its fsync would
+        :mod:`edgebed.files`: this is a live reading, not a result, and its fsync would
         hold every frame in flight behind the disk."""
         self.next_status_ns = now + STATUS_PERIOD_NS
         temporary = f"{self.status_path}.tmp"

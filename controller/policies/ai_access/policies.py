@@ -48,7 +48,7 @@ from controller.policies.ai_access.resources import (SPEC_UNIT_BYTES, FlowDemand
 from controller.policies.baseline import PolicyParams
 from controller.policy import (Assignment, Migration, ModelPolicy, Placement, Rejection,
                                Request, Server, State)
-from topologies import units
+from edgebed import units
 
 PORT_ATTRIBUTE = "port"  # the decision attribute naming the receive port
 ANY_PORT = "any"  # the one port of a server whose labels list none

@@ -1,10 +1,10 @@
 """A discrete-event simulation (SimPy) of the media-cloud CDN of seed 002 at the paper's scale.
 
-What is simulated: N content nodes on a Chord ring (:mod:`agents.chord`), each with single-server FIFO
+What is simulated: N content nodes on a Chord ring (:mod:`controller.policies.bloom_cdn.chord`), each with single-server FIFO
 routing, lookup and response queues with exponential service; the DC's fetch queue, also
 exponential; 100 user groups sending Poisson requests for Zipf-popular items, each group entering
 at its nearest node; an LRU cache per node for the items it is home to; real Bloom filters
-(:mod:`agents.bloom`) synchronised every ``sync_every`` requests a node serves or every
+(:mod:`controller.policies.bloom_cdn.bloom`) synchronised every ``sync_every`` requests a node serves or every
 ``sync_period`` seconds, with delta-compressed updates whose bytes are counted. Filter errors
 are measured at every filter check: a false positive (the filter says the home node caches the
 item, it does not), split into Bloom collisions and stale entries; a false miss (it caches the
@@ -32,9 +32,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import simpy
 
-from agents.bloom import (HASHES, NODE_FILTER_BYTES, FilteredCache, GlobalFilter, SyncLog,
+from controller.policies.bloom_cdn.bloom import (HASHES, NODE_FILTER_BYTES, FilteredCache, GlobalFilter, SyncLog,
                           bit_positions, delta_update)
-from agents.chord import ChordRing, identifier
+from controller.policies.bloom_cdn.chord import ChordRing, identifier
 
 from .model import ADAPTIVE_HIGH, ADAPTIVE_LOW, Setting, characteristic_time, false_positive_rate, stale_share
 

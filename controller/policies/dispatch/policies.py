@@ -66,7 +66,7 @@ from pydantic import Field, model_validator
 from controller.policy import (Assignment, Decision, Host, LoadReport, Migration, ModelPolicy,
                                PolicyLabels, PolicyParams, Rejection, Request, ScenarioProblem,
                                State)
-from controller.protocol import path_metric
+from edgebed.protocol import path_metric
 
 from .access import Geography, LocationDatabase, MediaNode, candidates, rank
 from .capacity import SharedCapacity, Tickets

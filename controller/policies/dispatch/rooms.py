@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from agents.lookup import LookupMode, LookupState
+from controller.policies.dispatch.lookup import LookupMode, LookupState
 
 __all__ = ["Directory", "Lookup", "LookupMode", "Transcoding"]
 

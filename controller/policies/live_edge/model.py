@@ -60,7 +60,7 @@ from pydantic import ConfigDict, Field
 from pydantic.dataclasses import dataclass as validated_dataclass
 from scipy.spatial.distance import cdist
 
-from topologies.model import PositiveDuration
+from edgebed.quantities import PositiveDuration
 
 MBPS = 1e6
 MS = 1e-3

@@ -54,8 +54,8 @@ from controller.policies.live_edge.model import (DEFAULT_LADDER, SOURCE_BITRATE,
                                                  check_ladder)
 from controller.policy import (Assignment, ModelPolicy, PolicyLabels, PolicyParams, Rejection,
                                Request, State)
-from topologies import units
-from topologies.model import Rate as ScenarioRate
+from edgebed import units
+from edgebed.quantities import Rate as ScenarioRate
 
 Rate = Annotated[ScenarioRate, Field(gt=0)]
 

@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from controller.policies.live_edge.allocators import DF_BITRATES
 from controller.policies.live_edge.model import MBPS, check_ladder
-from topologies.files import atomic_write
+from edgebed.files import atomic_write
 
 FITTED = Path(__file__).with_name("fitted.json")
 DEFAULT = "spec"

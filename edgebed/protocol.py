@@ -41,7 +41,7 @@ Request ids are chosen by the client (1 to 2**32 - 1) and echoed in every reply;
 retransmits a request with the same id until it hears back. A ``state`` too large for one
 datagram is split into ``parts`` datagrams numbered by ``part`` (:func:`state_replies`).
 
-Import the module (``from controller import protocol``), not its names: ``Decision``, ``State``
+Import the module (``from edgebed import protocol``), not its names: ``Decision``, ``State``
 and ``Path`` would shadow :mod:`controller.policy`'s and :class:`pathlib.Path`.
 """
 

@@ -39,15 +39,16 @@ from pathlib import Path
 import yaml
 
 from agents import catalog
+from topologies import commands as command_workload
 from agents.processes import tcpdump_command
 
-from ..impairments import tc
-from ..model import Impairment
-from ..naming import host_mac
-from ..scenario import Endpoint, Node, Scenario
+from topologies.impairments import tc
+from topologies.model import Impairment
+from topologies.naming import host_mac
+from topologies.scenario import Endpoint, Node, Scenario
 from . import ExportError
 
-SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schema" / "containerlab" / "clab.schema.json"
+SCHEMA_PATH = Path(__file__).resolve().parent / "schema" / "clab.schema.json"
 IMAGE = "edgebed-agents:latest"  # docker build -t edgebed-agents -f docker/agents.Dockerfile .
 RUN_DIR = "/edgebed/run"  # inside every container; bound to <lab>-run/ beside the topology
 SCENARIO_IN_CONTAINER = "/edgebed/scenario.yaml"
@@ -89,7 +90,7 @@ class ContainerlabExport:
 def export(scenario: Scenario, scenario_file: str | Path, out_dir: str | Path,
            image: str = IMAGE) -> ContainerlabExport:
     """``scenario`` (resolved from ``scenario_file``) as a containerlab topology to be written
-    in ``out_dir``; raises :class:`~topologies.export.ExportError` when it cannot be."""
+    in ``out_dir``; raises :class:`~experiments.export.ExportError` when it cannot be."""
     return _Exporter(scenario, Path(scenario_file), Path(out_dir), image).run()
 
 
@@ -171,7 +172,7 @@ class _Exporter:
                                   self.bridge_setup(), self.unmapped)
 
     def linux_defaults(self) -> dict:
-        env = {catalog.RUN_DIR_VARIABLE: RUN_DIR}
+        env = {command_workload.RUN_DIR_VARIABLE: RUN_DIR}
         if self.controlled and self.settings.management:
             env["EDGEBED_CONTROLLER"] = (f"{self.management_addresses[self.controller_node]}:"
                                          f"{self.settings.control_port}")
@@ -289,7 +290,7 @@ class _Exporter:
                                      "left out, as edgebed run skips it")
                 continue
             for name in entry.nodes:
-                count += entry.agent != catalog.COMMAND  # as edgebed run counts
+                count += entry.agent != command_workload.COMMAND  # as edgebed run counts
                 commands[name].append(background(
                     self.argv(entry, name, self.scenario.seed * 1000 + count),
                     log=f"{RUN_DIR}/logs/{name}.log", start=entry.start,
@@ -301,8 +302,8 @@ class _Exporter:
 
     def argv(self, entry, name: str, seed: int) -> list[str]:
         node = self.scenario.nodes[name]
-        if entry.agent == catalog.COMMAND:
-            return catalog.command_argv(entry.command, name, str(node.ip.ip) if node.ip else "",
+        if entry.agent == command_workload.COMMAND:
+            return command_workload.command_argv(entry.command, name, str(node.ip.ip) if node.ip else "",
                                         RUN_DIR)
         return catalog.agent_argv("python", entry.agent, name, RUN_DIR,
                                   self.scenario.agent_params(entry), seed)
