@@ -78,3 +78,25 @@ def test_the_benchmarks_page_shows_the_latest_result_and_lists_the_earlier(refer
     assert "Latest: second; 2 cores, load average at start 0.5." in page
     assert "| 2 |" in page and "| 1 |" not in page
     assert "20000101T000000Z.json" in page
+
+
+def test_a_benchmark_recording_is_what_the_benchmarks_page_reads(reference, tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from recorder import Recording
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    from rich.table import Table
+
+    table = Table(title="[bold]decisions[/bold]")
+    table.add_column("policy")
+    table.add_column("per second")
+    table.add_row("lua", "[green]1,234[/green]")
+    recording = Recording("benchmarks/policies.py", "What it measures.\n\nMore detail.")
+    recording.table(table)
+    saved = recording.save(tmp_path)
+    assert saved.parent == tmp_path / "policies"
+    page = reference.benchmarks_page(tmp_path)
+    assert "What it measures." in page and "More detail" not in page
+    assert "**decisions**" in page and "| lua | 1,234 |" in page
+    assert f"{os.cpu_count()} cores" in page and "load average at start" in page
