@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -100,3 +101,12 @@ def test_a_benchmark_recording_is_what_the_benchmarks_page_reads(reference, tmp_
     assert "What it measures." in page and "More detail" not in page
     assert "**decisions**" in page and "| lua | 1,234 |" in page
     assert f"{os.cpu_count()} cores" in page and "load average at start" in page
+
+
+def test_the_readme_stays_short_and_its_relative_links_resolve():
+    text = (ROOT / "README.md").read_text()
+    assert text.count("\n") <= 300
+    targets = re.findall(r'\]\(([^)#\s]+)[^)]*\)|src="([^"]+)"', text)
+    missing = [t for pair in targets for t in pair
+               if t and "://" not in t and not (ROOT / t).exists()]
+    assert not missing, missing
