@@ -15,7 +15,7 @@ test: setup
 	$(VENV)/bin/python -m pytest -ra tests
 
 # The tests that need a kernel with sch_netem and the openvswitch module, in a Debian VM under
-# qemu (scripts/vm.sh; README "The VM lane"). setup first: the host's .venv builds the wheelhouse.
+# qemu (scripts/vm.sh; docs/vm-lane.md). setup first: the host's .venv builds the wheelhouse.
 vm-test: setup
 	scripts/vm.sh
 

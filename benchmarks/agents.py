@@ -29,7 +29,8 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from experiments import scenarios
+from experiments import scenarios  # noqa: E402
+from recorder import Recording  # noqa: E402
 from experiments import registry  # noqa: E402
 from topologies import cleanup, scenario as scenario_module  # noqa: E402
 from topologies.naming import RunNames, processes_carry  # noqa: E402
@@ -75,6 +76,7 @@ def iperf3_pps(network, size: int, seconds: int = 3) -> float:
 
 
 def main() -> int:
+    recording = Recording(__file__, __doc__)
     setLogLevel("error")
     console = Console()
     loaded = scenarios.loads(PAIR, "agents-bench.yaml", {})
@@ -114,7 +116,8 @@ def main() -> int:
     table.add_row("one-way delay on a bare veth (p50 / p99)",
                   f"{delay['p50'] * 1e3:.1f} / {delay['p99'] * 1e3:.1f} µs", "", "< 50 µs",
                   "yes" if delay["p50"] * 1e3 < 50 else "no")
-    console.print(table)
+    console.print(recording.table(table))
+    recording.save()
     return 0
 
 

@@ -29,6 +29,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from recorder import Recording  # noqa: E402
 from controller.policies.ai_access.access import ALLOCATORS  # noqa: E402
 from controller.policies.ai_access.model import Traffic  # noqa: E402
 from controller.policies.ai_access.resources import (LoadWeights, Port, ServerLoad,  # noqa: E402
@@ -83,6 +84,7 @@ def rows(rounds: int) -> list[tuple]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    recording = Recording(__file__, __doc__)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
@@ -91,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         table.add_column(column)
     for row in rows(args.rounds):
         table.add_row(*row)
-    Console(width=120).print(table)
+    Console(width=120).print(recording.table(table))
+    recording.save()
     return 0
 
 

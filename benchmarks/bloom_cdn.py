@@ -25,6 +25,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from recorder import Recording  # noqa: E402
 from controller.policies.bloom_cdn.bloom import (NODE_FILTER_BYTES, CountingFilter,  # noqa: E402
                                                  GlobalFilter, bit_positions)
 from controller.policies.bloom_cdn.model import LOW_TRAFFIC  # noqa: E402
@@ -72,6 +73,7 @@ def filter_rows(lookups: int) -> list[tuple]:
 
 
 def main() -> None:
+    recording = Recording(__file__, __doc__)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=1000.0, help="simulated seconds")
     parser.add_argument("--lookups", type=int, default=200_000)
@@ -83,7 +85,8 @@ def main() -> None:
         table.add_column(column)
     for row in simulation_rows(args.duration) + filter_rows(args.lookups):
         table.add_row(*row)
-    Console().print(table)
+    Console().print(recording.table(table))
+    recording.save()
 
 
 if __name__ == "__main__":

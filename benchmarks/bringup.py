@@ -26,7 +26,8 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from experiments import scenarios
+from experiments import scenarios  # noqa: E402
+from recorder import Recording  # noqa: E402
 from topologies import cleanup, scenario as scenario_module  # noqa: E402
 from topologies.capabilities import ovs_kernel_module  # noqa: E402
 from experiments.registry import registered  # noqa: E402
@@ -82,6 +83,7 @@ def _mininet_build_and_stop(loaded, prefix: str, datapath: str) -> tuple[float, 
 
 
 def main() -> int:
+    recording = Recording(__file__, __doc__)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scenario", nargs="?", default="topologies/city-113.yaml")
     parser.add_argument("--rounds", type=int, default=3)
@@ -109,7 +111,8 @@ def main() -> int:
         table.add_row(phase, f"{statistics.median(ours):.2f} ({min(ours):.2f}-{max(ours):.2f})",
                       f"{statistics.median(theirs):.2f} ({min(theirs):.2f}-{max(theirs):.2f})",
                       f"{ratio:.2f}", "≤ 1.20 " + ("met" if ratio <= 1.2 else "NOT met"))
-    console.print(table)
+    console.print(recording.table(table))
+    recording.save()
     return 0
 
 

@@ -45,6 +45,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from recorder import Recording  # noqa: E402
 from agents.control import ControlClient  # noqa: E402
 from edgebed import protocol  # noqa: E402
 from experiments.measurements import read_table  # noqa: E402
@@ -314,6 +315,7 @@ def cells(measured: dict) -> dict[str, tuple[str, str, str]]:
 
 
 def main() -> int:
+    recording = Recording(__file__, __doc__)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=60, help="clients (flows) per run")
     parser.add_argument("--ports", type=int, default=1,
@@ -346,7 +348,8 @@ def main() -> int:
             table.add_column(prefix + column)
     for row in next(iter(measured.values())):
         table.add_row(row, *(cell for rows in measured.values() for cell in rows[row]))
-    console.print(table)
+    console.print(recording.table(table))
+    recording.save()
     return 0
 
 

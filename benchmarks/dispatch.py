@@ -36,6 +36,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from recorder import Recording  # noqa: E402
 from controller.policies.dispatch import model  # noqa: E402
 from controller.policies.dispatch.policies import Dispatch, DispatchParams  # noqa: E402
 from controller.policy import Client, Placement, Request, Server, State  # noqa: E402
@@ -115,6 +116,7 @@ def emulated(control: str) -> list[dict]:
 
 
 def main() -> None:
+    recording = Recording(__file__, __doc__)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=10_000)
     parser.add_argument("--nodes", type=int, default=100)
@@ -137,7 +139,7 @@ def main() -> None:
         table.add_row(f"one by one, {control}", str(len(seconds)),
                       f"{len(seconds) / sum(seconds):,.0f}",
                       f"{statistics.median(seconds) * 1e3:.1f} ms", f"{p99 * 1e3:.1f} ms")
-    Console().print(table)
+    Console().print(recording.table(table))
     if args.emulated:
         live = Table(title="decision latency in the emulated run (topologies/dispatch.yaml)")
         for column in ("capacity control", "decisions", "policy p50", "policy p99",
@@ -150,7 +152,8 @@ def main() -> None:
             live.add_row(control, str(len(rows)),
                          *(f"{np.percentile(values, q):.1f} ms" for values in (policy, install)
                            for q in (50, 99)))
-        Console().print(live)
+        Console().print(recording.table(live))
+    recording.save()
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from recorder import Recording  # noqa: E402
 from experiments.fidelity import (CLEAR, DIRECT, HOST_SWITCH, LINE,  # noqa: E402
                                   SWITCH_SWITCH, FidelityPath)
 from topologies.capabilities import probe_qdiscs  # noqa: E402
@@ -214,6 +215,7 @@ def interface_drops(path: FidelityPath) -> int:
 
 
 def main() -> int:
+    recording = Recording(__file__, __doc__)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer packets, shorter TCP runs")
     parser.add_argument("--sweep-only", action="store_true",
@@ -237,7 +239,7 @@ def main() -> int:
                 for link, name in LINK_NAMES.items():
                     for row in fidelity_rows(path, link, arguments.quick):
                         table.add_row(name, *row)
-                console.print(table)
+                console.print(recording.table(table))
             finally:
                 path.stop()
     # The rate sweep: each relay on each path of its own, in this one run, so they compare.
@@ -270,7 +272,7 @@ def main() -> int:
                               f"{error:+.3f}", f"{tail:+.3f}", f"{late:.0f}", f"{delivered:.2%}",
                               str(emulator), str(receiver), str(elsewhere), f"{sent:.0f}")
         sweep.add_section()
-    console.print(sweep)
+    console.print(recording.table(sweep))
     shapes = Table(title="fallback relays alone (direct path), one way, 1,200-byte frames: "
                          "the configured distributions at a low rate and at 50k packets/s",
                    title_justify="left")
@@ -279,7 +281,7 @@ def main() -> int:
     for engine, rows in distributions.items():
         for row in rows:
             shapes.add_row(engine, *row)
-    console.print(shapes)
+    console.print(recording.table(shapes))
     for engine, name in sweeps:
         for both_ways in (False, True):
             met = [rate for rate in RATE_SWEEP_PPS
@@ -289,6 +291,7 @@ def main() -> int:
                           f"goals (mean error <= {GOAL_MEAN_MS} ms, p99 <= +{GOAL_P99_MS} ms, "
                           f"all delivered) met up to "
                           + (f"{met[-1]} packets/s" if met else "no rate measured"))
+    recording.save()
     return 0
 
 

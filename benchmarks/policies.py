@@ -28,6 +28,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from recorder import Recording  # noqa: E402
 from controller.policies.live_edge.allocators import ALLOCATORS  # noqa: E402
 from controller.policies.live_edge.model import MBPS, evaluate, generate  # noqa: E402
 
@@ -82,6 +83,7 @@ def small_case_rows(seeds: int) -> list[tuple]:
 
 
 def main() -> int:
+    recording = Recording(__file__, __doc__)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3, help="instances per scale case")
     parser.add_argument("--seeds", type=int, default=10, help="small-case instances")
@@ -93,7 +95,8 @@ def main() -> int:
         table.add_column(column)
     for row in scale_rows(arguments.rounds) + small_case_rows(arguments.seeds):
         table.add_row(*row)
-    Console().print(table)
+    Console().print(recording.table(table))
+    recording.save()
     return 0
 
 

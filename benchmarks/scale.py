@@ -33,7 +33,8 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from experiments import scenarios
+from experiments import scenarios  # noqa: E402
+from recorder import Recording  # noqa: E402
 from experiments.runner import RunOptions, run_scenario  # noqa: E402
 from topologies import scenario as scenario_module  # noqa: E402
 
@@ -171,6 +172,7 @@ def boundary(kind: TrafficKind, duration_s: float, largest: int, runs_root: Path
 
 
 def main() -> int:
+    recording = Recording(__file__, __doc__)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kinds", default=",".join(KINDS),
                         help=f"comma-separated, of {', '.join(KINDS)}")
@@ -200,7 +202,8 @@ def main() -> int:
         table.add_row(kind.what, str(clean.hosts), str(clean.n), f"{clean.frames_per_s:,.0f}",
                       f"{clean.cpu_busy_max:.0%}" if clean.cpu_busy_max is not None else "-",
                       past)
-    console.print(table)
+    console.print(recording.table(table))
+    recording.save()
     return 0
 
 

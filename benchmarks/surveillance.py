@@ -30,6 +30,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from recorder import Recording  # noqa: E402
 from controller.policies.surveillance import POLICIES  # noqa: E402
 from controller.policies.surveillance.balancer import BALANCERS, Choice, Cluster  # noqa: E402
 from controller.policies.surveillance.load import node_weights  # noqa: E402
@@ -95,6 +96,7 @@ def policy_rate(name: str, placed: int, decisions: int) -> float:
 
 
 def main() -> int:
+    recording = Recording(__file__, __doc__)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--decisions", type=int, default=20_000,
                         help="balancer decisions timed per case (policy calls: a tenth)")
@@ -113,7 +115,8 @@ def main() -> int:
         row += [f"{policy_rate(name, placed, max(1, arguments.decisions // 10)):,.0f}"
                 for placed in (200, 2000)]
         table.add_row(*row)
-    Console().print(table)
+    Console().print(recording.table(table))
+    recording.save()
     return 0
 
 

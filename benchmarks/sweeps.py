@@ -40,6 +40,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from recorder import Recording  # noqa: E402
 from experiments.sweeps import experiment as experiments_file  # noqa: E402
 from experiments.sweeps.executors import Dask, Executor, Serial, cores  # noqa: E402
 from experiments.sweeps.runner import RESULTS, read_results, run  # noqa: E402
@@ -106,6 +107,7 @@ def table(path: Path, kind) -> pd.DataFrame:
 
 
 def main() -> int:
+    recording = Recording(__file__, __doc__)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=cores())
     parser.add_argument("--rounds", type=int, default=1)
@@ -153,7 +155,7 @@ def main() -> int:
                     f"{cells / best:.1f}", f"{min(cpus[mode]):.1f}",
                     f"{best_serial / best:.2f}x")
     console = Console()
-    console.print(out)
+    console.print(recording.table(out))
     ratio = best_serial / min(walls[pool_mode])
     ceiling = max(ceilings)
     console.print(f"this machine's ceiling for {arguments.workers} processes (a CPU-bound loop, "
@@ -163,6 +165,7 @@ def main() -> int:
                   f"{'met' if ratio >= 1.7 else 'NOT met'} ({ratio:.2f}x"
                   f"{'; the machine itself gives at most ' + f'{ceiling:.2f}x' if ceiling < 1.7 else ''}"
                   f"); tables equal (wall-clock column left out): {'yes' if same else 'NO'}")
+    recording.save()
     return 0 if same else 1
 
 
