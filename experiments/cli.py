@@ -286,12 +286,16 @@ def command_doctor(arguments: argparse.Namespace) -> int:
     return EXIT_NOT_READY if found.problems() else 0
 
 
-def _print_parameters(title: str, model) -> None:
-    """A parameters model (pydantic) as a table: name, default, meaning."""
+def _print_parameters(title: str, model, leave_out: tuple[str, ...] = (),
+                      kind: str = "parameter") -> None:
+    """A parameters model (pydantic) as a table: name, default, meaning; without the fields
+    in ``leave_out``."""
     table = Table(title=title, title_justify="left")
-    for column in ("parameter", "default", "meaning"):
+    for column in (kind, "default", "meaning"):
         table.add_column(column)
     for field_name, info in model.model_fields.items():
+        if field_name in leave_out:
+            continue
         default = "required" if info.is_required() else repr(info.get_default(
             call_default_factory=True))
         table.add_row(field_name, default, info.description or "")
@@ -313,10 +317,29 @@ def command_agents(arguments: argparse.Namespace) -> int:
         errors.print(f"unknown agent {unknown[0]!r}; agents: {', '.join(catalog.available())}")
         return EXIT_INVALID
     for name in names:
+        if name == catalog.COMMAND:
+            _print_command_workload()
+            continue
         module = __import__(catalog.module_name(name), fromlist=["_"])
         _print_parameters(f"{name}: {_first_sentence(module.__doc__)}",
                           catalog.params_model(name))
     return 0
+
+
+def _print_command_workload() -> None:
+    """The ``command`` workload: the keys of its workload entry (it has no params) and the
+    placeholders its command may hold."""
+    from agents import catalog
+    from topologies.model import WorkloadEntry
+
+    _print_parameters("command: runs a program given in the scenario on each node",
+                      WorkloadEntry, leave_out=("agent", "params"), kind="key")
+    table = Table(title="placeholders in command", title_justify="left")
+    table.add_column("placeholder")
+    table.add_column("replaced with")
+    for placeholder, meaning in catalog.COMMAND_PLACEHOLDERS.items():
+        table.add_row("{" + placeholder + "}", meaning)
+    console.print(table)
 
 
 def command_policies(arguments: argparse.Namespace) -> int:
