@@ -22,7 +22,7 @@ from topologies.files import atomic_write
 
 from .rundir import edgebed_version
 from topologies.model import json_schema
-from topologies.impairments.relay import RELAY_ACCURATE_PPS
+from topologies.impairments.relay import COMPILED, PYTHON, RELAY_LIMITS
 from topologies.problems import ScenarioInvalid
 from topologies.units import UnitError, format_duration, format_fraction, parse_duration
 
@@ -30,8 +30,9 @@ IMPAIRMENT_BACKENDS = {
     "netem": "netem (sch_netem) for delay, jitter and loss, HTB for rate",
     "fallback": f"fallback (no sch_netem): HTB for rate, classic-BPF TC_ACT_STOLEN for random "
                 f"loss, a user-space relay in a wire namespace for delay, jitter and burst loss "
-                f"(mean delay error < 1 ms up to {RELAY_ACCURATE_PPS} packets/s per direction, "
-                f"measured by benchmarks/impairment.py)",
+                f"(delay goals met, as measured by benchmarks/impairment.py, to "
+                f"{RELAY_LIMITS[COMPILED]} by the compiled relay and {RELAY_LIMITS[PYTHON]} by "
+                f"the Python relay)",
 }
 EXIT_INVALID = 2
 EXIT_NOT_READY = 3
