@@ -202,14 +202,13 @@ class AiReceiver:
             return round(self.params.nack_after * 1e9)
         return max(MIN_GRACE_NS, 2 * arrival.delay_max_ns)
 
-    def drain(self, until_ns: int) -> None:
-        """Read every datagram that had arrived by ``until_ns`` (realtime ns): the socket is
-        read until it is empty or a datagram received later was read (it is counted too).
+    def drain(self) -> None:
+        """Read every datagram waiting on the socket now (:func:`waiting_datagrams`).
 
-        A NACK decided at ``until_ns`` then never asks for a fragment that was already
-        waiting on the socket, however late this receiver was woken; reading no further than
-        that keeps a flood from holding the NACKs back."""
-        for arrival in waiting_datagrams(self.sock, self.buffer, until_ns):
+        A NACK decided next then never asks for a fragment that was already waiting on the
+        socket, however late this receiver was woken; reading no further than that keeps a
+        flood from holding the NACKs back."""
+        for arrival in waiting_datagrams(self.sock, self.buffer):
             self.add(*arrival)
 
     def add(self, size: int, received_ns: int, address: tuple) -> None:
@@ -370,16 +369,15 @@ class AccessServer:
     def written(self) -> int:
         return sum(len(receiver.written) for receiver in self.receivers)
 
-    def drain(self, until_ns: int) -> None:
-        """Every port's datagrams that arrived by ``until_ns``, to the worker in the order the
+    def drain(self) -> None:
+        """Every port's datagrams waiting now, to the worker in the order the
         kernel stamped them (one worker serves all ports, so their queues interleave)."""
         if len(self.receivers) == 1:
-            self.receivers[0].drain(until_ns)
+            self.receivers[0].drain()
             return
         arrivals = []
         for receiver in self.receivers:
-            for size, received_ns, address in waiting_datagrams(receiver.sock, receiver.buffer,
-                                                                until_ns):
+            for size, received_ns, address in waiting_datagrams(receiver.sock, receiver.buffer):
                 arrivals.append((received_ns, len(arrivals), receiver,
                                  bytes(memoryview(receiver.buffer)[:size]), address))
         for received_ns, _, receiver, data, address in sorted(arrivals, key=lambda a: a[:2]):
@@ -388,7 +386,7 @@ class AccessServer:
 
     def step(self, now_ns: int) -> int:
         """Read what arrived, send what is due; returns when something is due next."""
-        self.drain(now_ns)  # what arrived counts before any NACK is decided
+        self.drain()  # what arrived counts before any NACK is decided
         due_ns = min(receiver.tick(now_ns) for receiver in self.receivers)
         self.report(now_ns)
         return due_ns
@@ -423,7 +421,7 @@ class AccessServer:
                            metrics["cpu"], taken, dropped)
 
     def finish(self, now_ns: int) -> dict:
-        self.drain(now_ns)  # what arrived before the stop is measured too
+        self.drain()  # what arrived before the stop is measured too
         summaries = [receiver.finish(now_ns) for receiver in self.receivers]
         summary = summaries[0] if len(summaries) == 1 else {
             "ports": summaries,

@@ -24,6 +24,7 @@ from agents.common import AgentParams, with_shared_tables
 from edgebed import discovery
 from topologies.commands import COMMAND
 
+
 def is_agent(module: ModuleType) -> bool:
     """Whether ``module`` is an agent: it has a ``Params`` model and a ``main`` entry."""
     params = getattr(module, "Params", None)

@@ -421,9 +421,9 @@ def datagrams(agent: Agent, sock: socket.socket, buffer: bytearray,
               enough: Callable[[], bool] | None = None) -> Iterator[tuple[int, int, tuple]]:
     """The datagrams arriving on ``sock``, each read into ``buffer`` and given as (size, kernel
     receive time ns, sender address), until the agent is stopped, ``duration_s`` has passed or
-    GRACE_S after ``enough()`` first says so; then those still waiting that had arrived by
-    then (:func:`waiting_datagrams`): what reached the host before its agent stopped is
-    measured, not lost."""
+    GRACE_S after ``enough()`` first says so; then those still waiting on the socket
+    (:func:`waiting_datagrams`): what reached the host before its agent stopped is measured,
+    not lost."""
     end = math.inf if duration_s is None else time.monotonic() + duration_s
     while not agent.stopping and time.monotonic() < end:
         arrival = receive(sock, buffer)
@@ -433,26 +433,37 @@ def datagrams(agent: Agent, sock: socket.socket, buffer: bytearray,
         if enough is not None and enough():
             end = min(end, time.monotonic() + GRACE_S)
             enough = None
-    yield from waiting_datagrams(sock, buffer, time.time_ns())
+    yield from waiting_datagrams(sock, buffer)
 
 
-def waiting_datagrams(sock: socket.socket, buffer: bytearray,
-                      until_ns: int) -> Iterator[tuple[int, int, tuple]]:
-    """The datagrams waiting on ``sock`` that arrived by ``until_ns`` (realtime ns), read
-    without waiting, as :func:`datagrams` gives them; the first one received later ends them
-    (it is given too: it was read), so a sender that keeps sending cannot hold them up.
+MARKER_SIZE = 16  # random bytes: no datagram a sender sends carries them by chance
+SMALLEST_QUEUED_BYTES = 256  # a datagram takes at least this much of a receive buffer (its truesize)
 
-    A stamp no earlier than the read itself is not an arrival time: while the kernel turns
-    timestamping on for the first socket that asks (deferred work), it stamps datagrams when
-    they are read. Such a datagram was waiting, so it is given and the reading goes on."""
-    while True:
-        asked_ns = time.time_ns()
+
+def waiting_datagrams(sock: socket.socket, buffer: bytearray) -> Iterator[tuple[int, int, tuple]]:
+    """The datagrams waiting on ``sock`` now, read without waiting, as :func:`datagrams` gives
+    them; a sender that keeps sending cannot hold them up.
+
+    "Now" is a marker datagram the socket sends itself over loopback: it joins the receive
+    queue behind every datagram that had arrived, so the reading ends where it is read. No
+    clock decides it (the kernel's receive stamps and user-space time need not order the same
+    way). A full queue drops the marker; then the reading ends when the queue is empty or
+    after as many datagrams as the queue could hold."""
+    marker = os.urandom(MARKER_SIZE)
+    sock.sendto(marker, _own_address(sock))
+    capacity = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // SMALLEST_QUEUED_BYTES
+    for _ in range(capacity):
         arrival = receive(sock, buffer, wait=False)
-        if arrival is None:
+        if arrival is None or buffer[:arrival[0]] == marker:
             return
         yield arrival
-        if until_ns < arrival[1] < asked_ns:
-            return
+
+
+def _own_address(sock: socket.socket) -> tuple[str, int]:
+    """Where a datagram reaches ``sock`` from its own host: its bound address, or loopback
+    for a socket bound to every address."""
+    address, port = sock.getsockname()[:2]
+    return ("127.0.0.1" if address == "0.0.0.0" else address), port
 
 
 def epoch_seconds(ns: int) -> str:

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from controller import policies
 from edgebed.files import atomic_write
+from topologies.model import EDGEBED_APP_MODULE
 
 
 class ControlEndpoint(BaseModel):
@@ -41,6 +42,9 @@ class ControllerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     out: Path = Field(description="the controller's directory: state, status, log")
+    apps: list[str] = Field([EDGEBED_APP_MODULE], min_length=1,
+                            description="the apps os-ken runs: module names or Python files "
+                                        "(controller.app is edgebed's)")
     view: dict[str, Any] = Field(description="the network as controller.view.NetworkView.to_json "
                                              "writes it")
     policy: str = Field(description="the scheduling policy's name")

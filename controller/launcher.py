@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from topologies.model import EDGEBED_APP_MODULE
 from topologies.naming import ENVIRONMENT_KEY
 
 from .config import ControllerConfig, ControlEndpoint
@@ -51,7 +52,7 @@ def scenario_config(scenario, out: Path, loopback_control_port: int,
 
     settings = scenario.document.controller
     return ControllerConfig(
-        out=out, view=NetworkView.from_scenario(scenario).to_json(), policy=settings.policy,
+        out=out, apps=scenario.controller_apps(), view=NetworkView.from_scenario(scenario).to_json(), policy=settings.policy,
         policy_params=settings.policy_params, fast_failover=settings.fast_failover,
         control_port=settings.control_port, period=settings.period,
         loopback_control_port=loopback_control_port,
@@ -68,6 +69,10 @@ class ControllerProcess:
     process: subprocess.Popen | None = None
     starts: int = 0
     exits: list[int] = field(default_factory=list)
+
+    @property
+    def runs_edgebed(self) -> bool:
+        return EDGEBED_APP_MODULE in self.config.apps
 
     @property
     def openflow_target(self) -> str:
@@ -101,21 +106,46 @@ class ControllerProcess:
         except (OSError, ValueError):
             return {}
 
-    def wait_until(self, ready, what: str, timeout_s: float = READY_TIMEOUT_S) -> dict:
+    def wait_until(self, ready, what: str, timeout_s: float = READY_TIMEOUT_S,
+                   missing=lambda: "") -> dict:
         """Poll the status file until ``ready(status)``; raises if the process dies or time
-        runs out."""
+        runs out (saying ``missing()`` then). The status file is edgebed's app's: with only
+        users' apps it stays empty and ``ready`` alone decides."""
         deadline = time.monotonic() + timeout_s
         while True:
             status = self.status()
-            if status and ready(status):
+            if (status or not self.runs_edgebed) and ready(status):
                 return status
             if self.process.poll() is not None:
                 raise RuntimeError(f"the controller exited ({self.process.returncode}) before "
-                                   f"{what}; see {self.directory / 'controller.log'}")
+                                   f"{what}; see {self.directory / 'controller.log'}"
+                                   f"{self.last_traceback()}")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the controller did not get to {what} within "
-                                   f"{timeout_s:g}s; see {self.directory / 'controller.log'}")
+                                   f"{timeout_s:g}s{missing()}; see "
+                                   f"{self.directory / 'controller.log'}")
             time.sleep(0.05)
+
+    def last_traceback(self) -> str:
+        """The last traceback in the controller's log, on lines of its own after a newline
+        (an app that failed to import or crashed); empty when there is none."""
+        try:
+            text = (self.directory / "controller.log").read_text(errors="replace")
+        except OSError:
+            return ""
+        start = text.rfind("Traceback (most recent call last)")
+        return "" if start < 0 else "\n" + text[start:].rstrip()
+
+    def crashed(self) -> bool:
+        """Whether the process ended by itself (neither stopped nor killed by the run)."""
+        return (self.process is not None and self.process.poll() is not None
+                and len(self.exits) < self.starts)
+
+    def wait_connected(self, unconnected, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Wait until ``unconnected()`` (the switches not connected to this controller) is
+        empty; raises naming them when time runs out, or if the process dies."""
+        self.wait_until(lambda status: not unconnected(), "every switch connected",
+                        timeout_s, lambda: f"; not connected: {', '.join(unconnected())}")
 
     def wait_listening(self) -> None:
         port = self.config.openflow_port
@@ -155,6 +185,10 @@ def _serve(config_path: Path) -> None:
     from .ryu_api import FRAMEWORK, app_manager, cfg
 
     config = ControllerConfig.read(config_path)
+    if FRAMEWORK == "os-ken":
+        from . import ryu_namespace
+
+        ryu_namespace.install()
     os.environ[CONFIG_ENVIRONMENT] = str(config_path)
     logging.basicConfig(level=logging.INFO, stream=sys.stdout,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -180,7 +214,7 @@ def _serve(config_path: Path) -> None:
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     logging.getLogger("edgebed.controller").info("%s, OpenFlow on %s:%d", FRAMEWORK,
                                                  config.openflow_host, config.openflow_port)
-    app_manager.AppManager.run_apps(["controller.app"])
+    app_manager.AppManager.run_apps(config.apps)
 
 
 def standalone_config(scenario_path: Path, out: Path, management_address: str | None,

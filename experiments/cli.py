@@ -17,22 +17,24 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from experiments import scenarios
-from topologies import scenario as scenario_module
 from edgebed.files import atomic_write
-
-from .rundir import edgebed_version
-from experiments.scenarios import json_schema
-from topologies.impairments.relay import RELAY_ACCURATE_PPS
-from topologies.problems import ScenarioInvalid
 from edgebed.units import UnitError, format_duration, format_fraction, parse_duration
+from topologies import commands as command_workload
+from topologies import scenario as scenario_module
+from topologies.impairments.relay import COMPILED, PYTHON, RELAY_LIMITS
+from topologies.problems import ScenarioInvalid
+
+from . import scenarios
+from .rundir import edgebed_version
+from .scenarios import json_schema
 
 IMPAIRMENT_BACKENDS = {
     "netem": "netem (sch_netem) for delay, jitter and loss, HTB for rate",
     "fallback": f"fallback (no sch_netem): HTB for rate, classic-BPF TC_ACT_STOLEN for random "
                 f"loss, a user-space relay in a wire namespace for delay, jitter and burst loss "
-                f"(mean delay error < 1 ms up to {RELAY_ACCURATE_PPS} packets/s per direction, "
-                f"measured by benchmarks/impairment.py)",
+                f"(delay goals met, as measured by benchmarks/impairment.py, to "
+                f"{RELAY_LIMITS[COMPILED]} by the compiled relay and {RELAY_LIMITS[PYTHON]} by "
+                f"the Python relay)",
 }
 EXIT_INVALID = 2
 EXIT_NOT_READY = 3
@@ -287,12 +289,16 @@ def command_doctor(arguments: argparse.Namespace) -> int:
     return EXIT_NOT_READY if found.problems() else 0
 
 
-def _print_parameters(title: str, model) -> None:
-    """A parameters model (pydantic) as a table: name, default, meaning."""
+def _print_parameters(title: str, model, leave_out: tuple[str, ...] = (),
+                      kind: str = "parameter") -> None:
+    """A parameters model (pydantic) as a table: name, default, meaning; without the fields
+    in ``leave_out``."""
     table = Table(title=title, title_justify="left")
-    for column in ("parameter", "default", "meaning"):
+    for column in (kind, "default", "meaning"):
         table.add_column(column)
     for field_name, info in model.model_fields.items():
+        if field_name in leave_out:
+            continue
         default = "required" if info.is_required() else repr(info.get_default(
             call_default_factory=True))
         table.add_row(field_name, default, info.description or "")
@@ -314,10 +320,29 @@ def command_agents(arguments: argparse.Namespace) -> int:
         errors.print(f"unknown agent {unknown[0]!r}; agents: {', '.join(catalog.available())}")
         return EXIT_INVALID
     for name in names:
+        if name == command_workload.COMMAND:
+            _print_command_workload()
+            continue
         module = __import__(catalog.module_name(name), fromlist=["_"])
         _print_parameters(f"{name}: {_first_sentence(module.__doc__)}",
                           catalog.params_model(name))
     return 0
+
+
+def _print_command_workload() -> None:
+    """The ``command`` workload: the keys of its workload entry (it has no params) and the
+    placeholders its command may hold."""
+    from agents import catalog
+    from topologies.model import WorkloadEntry
+
+    _print_parameters("command: runs a program given in the scenario on each node",
+                      WorkloadEntry, leave_out=("agent", "params"), kind="key")
+    table = Table(title="placeholders in command", title_justify="left")
+    table.add_column("placeholder")
+    table.add_column("replaced with")
+    for placeholder, meaning in command_workload.COMMAND_PLACEHOLDERS.items():
+        table.add_row("{" + placeholder + "}", meaning)
+    console.print(table)
 
 
 def command_policies(arguments: argparse.Namespace) -> int:

@@ -154,6 +154,7 @@ class Run:
         self.network = None
         self.links: LinkControl | None = None
         self.controller = None  # controller.launcher.ControllerProcess, when the scenario has one
+        self.controller_failure: str | None = None  # why the controller ended by itself
         self.cpu = measurements.CpuMonitor()
         self._agent_count = 0
         self._origin = time.monotonic()  # of the timeline, once it starts
@@ -194,6 +195,8 @@ class Run:
             finally:
                 with _signals_ignored():
                     self._teardown(log)
+            if self.controller_failure is not None and status == "completed":
+                status, error = "failed", self.controller_failure
             failed = failures(self.summary.get("processes", []))
             if failed:
                 log.error("failed workload processes: %s", "; ".join(failed))
@@ -203,7 +206,7 @@ class Run:
                     status = "failed"
                     error = (f"{len(failed)} workload process{'es' if len(failed) > 1 else ''} "
                              f"failed: {'; '.join(failed)}")
-            if self.controller is not None and not self.options.cli:
+            if self._policy_controller is not None and not self.options.cli:
                 self._scheme_summary(log)
         self.summary.update(status=status, error=error, warnings=self.warnings)
         self.run_dir.write_json("summary.json", self.summary)
@@ -266,7 +269,7 @@ class Run:
             self._report_switch_sockets()
         self.links = LinkControl(self.scenario, self.network, backend, self.run_dir.path / "logs")
         self.links.start()
-        if self.scenario.document.controller.app != "none":
+        if self.scenario.document.controller.apps:
             self.options.on_phase("starting the controller")
             self._start_controller()
         timings = self.network.timings
@@ -321,11 +324,23 @@ class Run:
             "control_loopback": "{}:{}".format(*self.controller.control_address)})
 
     def _controller_up(self) -> None:
-        """Start a controller, point the switches at it, wait until they hold their rules."""
+        """Start a controller, point the switches at it, wait until they hold edgebed's rules
+        (or, with only users' apps, until every switch is connected)."""
         self.controller.start()
         self.controller.wait_listening()
         self.network.use_controller(self.controller.openflow_target)
-        self.controller.wait_synced(len(self.scenario.switches))
+        if self.controller.runs_edgebed:
+            self.controller.wait_synced(len(self.scenario.switches))
+        else:
+            self.controller.wait_connected(self.network.unconnected_switches)
+
+    @property
+    def _policy_controller(self):
+        """The controller when edgebed's app runs in it (policies, the control protocol);
+        None otherwise."""
+        if self.controller is None or not self.controller.runs_edgebed:
+            return None
+        return self.controller
 
     def _control_endpoint(self):
         """Where hosts reach the control protocol (a :class:`controller.config.ControlEndpoint`):
@@ -335,7 +350,7 @@ class Run:
         from controller.config import ControlEndpoint
 
         settings = self.scenario.document.controller
-        if self.network is None or settings.app == "none":
+        if self.network is None or not settings.runs_edgebed:
             return None
         if settings.control_network == "in-band":
             host = self.scenario.nodes[settings.control_host]
@@ -432,7 +447,7 @@ class Run:
         scheduled event falls at a known phase of them (an impairment at 13 s with 4 s periods
         is 3 s old when the policy next decides), run after run."""
         period = self.scenario.document.controller.period
-        if self.controller is None or not period or not self.scenario.schedule:
+        if self._policy_controller is None or not period or not self.scenario.schedule:
             return
         origin = self.controller.status().get("period_origin")
         if origin is None:
@@ -494,7 +509,7 @@ class Run:
         of the network (and so its policy's State.graph and its shortest-delay forwarding)
         holds the scenario's link delays, kept current this way. Loss, jitter and rate are not
         in the view: the controller learns of them only through what agents report."""
-        if self.controller is None:
+        if self._policy_controller is None:
             return
         link = self.scenario.links[event.link]
         record = {"t": round(time.monotonic() - self._origin, 3), "index": event.link,
@@ -537,7 +552,7 @@ class Run:
         # plain Mininet, while the log file keeps its copy.
         terminal = StreamHandlerNoNewline(sys.stdout)
         lg.addHandler(terminal)
-        control = None if self.controller is None else functools.partial(
+        control = None if self._policy_controller is None else functools.partial(
             ControlClient, self.controller.control_address, timeout=1.0)
         try:
             EdgebedCLI(self.network.net, self.links, control)
@@ -548,10 +563,15 @@ class Run:
         self.options.on_phase("tearing down")
         self.summary["processes"] = self.processes.stop_all(grace_s=AGENT_STOP_GRACE_S)
         if self.controller is not None:
+            crashed = self.controller.crashed()
             self.controller.stop()
             self.summary["controller"] = {"starts": self.controller.starts,
                                           "exits": self.controller.exits,
                                           "status": self.controller.status()}
+            if crashed:
+                self.controller_failure = (f"the controller exited "
+                                           f"({self.controller.process.returncode}) during the "
+                                           f"run{self.controller.last_traceback()}")
         if self.links is not None:
             self.summary["links"] = self.links.applied()
             self.summary["wires"] = self.links.stop()

@@ -7,7 +7,11 @@ import shlex
 import string
 
 COMMAND = "command"  # runs a program given in the scenario; no module, no params
-COMMAND_PLACEHOLDERS = ("node", "ip", "run_dir")  # what {name} in a command is replaced with
+COMMAND_PLACEHOLDERS = {  # what {name} in a command is replaced with, per node
+    "node": "the node's name",
+    "ip": "the node's address",
+    "run_dir": "the run directory (also in $EDGEBED_RUN_DIR)",
+}
 RUN_DIR_VARIABLE = "EDGEBED_RUN_DIR"  # every program a run starts finds its run directory here
 
 

@@ -219,13 +219,21 @@ class Service(StrictModel):
                                             "or a rate such as 40Mbps); no label: unlimited")
 
 
-class Controller(StrictModel):
-    """Which controller app runs the switches; ``none`` leaves them standalone learning
-    switches, ``edgebed`` runs edgebed's SDN controller (:mod:`controller.app`)."""
+NO_APP, EDGEBED_APP = "none", "edgebed"
+EDGEBED_APP_MODULE = "controller.app"  # the module os-ken loads for edgebed
 
-    app: Literal["none", "edgebed"] = Field(
-        "none", description="'none': standalone switches; 'edgebed': the SDN controller "
-                            "(shortest-path forwarding, ARP, services, policies, failover)")
+
+class Controller(StrictModel):
+    """Which controller apps run the switches; ``none`` leaves them standalone learning
+    switches, ``edgebed`` runs edgebed's SDN controller (:mod:`controller.app`), anything else
+    is a user's Ryu-API app, run on os-ken in the same controller process."""
+
+    app: Union[str, list[str]] = Field(
+        NO_APP, description="'none': standalone switches; 'edgebed': the SDN controller "
+                            "(shortest-path forwarding, ARP, services, policies, failover); a "
+                            "Ryu-API app as a Python file (relative to the scenario) or a "
+                            "module name; or a list of apps run together, e.g. "
+                            "[edgebed, monitor.py]")
     policy: str = Field("least_loaded", description="the scheduling policy placing service "
                                                     "flows (see `edgebed policies`)")
     policy_params: dict[str, Any] = Field(default_factory=dict,
@@ -259,6 +267,21 @@ class Controller(StrictModel):
         description="addresses of the management network; the controller is the first")
     control_port: int = Field(6650, ge=1, le=65535,
                               description="UDP port of the control protocol")
+
+    @property
+    def apps(self) -> list[str]:
+        """The apps the controller process runs, in order; empty for ``none``."""
+        apps = [self.app] if isinstance(self.app, str) else list(self.app)
+        return [] if apps == [NO_APP] else apps
+
+    @property
+    def runs_edgebed(self) -> bool:
+        """Whether edgebed's own app (policies, services, the control protocol) runs."""
+        return EDGEBED_APP in self.apps
+
+    @property
+    def user_apps(self) -> list[str]:
+        return [app for app in self.apps if app != EDGEBED_APP]
 
     @model_validator(mode="before")
     @classmethod

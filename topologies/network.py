@@ -8,6 +8,7 @@ backstop for anything a crash left behind.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -79,7 +80,7 @@ class ScenarioNetwork:
                            autoStaticArp=False, waitConnected=False)
         for node in self.scenario.hosts:
             self.net.addHost(node.name, cls=Host, ip=str(node.ip) if node.ip else None)
-        standalone = self.scenario.document.controller.app == "none"
+        standalone = not self.scenario.document.controller.apps
         for index, node in enumerate(self.scenario.switches):
             self._switch_index[node.name] = index
             self.net.addSwitch(self.names.bridge(index), cls=OVSSwitch, dpid=f"{node.dpid:016x}",
@@ -207,6 +208,16 @@ class ScenarioNetwork:
                         "--", "set", "Bridge", self.names.bridge(index), f"controller=@c{index}"]
         subprocess.run(command, check=True, capture_output=True, text=True)
 
+    def unconnected_switches(self) -> list[str]:
+        """The scenario's switches that are not connected to any of their controllers (OVS's
+        own view: each Controller record's is_connected)."""
+        bridges = _ovs_table("Bridge", "name,controller")
+        connected = {row["_uuid"] for row in _ovs_table("Controller", "_uuid,is_connected")
+                     if row["is_connected"]}
+        found = {row["name"]: _members(row["controller"]) for row in bridges}
+        return [node.name for index, node in enumerate(self.scenario.switches)
+                if not connected & set(found.get(self.names.bridge(index), []))]
+
     def stop(self) -> None:
         if self.net is None:
             return
@@ -268,3 +279,24 @@ class Management:
                                                 for name in self.ports + [self.bridge]))
 
 
+def _ovs_table(table: str, columns: str) -> list[dict]:
+    """The rows of an OVS database table as dicts of the ``columns`` asked for; a UUID is its
+    text, a set the list of its members."""
+    result = subprocess.run(["ovs-vsctl", "--timeout=10", "--format=json", "--data=json",
+                             f"--columns={columns}", "list", table],
+                            check=True, capture_output=True, text=True)
+    listing = json.loads(result.stdout)
+    return [{name: _ovs_value(value) for name, value in zip(listing["headings"], row)}
+            for row in listing["data"]]
+
+
+def _ovs_value(value):
+    if isinstance(value, list) and len(value) == 2 and value[0] in ("uuid", "set"):
+        kind, content = value
+        return content if kind == "uuid" else [_ovs_value(member) for member in content]
+    return value
+
+
+def _members(value) -> list:
+    """A set column's members: OVS writes a set of one as the member alone."""
+    return value if isinstance(value, list) else [value]

@@ -10,6 +10,7 @@ addresses, datapath ids and OpenFlow port numbers, and collects *every* problem 
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import ipaddress
 import re
 import shlex
@@ -177,6 +178,13 @@ class Scenario:
     def seed(self) -> int:
         return self.document.seed
 
+    def controller_apps(self) -> list[str]:
+        """The controller's apps as os-ken loads them: edgebed's as its module, a user's file
+        as an absolute path (written relative to the scenario), a module name as written."""
+        return [model.EDGEBED_APP_MODULE if app == model.EDGEBED_APP
+                else str(app_file(app, self.source) or app)
+                for app in self.document.controller.apps]
+
     @property
     def duration(self) -> float:
         return self.document.duration
@@ -231,6 +239,30 @@ class Scenario:
                       for link in self.links],
         }
         return document
+
+
+DOTTED_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+APP_FORMS = ("an app is edgebed, none, a Python file (.py, relative to the scenario's "
+             "directory) or an importable module name")
+
+
+def _importable(module: str) -> bool:
+    """Whether ``module`` is a module name Python finds (its parent packages are imported to
+    look)."""
+    if not DOTTED_NAME.match(module):
+        return False
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:
+        return False
+
+
+def app_file(app: str, scenario_file: str) -> Path | None:
+    """The file a controller app names (a path ending in .py, relative to the scenario's
+    directory); None for a module name."""
+    if not app.endswith(".py") and "/" not in app:
+        return None
+    return (Path(scenario_file).parent / app).resolve()
 
 
 def load(path: str | Path, environ: dict[str, str] | None = None, *,
@@ -652,7 +684,7 @@ class _Resolver:
             if node.name not in self.linked and not node.is_switch and not self.unknown_endpoint:
                 self.problem(self.origin[node.name], f"{node.name} is not connected to anything",
                              "add a link with an endpoint on it, or remove the node", key=True)
-        if self.document.controller.app == "none":
+        if not self.document.controller.apps:
             switches = nx.MultiGraph()
             switches.add_nodes_from(n.name for n in self.nodes.values() if n.is_switch)
             switches.add_edges_from((l.a.node, l.b.node) for l in links
@@ -795,7 +827,7 @@ class _Resolver:
                                              f"(duration {self.document.duration:g}s)",
                              "raise duration or move the event earlier")
             if spec.action.startswith("controller_"):
-                if self.document.controller.app == "none":
+                if not self.document.controller.apps:
                     self.problem(path + ("action",), f"{spec.action} needs a controller",
                                  "set controller: {app: edgebed}")
                 events.append(Event(spec.at, spec.action))
@@ -823,16 +855,45 @@ class _Resolver:
                                 changes=spec.set))
         return events
 
+    def _check_controller_apps(self) -> None:
+        """Each app is edgebed, an existing Python file or a module name, named once; none
+        stands alone."""
+        app = self.document.controller.app
+        apps = [app] if isinstance(app, str) else app
+        paths = [("controller", "app")] if isinstance(app, str) else [
+            ("controller", "app", index) for index in range(len(app))]
+        if not apps:
+            self.problem(("controller", "app"), "no app listed",
+                         "write app: none for standalone switches")
+        for name, path in zip(apps, paths):
+            if name == model.NO_APP and len(apps) > 1:
+                self.problem(path, "none cannot run beside other apps",
+                             "remove none from the list")
+            elif apps.count(name) > 1 and path != paths[apps.index(name)]:
+                self.problem(path, f"app {name!r} is listed twice", "list each app once")
+            elif name in (model.NO_APP, model.EDGEBED_APP):
+                continue
+            elif (file := app_file(name, self.source_map.file)) is not None:
+                if not file.is_file():
+                    self.problem(path, f"controller app file {name!r} not found ({file})",
+                                 APP_FORMS)
+            elif not _importable(name):
+                self.problem(path, f"controller app {name!r} is not an importable module",
+                             APP_FORMS)
+
     def _resolve_controller(self) -> dict[str, Service]:
         """Services, the policy and the management network, checked against the nodes."""
         controller = self.document.controller
         path = ("controller",)
-        if controller.app == "none":
+        self._check_controller_apps()
+        if not controller.runs_edgebed:
             for name in ("services", "policy", "policy_params", "period", "control_network",
                          "control_host"):
                 if name in controller.model_fields_set:
-                    self.problem(path + (name,), f"{name} is set but no controller app runs",
-                                 "set controller: {app: edgebed}", key=True)
+                    self.problem(path + (name,),
+                                 f"{name} is set but edgebed's controller app does not run",
+                                 "set controller: {app: edgebed} (or add edgebed to a list of "
+                                 "apps)", key=True)
             return {}
         if controller.policy not in self.policies.available():
             self.problem(path + ("policy",), f"unknown policy {controller.policy!r}; valid "

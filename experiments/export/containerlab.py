@@ -98,7 +98,10 @@ class _Exporter:
     def __init__(self, scenario: Scenario, scenario_file: Path, out_dir: Path, image: str):
         self.scenario = scenario
         self.settings = scenario.document.controller
-        self.controlled = self.settings.app == "edgebed"
+        if self.settings.user_apps:
+            raise ExportError(f"{scenario.source}: controller.app: a lab runs edgebed's app "
+                              f"only, not {', '.join(self.settings.user_apps)}")
+        self.controlled = self.settings.runs_edgebed
         self.image = image
         self.scenario_bind = os.path.relpath(scenario_file.resolve(), out_dir.resolve())
         self.run_bind = f"{scenario.name}-run"

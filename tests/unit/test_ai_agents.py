@@ -17,7 +17,7 @@ import pytest
 from pydantic import ValidationError
 
 from agents import ai_receiver, ai_terminal
-from agents.common import receive, receiving_socket
+from agents.common import receiving_socket
 from agents.formats import AI_DATA, AI_NACK, GIFT
 from tests.conftest import LoopbackRelay
 from tests.unit.test_media_agents import (HANG_GUARD_S, LOOPBACK, listening_port, start,
@@ -195,23 +195,6 @@ class RowsKept:
         self.rows.append((table_name, *values))
 
 
-def wait_for_arrival_stamps(sock: socket.socket, timeout_s: float = 10.0) -> None:
-    """Return once the kernel stamps datagrams on ``sock`` as they arrive. It turns receive
-    timestamps on for the machine lazily (a deferred static key) when the first socket asks
-    for them, and stamps a datagram when it is read until then: a datagram read after
-    ``until_ns`` would look as if it had arrived after it."""
-    deadline = time.monotonic() + timeout_s
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
-        while time.monotonic() < deadline:
-            sender.sendto(b"stamp?", sock.getsockname())
-            sent_ns = time.time_ns()
-            time.sleep(0.001)
-            _, arrived_ns, _ = receive(sock, bytearray(64), wait=False)
-            if arrived_ns <= sent_ns:
-                return
-    raise AssertionError("the kernel never stamped a datagram as it arrived")
-
-
 @pytest.mark.parametrize("withheld", [None, 7], ids=["all waiting", "one missing"])
 def test_fragments_waiting_on_the_socket_are_read_before_a_nack_is_decided(withheld):
     """A receiver woken long after a unit's NACK was due, with the unit's 300 fragments (more
@@ -227,7 +210,6 @@ def test_fragments_waiting_on_the_socket_are_read_before_a_nack_is_decided(withh
     sock = receiving_socket(0, bind_address=LOOPBACK)
     sock.setblocking(False)
     with sock, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as terminal:
-        wait_for_arrival_stamps(sock)
         receiver = ai_receiver.AiReceiver(RowsKept(), params, sock)
         for fragment in range(fragments):
             if fragment != withheld:
@@ -236,7 +218,7 @@ def test_fragments_waiting_on_the_socket_are_read_before_a_nack_is_decided(withh
                                              send_ns=opens_ns + round(fragment * gap_ns)),
                                 sock.getsockname())
         now_ns = time.time_ns()
-        receiver.drain(now_ns)
+        receiver.drain()
         receiver.tick(now_ns)
         [arrival] = receiver.streams[0].units.values()
     assert arrival.received == fragments - (withheld is not None)

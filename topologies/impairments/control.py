@@ -14,7 +14,7 @@ from ..switch_sockets import read as read_switch_sockets
 from . import drops as loss_accounting
 from .backends import FallbackBackend, ImpairmentError, NetemBackend, Placement
 from .drops import DirectionDrops
-from .relay import RELAY_ACCURATE_PPS, WIRE_TOWARD_A, WIRE_TOWARD_B, Relay
+from .relay import RELAY_LIMITS, WIRE_TOWARD_A, WIRE_TOWARD_B, Relay
 
 DIRECTIONS = ("forward", "reverse")
 # Frames leaving a wire more than this late (p99) are beyond the accuracy the links promise.
@@ -182,14 +182,19 @@ class LinkControl:
         warnings = []
         for index, relay in self.relays.items():
             link = self.scenario.links[index]
-            for direction, load in relay.load().items():
+            loads = relay.load()
+            limit = RELAY_LIMITS[relay.kind]
+            for direction, load in loads.items():
                 name = f"wire of {link.a} - {link.b} ({direction})"
-                if load["pps"] > 0.8 * RELAY_ACCURATE_PPS and (index, direction, "rate") \
+                opposite_pps = sum(other["pps"] for other_direction, other in loads.items()
+                                   if other_direction != direction)
+                if limit.near(load["pps"], opposite_pps) and (index, direction, "rate") \
                         not in self.warned:
                     self.warned.add((index, direction, "rate"))
-                    warnings.append(f"{name} carries {load['pps']:.0f} packets/s, near the "
-                                    f"relay's accurate limit of {RELAY_ACCURATE_PPS}: delays "
-                                    "may grow")
+                    warnings.append(f"{name} carries {load['pps']:.0f} packets/s "
+                                    f"({opposite_pps:.0f} the other way), near where the "
+                                    f"{relay.kind} relay was measured accurate ({limit}): "
+                                    "delays may grow")
                 if load.get("emulator_dropped") and (index, direction, "dropped") \
                         not in self.warned:
                     self.warned.add((index, direction, "dropped"))

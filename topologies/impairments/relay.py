@@ -13,20 +13,42 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from ..model import Impairment
 from ..naming import ENVIRONMENT_KEY
 from . import tc
 
-# Packets per second per direction up to which the relay's mean delay error stays below 1 ms
-# on the reference machine (2 cores), measured by benchmarks/impairment.py on a path of two
-# wires in series with the probe's sender and receiver on the same cores: 4000 passed, 5000
-# did not. A lone wire with nothing else running kept up to 10k per direction both ways.
-RELAY_ACCURATE_PPS = 4_000
-# The compiled relay (wire_relay.c) that scripts/setup.sh builds into the venv: the Python relay
-# keeps 50 ms within 1 ms only up to ~7,500 frames/s per direction on the 2-core reference
-# machine; see benchmarks/impairment.py for both side by side.
+
+@dataclass(frozen=True)
+class RelayLimit:
+    """Packets/s per direction to which a relay alone (a wire between two hosts, nothing else
+    running) met benchmarks/impairment.py's goals on the 2-core reference machine: mean delay
+    error <= 0.5 ms, p99 <= +2 ms, every frame delivered. Traffic nearer than ``NEAR`` of a
+    limit is warned about: delays may grow."""
+
+    one_way: int  # traffic in one direction only
+    both_ways: int  # as much traffic in each direction
+
+    NEAR: ClassVar[float] = 0.8
+
+    def near(self, pps: float, opposite_pps: float) -> bool:
+        """Whether a direction carrying ``pps`` (the other ``opposite_pps``) nears what was
+        measured: its own rate beyond the one-way limit, or both together beyond the
+        both-ways one."""
+        return (pps > self.NEAR * self.one_way
+                or pps + opposite_pps > self.NEAR * 2 * self.both_ways)
+
+    def __str__(self) -> str:
+        return f"{self.one_way:,} packets/s one way, {self.both_ways:,} per direction both ways"
+
+
+COMPILED, PYTHON = "compiled", "python"
+RELAY_LIMITS = {COMPILED: RelayLimit(one_way=50_000, both_ways=50_000),
+                PYTHON: RelayLimit(one_way=50_000, both_ways=30_000)}
+# The compiled relay (wire_relay.c) that scripts/setup.sh builds into the venv.
 COMPILED_RELAY = Path(sys.prefix) / "bin" / "edgebed-wire-relay"
 # "python" or "compiled" picks the relay; unset, the compiled one when it is built.
 RELAY_ENGINE_KEY = "EDGEBED_RELAY"
@@ -54,20 +76,20 @@ def relay_engine() -> list[str]:
     on stderr since it caps the packet rate of every delayed link."""
     global _warned_python
     wanted = os.environ.get(RELAY_ENGINE_KEY, "")
-    if wanted not in ("", "python", "compiled"):
+    if wanted not in ("", PYTHON, COMPILED):
         raise ValueError(f"{RELAY_ENGINE_KEY}={wanted!r}: must be python or compiled")
-    if wanted == "python":
+    if wanted == PYTHON:
         return []
     if os.access(COMPILED_RELAY, os.X_OK):
         return ["--compiled", str(COMPILED_RELAY)]
-    if wanted == "compiled":
+    if wanted == COMPILED:
         raise RuntimeError(f"{RELAY_ENGINE_KEY}=compiled but {COMPILED_RELAY} is not built; "
                            "run scripts/setup.sh")
     if not _warned_python:
         _warned_python = True
         print(f"edgebed: the compiled relay is not built ({COMPILED_RELAY}; scripts/setup.sh "
-              "builds it): delayed links use the Python relay, accurate only to about 7,500 "
-              "packets/s per direction", file=sys.stderr, flush=True)
+              "builds it): delayed links use the Python relay, accurate to "
+              f"{RELAY_LIMITS[PYTHON]}", file=sys.stderr, flush=True)
     return []
 
 
@@ -79,6 +101,8 @@ class Relay:
         self.log = log
         self.status = log.with_suffix(".status.json")
         self._last_load: tuple[float, dict] | None = None
+        engine = relay_engine()
+        self.kind = COMPILED if engine else PYTHON
         config = {"seed": seed, "forward": relay_direction(forward),
                   "reverse": relay_direction(reverse)}
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -86,7 +110,7 @@ class Relay:
             self.process = wire_host.popen(
                 [sys.executable, "-m", "topologies.impairments.wire", "--forward-in", WIRE_TOWARD_A,
                  "--forward-out", WIRE_TOWARD_B, "--config", json.dumps(config),
-                 "--status", str(self.status), *relay_engine()],
+                 "--status", str(self.status), *engine],
                 stdin=subprocess.PIPE, stdout=stream, stderr=subprocess.STDOUT,
                 env=dict(os.environ, **{ENVIRONMENT_KEY: prefix}))
 
