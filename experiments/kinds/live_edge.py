@@ -293,7 +293,7 @@ def _transcoding(experiment, cells) -> str:
         return ""
     listed = ", ".join(f"{delay:.0f} ms at {rung:g} Mbps" for rung, delay in delays)
     return (f"With the ladder in force ({', '.join(f'{r * scale:g}' for r in base.ladder)} Mbps "
-            f"from a {source:g} Mbps source) at G = {base.G:g} ms/Mbps the transcoding delay "
+            f"from a source of {source:g} Mbps) at G = {base.G:g} ms/Mbps the transcoding delay "
             f"G·(R − R_v) is {listed}, against beta = {base.beta:g} ms.")
 
 
@@ -402,7 +402,7 @@ CLAIMS = {
         why=_mhcp_never_drops),
     "drops_lua_vs_mhcp_servers": Claim(
         "LUA's mean bitrate drop against MHCP's", "mean_drop_mbps", "lua", "mhcp",
-        relative=True, quote=_SERVERS_PENALTIES, why="As on the viewers sweep."),
+        relative=True, quote=_SERVERS_PENALTIES, why=_mhcp_never_drops),
     "delay_lua_vs_df": Claim(
         "LUA's mean latency against DF's", "mean_latency_ms", "lua", "df", relative=True,
         quote=_DELAY_USERS,
