@@ -401,7 +401,6 @@ def command_pcap_summarize(arguments: argparse.Namespace) -> int:
 
 def command_experiment(arguments: argparse.Namespace) -> int:
     """Run an experiment file's cells (resuming from its results.csv), then write its report."""
-    from . import report
     from .sweeps import experiment as experiment_module
     from .sweeps.executors import ClusterUnavailable, executor_for
     from .sweeps.runner import ResultsMismatch, run
@@ -413,6 +412,8 @@ def command_experiment(arguments: argparse.Namespace) -> int:
     if arguments.quick:
         loaded = loaded.quick_version()
     out = Path(arguments.out or Path("reports") / loaded.name)
+    if arguments.report_only:
+        return _write_experiment_report(loaded, out)
     try:
         with executor_for(loaded.kind, arguments.cluster, arguments.workers) as executor:
             outcome = run(loaded, out, fresh=arguments.fresh, console=console,
@@ -427,6 +428,17 @@ def command_experiment(arguments: argparse.Namespace) -> int:
     # soft_wrap: paths stay whole, to be copied
     console.print(f"{loaded.name}: {outcome.ran} cells run, {outcome.reused} already in "
                   f"{out / 'results.csv'}", markup=False, soft_wrap=True)
+    return _write_experiment_report(loaded, out)
+
+
+def _write_experiment_report(loaded, out: Path) -> int:
+    """Write ``out``'s summary, plots and report from its results.csv and print the headlines."""
+    from . import report
+
+    if not (out / "results.csv").exists():
+        errors.print(f"no results in {out / 'results.csv'}: run the experiment first",
+                     markup=False, soft_wrap=True)
+        return EXIT_INVALID
     written = report.write(loaded, out)
     if written.left_out:
         console.print(f"{written.left_out} rows of results.csv belong to cells not in this "
@@ -626,6 +638,9 @@ def parser() -> argparse.ArgumentParser:
                                  "(default: reports/<name>)")
     experiment.add_argument("--fresh", action="store_true",
                             help="discard the results of earlier runs instead of resuming")
+    experiment.add_argument("--report-only", action="store_true",
+                            help="run no cells: rebuild summary.csv, plots/ and report.md from "
+                                 "the results.csv already there")
     experiment.add_argument("--quick", action="store_true",
                             help="smoke run: a couple of repetitions, each sweep's first and "
                                  "last value")

@@ -177,7 +177,10 @@ def headlines(experiment: Experiment, cells: pd.DataFrame) -> list[Headline]:
             against = sweep.labels[0] if claim.values == "last-vs-first" else sweep.labels[-2]
             label += f" ({sweep.parameter} {sweep.labels[-1]} against {against})"
         verdict = agreement(measured.change, entry)
-        why = [claim.why] if verdict not in ("within the paper's range", "as the paper") else []
+        why = []
+        if verdict not in ("within the paper's range", "as the paper"):
+            reason = claim.reason(experiment, cells[cells["sweep"] == sweep.name])
+            why = [reason] if reason else []
         difference = measured.ours - measured.theirs
         if claim.relative and abs(measured.theirs) < abs(difference):
             why.append(f"The baseline's mean ({measured.theirs:.3g}) is small next to the "
@@ -306,10 +309,15 @@ def _parameter_label(kind: Kind, parameter: str) -> str:
     return f"{parameter}: {description}" if description else parameter
 
 
-def write(experiment: Experiment, out: Path) -> Report:
-    """``summary.csv``, ``plots/`` and ``report.md`` in ``out`` from ``out``/results.csv."""
+def write(experiment: Experiment, out: Path, *, plots: bool = True) -> Report:
+    """``summary.csv``, ``plots/`` (unless not ``plots``) and ``report.md`` in ``out`` from
+    ``out``/results.csv. A metric the kind has but results.csv lacks (its rows were measured
+    before the kind had it) is missing in every row: "n/a" in the tables."""
     kind = experiment.kind
     results = read_results(out / RESULTS, kind)
+    for metric in kind.metrics:
+        if metric.name not in results:
+            results[metric.name] = math.nan
     cell_ids = {cell.id for cell in experiment.cells()}
     current = results["cell"].isin(cell_ids)
     results = results[current]
@@ -317,10 +325,11 @@ def write(experiment: Experiment, out: Path) -> Report:
     summary = summarize(cells, [metric.name for metric in kind.metrics])
     with atomic_output(out / "summary.csv", newline="") as stream:
         summary.to_csv(stream, index=False)
-    plot(experiment, summary, out / "plots")
     figures = list(kind.figures(experiment))
-    for figure in figures:
-        plot_time_figure(figure, out / "plots", experiment.name)
+    if plots:
+        plot(experiment, summary, out / "plots")
+        for figure in figures:
+            plot_time_figure(figure, out / "plots", experiment.name)
     found = headlines(experiment, cells)
     text = _markdown(experiment, results, summary, found, len(cell_ids), int((~current).sum()),
                      figures)

@@ -42,11 +42,10 @@ _COOPERATION = ("The original sends every later request for a camera to the node
                 "how much that evens the nodes out depends on how many clients share a "
                 "stream, which the session length sets (the paper does not give it).")
 _WEIGHTS = ("Weighted least tasks balances T/W, and W comes from z-scores of the hardware "
-            "(shifted positive), not from the nodes' true capacity ratio: for the default "
-            "nodes W = 0.16 / 0.29 / 0.55 against link shares 0.14 / 0.29 / 0.57 and CPU shares "
-            "0.12 / 0.27 / 0.62, so weighted least tasks loads the weak node's CPU "
-            "relatively more than its link. The original's queues see the reported load and "
-            "partly correct for the weights.")
+            "labels (shifted positive), not from the nodes' true capacity ratio, so where the "
+            "weights and a node's link or CPU share differ, weighted least tasks loads that "
+            "resource relatively more or less than the others. The original's queues see the "
+            "reported load and partly correct for the weights.")
 CLAIMS = {
     "cv_improved_vs_original": Claim(
         "CV of load L, improved against original dynamic feedback", "cv_load",

@@ -73,8 +73,10 @@ class Claim:
     count: ``all`` pooled (and each one alone, for the range), ``first`` or ``last`` only,
     ``last-vs-first`` (``policy`` at the last value against ``versus`` at the first) or
     ``last-vs-previous`` (against the one before the last). ``why`` is the reason, read off
-    the model, to give when ours goes the other way; ``quote`` the paper's sentence the
-    figure comes from."""
+    the model, to give when ours goes the other way: a text that holds for every run, or a
+    function of the experiment and the claim's sweep's cell means that words it from them
+    (and returns "" when its condition does not hold in those rows); ``quote`` the paper's
+    sentence the figure comes from."""
 
     label: str
     metric: str
@@ -82,8 +84,12 @@ class Claim:
     versus: str
     relative: bool
     values: Literal["all", "first", "last", "last-vs-first", "last-vs-previous"] = "all"
-    why: str = ""
+    why: str | Callable[[Any, pd.DataFrame], str] = ""
     quote: str = ""
+
+    def reason(self, experiment: Any, cells: pd.DataFrame) -> str:
+        """``why`` for ``experiment`` whose sweep's cell means are ``cells``."""
+        return self.why(experiment, cells) if callable(self.why) else self.why
 
     @property
     def policies(self) -> set[str]:
