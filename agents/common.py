@@ -15,7 +15,7 @@ It writes tidy tables (one CSV per table and agent: ``RUN_DIR/records/<table>/<n
 merged by the runner into ``RUN_DIR/tables/<table>.csv``), stops cleanly on SIGTERM or SIGINT
 (the runner's way of ending it), and prints one JSON summary line on stdout when it ends.
 
-Tables every agent may write (columns in order; README "Measurement tables"):
+Tables every agent may write (columns in order; docs: concepts, agents):
 
 * ``flows``: node, agent, flow, peer, packets, unique, lost, loss_fraction, duplicates,
   reordered, bytes, duration_s, goodput_bps, delay_mean_ms, delay_p50_ms, delay_p99_ms,

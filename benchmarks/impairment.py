@@ -44,7 +44,7 @@ from topologies.switch_sockets import read as read_switch_sockets  # noqa: E402
 
 LINK_NAMES = {HOST_SWITCH: "host-switch", SWITCH_SWITCH: "switch-switch"}
 RATE_SWEEP_PPS = (1000, 2000, 5000, 7500, 10_000, 15_000, 20_000, 30_000, 40_000, 50_000)
-# Issue 17's frames: 1,200 bytes on the wire (Ethernet 14 + IPv4 20 + UDP 8 + payload).
+# The impairment goals' frames: 1,200 bytes on the wire (Ethernet 14 + IPv4 20 + UDP 8 + payload).
 SWEEP_PAYLOAD_BYTES = 1200 - 42
 # Both relays, side by side in one run (topologies.impairments.relay.RELAY_ENGINE_KEY).
 ENGINES = ("python", "compiled")
@@ -57,7 +57,7 @@ SWEEP_QUANTUM_US = 100.0
 # The relay's drop causes that nobody configured (topologies/impairments/wire.py).
 EMULATOR_CAUSES = ("dropped_receive_queue", "dropped_queue_full", "dropped_oversize",
                    "send_errors")
-# Issue 17's goals up to 50k packets/s per direction.
+# The goals hold up to 50k packets/s per direction.
 GOAL_MEAN_MS, GOAL_P99_MS = 0.5, 2.0
 
 
@@ -99,9 +99,8 @@ def rate_limit_rows(path: FidelityPath, quick: bool) -> dict[tuple[int, bool], t
     is in exactly one count. The errors are end to end: they include the bare path's own
     (on the switched path Open vSwitch in user space twice and the other wire), which the
     lateness leaves out."""
-    # One unrecorded second first: on a freshly built path the first second carried up to
-    # +1.7 ms mean error at 1,000/s (p99 +47 ms, Python relay, 3 December 2026) and no later
-    # step did, so it measured the bring-up, not the rate.
+    # One unrecorded second first: on a freshly built path the first second carries the
+    # bring-up's errors (milliseconds of mean error at 1,000/s), which no later step does.
     path.wait_passing()
     path.udp(rate_pps=1000, count=1000, size=SWEEP_PAYLOAD_BYTES, all_sent=False,
              quantum_us=SWEEP_QUANTUM_US)
@@ -135,7 +134,7 @@ def rate_limit_rows(path: FidelityPath, quick: bool) -> dict[tuple[int, bool], t
     return rows
 
 
-# Issue 17: the distributions a link is configured with must not change at the rate either.
+# The distributions a link is configured with must not change at the rate either.
 DISTRIBUTION_RATES = (1000, 50_000)
 JITTER = Impairment(delay=0.05, jitter=0.01)  # normal, 10 ms standard deviation
 BURST = BurstLoss(p=0.02, r=0.25)  # Gilbert: p / (p + r) = 7.4 % lost, bursts of 1/r = 4

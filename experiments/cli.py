@@ -651,7 +651,7 @@ def parser() -> argparse.ArgumentParser:
                             "one at a time here")
     where.add_argument("--cluster", metavar="ADDRESS",
                        help="run the cells on the Dask scheduler at ADDRESS "
-                            "(tcp://host:8786; README \"Sweeps on a cluster\")")
+                            "(tcp://host:8786; docs/experiments.md)")
     experiment.set_defaults(handler=command_experiment)
 
     from experiments.export import targets

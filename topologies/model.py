@@ -333,7 +333,7 @@ class WorkloadEntry(StrictModel):
                           "{run_dir} are replaced per node ({{ and }} for literal braces); "
                           "the program also finds its run directory in $EDGEBED_RUN_DIR")
     params: dict[str, Any] = Field(default_factory=dict,
-                                   description="the agent's parameters (see README)")
+                                   description="the agent's parameters (see `edgebed agents NAME`)")
     start: Duration = Field(0.0, description="delay after the network is up")
     may_fail: bool = Field(False, description="a non-zero exit of this workload does not fail "
                                               "the run (it is still reported)")

@@ -317,28 +317,6 @@ loss at the receivers; load degrees L_i are computed from the servers' own repor
 policy's resource model. Figures are taken from 4 s into the run (joins and the first units
 left out) to a second before its end.
 
-Why the access policies differ here: the terminals join their flows one after another, and the
-controller decides together the joins that reach it together (a burst is one policy call), so a
-call holds one request or a few, depending on how the three terminal hosts' joins fall in time
-(in the runs without migration of `experiments/ai_access-emulation.yaml`, one a policy, of 2
-December 2026 08:11-08:12 UTC, the policy trace gives least connections' twelve joins in ten
-calls, two of them of two requests, ADGA's in twelve calls of one and grouped ADGA's in eleven,
-one of two). Least connections deals the flows round the servers (four each) and ar3's worker is
-overloaded; ADGA's matching of one flow is the first server with room, so with calls of one ar1
-takes flows until its ports are full (ten) and the rest go to ar2: its big budget takes them
-without loss, but the loads are far apart. Grouped ADGA given several requests at once matches
-the group across the servers, and in calls of one it is ADGA: in those runs its one call of two
-went to ar1 and ar2, and it ended like ADGA, ten flows on ar1 and two on ar2, no loss, the same
-spread of the mean L_i (0.166 against ADGA's 0.168). Which of these a run sees depends on the
-joins' timing, not only on the policy. Migration evens the load degrees, but where it moves
-flows onto ar3 (the planner estimates a flow's CPU share on the target from the source's CPU per
-flow, and ar3's is a tenth of ar1's) ar3 can start to drop and its next reports send flows back
-(moves to ar3 and back again are counted in `migrations`): in those runs ADGA with migration
-moved five flows from ar1 to ar3 at once and three of them on within 2.1 s (8 migrations), and
-ar3 dropped 442 datagrams over its budget in the run, 14 of them in the window of the figures;
-grouped ADGA moved four to ar3 and one of them on (5). Whether a run loses much that way differs
-from run to run (one repetition each here).
-
 Access response time is measured at the terminals: each flow's join request (sent over the
 side-band control network) to the grant that answers it, on the terminal's monotonic clock (the
 round trip, the controller's policy call for the requests decided with it and its rule sending,
@@ -349,37 +327,6 @@ one call at a time; least connections without migration: its first join, 23.2 ms
 controller's decisions table gives 22.0 ms to installing its rules; grouped ADGA without
 migration: its eleventh, 29.8 ms, 28.2 ms installing). The figure is the per-request cost at the
 emulated scale, not the paper's batches of 100-500 requests, which the model-level report times.
-
-**Rising concurrency** (`experiments/ai_access-concurrency.yaml`, the paper's Figs. 4-5): least
-connections with 2, 4, 6 or 8 flows on each terminal host, 6 to 24 flows, without and with
-migration, 20 s runs with the first 6 s left out. The paper sweeps 100-500 flows of 672 KB units
-on four servers; here 6-24 flows of 100 KB units (100 packets) on three, the most one shared
-2-core machine emulates packet by packet in real time (24 flows are 2,400 packets/s through
-userspace Open vSwitch plus the units' hand-over to the GPU servers). Where this cluster's
-capacity lies, from the scenario's figures: the ports admit 27 flows of 1.71 Mbit/s (ar1 ten,
-ar2 seven, ar3 ten) and ar3's worker takes three flows' 300 packets/s within its 350, so at most
-20 flows (10 + 7 + 3) run without overload, however they are placed. Least connections gives ar3
-a third of the flows (2, 4, 6, 8); migration can move them only where ports have room, so at 24
-flows ar3 keeps at least seven: beyond capacity. The load degree is the mean of CPU, memory and
-network utilisation (equal weights); only ar3's CPU saturates, so the highest mean L_i measured
-is 0.41-0.46 where the paper's servers reach 0.6: the paper's overloaded server is reproduced in
-its loss (without migration ar3 alone loses first copies, 29-37% of its own at 12 flows, 68-70%
-at 24), not in the level of its load degree. In the regeneration of 2 December 2026 (three runs
-a cell, 15:38-15:49 UTC; the remarks give each cell's figures) the shape of Figs. 4-5 holds up
-to the cluster's capacity: without migration no loss at 6 flows, then 10.5, 19.0 and 23.0% of
-the first copies lost at 12, 18 and 24 flows, all of it ar3's. With migration, at 12 flows the
-loss falls to 0.6% (0.0-1.8%) and the spread of the mean L_i from 0.108 to 0.030; the run that
-moved one flow, not two, left ar3 three flows and kept a spread of 0.073 and 1.8% loss. At 18
-flows, which the ports and ar3's budget could hold, migration takes two of ar3's six flows off
-it on balance (two to five migrations; one run moved three off and one on) and then stops with
-ar3 holding four (400 packets/s against its 350): the forecasts' spread settles near 0.05, below
-theta = 0.1, because ar3's saturated CPU is a third of its load degree. Loss falls from 19.0 to
-6.3%, not to zero, and the spread from 0.077 to 0.047. At 24 flows, beyond capacity (ar1's and
-ar2's ports full after one migration), loss stays at 18.9% against 23.0% and the spread falls
-from 0.040 to 0.021. The fidelity monitor flagged 10 of the 24 runs, all of them without
-migration, the first half of the sweep (terminals behind their send schedule, in eight also the
-CPU saturated: a shared machine; its table below); the emulator itself lost no frame in any run,
-so the loss is still what the receivers' workers dropped over their budgets, counted.
 
 **The cluster manager.** ar1 doubles as the cluster manager: every access server asks it on
 the side band (the management network) which GPU server takes a unit it completed, and it

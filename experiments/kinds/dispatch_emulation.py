@@ -384,26 +384,6 @@ from (what the database's mistake costs the pulls); the stream's loss is measure
 viewers' nodes' input (a media node re-packetises, so a viewer's own loss counter starts at
 its node).
 
-What to expect: hk1 sits between cn and us only, so a relay can fix the us viewer's node and
-not the eu viewer's, fed over the lossy cn-eu link under both policies (and over cn-us too
-after that link is cut at 9 s): relays fix at most one of the two poor viewers here. A node's
-loss counts the whole run, the seconds before the relay was inserted included. Probing shows
-only when the seeded database sends a viewer abroad, which at six viewers few seeds do (an
-in-country mistake costs a few milliseconds here), and probing can only pick among the
-candidates answered: a viewer the database puts in another country gets that country's best
-node and the best of one other region (`other_regions: 1`), which need not be its own, so it
-may stay abroad, nearer than the database's pick (the model-level report's list-reach sweep
-measures this at scale). Runs made while other work loaded the machine: delays carry its
-queues, and a run whose impairment relays fell behind (its fidelity flags in the run's
-`summary.json`) delivers frames late by up to hundreds of milliseconds, which can make every
-viewer of that run poor by VIA's round trip, and can make them stall. In the relay report of
-2 December 2026, two of the three relay runs at p 0.5% had nearly every wire delivering frames
-up to about 1 s late (their fidelity flags; one with the CPU saturated, one at 30-70% busy):
-all six viewers of each were poor, the nodes outside cn lost 12.4% and 7.6% of the stream, and
-in the second all six stalled (11 stalls, 2.8 s together); the other ten runs of that report
-had no stall and at most 367 ms of lateness. Few repetitions: read the counts with the number
-of runs beside them.
-
 Failover: at 9 s the scenario takes the cn-eu link down (both ends lose carrier), over which
 eu1 gets the stream for euv1; the standby route is cn-us-eu (80 + 35 ms against 90 ms one way).
 `failover_gap_ms` is euv1's longest wait for a whole frame from the last before the cut to 4 s
@@ -472,12 +452,6 @@ playout delay for the whole view; real players skip ahead or play faster). The v
 one-way delays (`delay_p50_ms`) include the cached frames, which are old when they arrive.
 The sweep `startup-before` runs the old arm (no cache, probes in turn) beside the others.
 
-Before (2 December 2026, no cache, probes in turn): a viewer probed its candidates one after
-another (about 100 ms for a node in its region, 250 ms for one abroad), so its first pull
-reached its node 400-1190 ms after the join (mean 540 ms) against 90-390 ms for the database
-policy's single candidate; then it waited for the next I frame (every 2 s; all six viewers
-join together at 2 s, so they share one phase of the GOP: 1.0-1.9 s) and 0.5 s of playout
-delay: 0 and 1 of 18 views started within 1 s with relays, 0 and 3 of 18 with probing.
 """
 
 

@@ -216,25 +216,6 @@ processing and queues, and the machine's load. Not reproduced: more than three c
 scenario has three, so a hint saves at most 2 messages of 4, where the model's 10 centers
 save 16 of 18) and the model's 10k clients.
 
-What the runs of 3 December 2026 show (16 runs, 6 min 38 s under the lock, nothing else
-running; the remarks give the figures): the messages are the model's. A fresh hint took
-2.02-2.08 messages per lookup against broadcast's 3.95-4.02 (the model 2 and 4: a
-retransmission adds, a broadcast's late "not here" lost takes one away), and at 30% stale
-hints 2.73 against the model's 2.68, 34% of the hints falling back. A fresh hint is as fast
-as a broadcast, both the owner's round trip (mean 143-179 ms against the model's 138-139), so
-what the hint buys is messages, not time; a stale one costs the wrong center's round trip
-first (mean 212 against 159 ms, p95 502 against 185). 91-99% of the lookups ended within
-10 ms of the model at the round trips measured (cn-us 161, cn-eu 181, us-eu 71 ms: the links'
-delays); the others lost a query or a reply and waited out the agent's 0.5 s timer, which is
-what the lossless model leaves out: at the cn-us link's p 3% (9.1% loss each way) 0.05-0.08
-retransmissions per lookup took the p95 from 181 to 430-458 ms while the model's stayed at
-181. No lookup failed (three retransmissions allowed). Reproduced: the model's messages and
-times (`reports/dispatch-model/`) and its conclusion that a hint saves messages at no cost in
-time while it is fresh and costs a round trip when it is stale. Two of the 16 runs carry a
-fidelity flag for the scenario's media (one with the CPU saturated from 5.9 s, one with the
-streamer 2.1% of its packets over 1 ms late); they are kept, their lookups' times agree with
-the others'.
-
 Scale: a machine's, three centers at `rate` lookups a second each for the run's length
 (at most about 170 lookups at 4 a second over 14 s, fewer answered), two repetitions; a p95 is that
 of a few hundred lookups, and a count of failures moves by one with one lookup. Runs made

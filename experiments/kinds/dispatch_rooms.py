@@ -229,20 +229,6 @@ back-sourcing nodes) the origin and the busiest node served, `nodes_serving` how
 served any. Playout, stalls and startup as in the other dispatch reports (`experiments.playout`:
 0.5 s of playout delay, a stall is a frame later than its playout deadline).
 
-What the runs of 2 December 2026 show (the remarks give the figures): across the border,
-multi-point sends one copy over the border per node abroad with viewers (four) where
-single-point sends one per viewer abroad (six) and loads the origin with every viewer; in both
-rooms multi-point costs a node hop, which adds the node's store-and-forward of each frame (it
-re-packetises a frame once it is whole, paced over the time the source frame took: 10-17 ms
-more median delay here), and a node's first viewer waits for the back-source pull (startup
-longer by 200-300 ms). In the same city single-point is as good and uses fewer nodes, as the
-talk says. Not reproduced: the experience multi-point buys in the talk, since here a node
-abroad is fed over the same lossy border link a viewer pulling from the origin crosses, so the
-loss is about the same under both (5.0 against 4.5% of frames); only relays or better
-back-source paths would change that (`reports/dispatch-relay/`). Node loads are counts of
-sessions at six viewers; with tickets 3/3/2 per node the center's share, not the node's
-capacity, decides single-point's spill-over to cn2.
-
 Scale: a machine's, one stream and six viewers; a count moves by one with one viewer. Runs made
 while other work loaded the shared 2-core machine: delays carry its queues, and a run whose
 impairment relays fell behind (fidelity flags in its `summary.json`) delivers frames late.

@@ -224,17 +224,6 @@ it pulls and the time it runs, not as CPU), and rooms with many protocols or man
 After the viewer leaves, passive keeps pulling for the transcoder's pull timeout (1 s) and the
 origin's (1 s) before the stream stops: that is the tail passive wastes.
 
-What the runs of 4 December 2026 show (the remarks give the figures): the always-on
-transcoder pulled the whole stream for the whole run, about two thirds of it with no webrtc
-viewer there; the passive one pulled nothing before webv1's join and stopped about two pull
-timeouts after its last frame, a bit under half the bytes, its time in step with the model's
-(the same `Transcoding` class on this timeline) but for that tail. The price is the late
-viewer's startup: under passive its first whole frame comes about 200 ms later (the decision
-reaching the transcoder, its pull to the origin and the origin's cached GOP coming through
-it) than from an always-on transcoder that has the GOP cached already; neither lost frames or
-stalled. The rtmp viewers are untouched by the mechanism: the same startup, delay and loss
-under both.
-
 Scale: a machine's, one stream, one room, four viewers, one of another protocol; every
 figure is per run, three runs a policy. Runs made while other work loaded the shared 2-core
 machine; `network_kept_up` says whether the emulated network kept up in each.

@@ -545,7 +545,7 @@ period. Two scenarios use this kind:
   viewers. The scale is a machine's, not the paper's: 6 viewers on 3 edges, not 50-125 on
   2-12, so capacities (the paper's 40 Mbit/s and 15 vCPU) do not bind and the allocation is
   driven by latency, interaction demand and preferences.
-- `topologies/live_edge-capacity.yaml` (experiment `live_edge-capacity`, issue 14 item 4):
+- `topologies/live_edge-capacity.yaml` (experiment `live_edge-capacity`):
   thirty viewers on the same three edges with every rate 1/8 of the paper's (source R =
   1 Mbit/s, ladder 0.125/0.3125/0.625/1 Mbit/s, C_m = 1.875 vCPU at H = 0.5 vCPU per Mbit/s,
   G x8 so that G·(R−R_v) is the paper's delay for the same rung). The edges' uplinks D_m are
@@ -581,42 +581,6 @@ the paper reports need binding capacity, which the model-level report
 untranscoded top rung, so at G = 50 ms/Mbps it has the lowest latency and the highest QoE,
 predicted and measured, as in the model-level ablation.
 
-At thirty viewers (`live_edge-capacity`, measured on 2 December 2026, 3 repetitions, 12 runs of
-about 55 s each under the machine lock, every one flagged by the fidelity monitor while other
-agents' runs and tests loaded the 2-core machine; Random's first two repetitions were run again
-after a last stream of one packet had made their measured objective -inf): the policies do
-decide differently for the same viewers (12-22 of the 30 on different edges for every pair, in
-every repetition; the remarks give each), LUA, DF and MHCP fill two or three uplinks to D_m =
-6.25 Mbit/s of media, and LUA serves 25 viewers, DF 24-25, MHCP 24, Random 28 (Random leaves no
-room unused and serves lower rungs). The model's ordering of the objective (MHCP > LUA > DF >
-Random) is not the measured one (DF > MHCP > LUA > Random; DF above LUA is resolved by the
-repetitions, DF above MHCP is not): the measured median delay exceeds the model's latency by
-190-334 ms and its 99th percentile reaches 0.8-1.0 s, far more than the frame pacing alone
-(about 50 ms at six viewers), so what the measurement adds here is queueing: uplinks filled to
-D_m with media while the wire carries 3% more in headers, on a machine whose switches were short
-of CPU. The measured delays also rose from one repetition to the next for every policy (LUA 550,
-634, 691 ms), which follows the machine's load rather than the policy; loss stayed below 1% but
-for DF's second repetition (1.7%). Random is last both ways. Two caveats of the measurement:
-Random migrates every viewer every period, so its last decisions' streams are short (a stream of
-one packet counts as nothing arrived, QoE 0), and a stream of a few packets over a few
-milliseconds gives a goodput far above its rate (Random's mean goodput in its second repetition,
-39.8 Mbit/s, is such an artefact; the quality term of the measured QoE takes it as it is). The
-model's own columns (predicted objective 148 for LUA against 121 for DF, both at a mean rung of
-0.73 Mbit/s) are the run's decisions evaluated by the model; that the measured order differs is
-the result this experiment reports, not a fit.
-
-Even the model's columns are outcomes of a run, not of its seed alone: a policy decides for
-the viewers in the order their requests reached the controller, and MHCP's edge for a viewer
-is the one with the most room the viewers placed before it left. At six viewers its model
-latency took one of three values (178.7, 179.3 and 181.5 ms) in the runs made so far, whatever
-the seed; Random draws for the viewers in the order they arrive, so the same seed gives a
-viewer another draw when the order changes (its model objective at G = 5 ranged 20.9-28.4 over
-five seeds, and 19.9 -> 26.0 for one seed between two regenerations). Two repetitions that
-happen to agree give a zero-width interval another regeneration need not hit, which is why
-`live_edge-emulation` runs five; LUA and DF, whose choice does not depend on the others'
-placements there, repeat exactly. fidelity_ok records the machine, not the policy (its table
-below): the `live_edge-emulation` regeneration of 1 December 2026 failed it in all 40 runs,
-made while other work kept the load average near 5 on this 2-core machine.
 """
 
 KIND = Kind(name="live_edge_emulation", parameters=Parameters,

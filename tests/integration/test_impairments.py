@@ -11,7 +11,7 @@ the softirq that forwards the packet) waits, so a delivered packet's delay is th
 plus that wait, and packets netem releases on different CPUs can overtake each other in the
 CPUs' receive queues (measured: 10 to 237 of 3000 packets reordered with a constant 50 ms delay).
 Where a bound cannot hold there, the test states a separate bound for ``EMULATED``, chosen from
-the VM lane's measurements (scripts/vm.sh; README "The VM lane").
+the VM lane's measurements (scripts/vm.sh; docs/vm-lane.md).
 """
 
 from __future__ import annotations

@@ -816,7 +816,7 @@ def test_rejected_changes_leave_the_relay_running(wire):
 # The relay's drop causes that nobody configured (topologies/impairments/wire.py).
 EMULATOR_CAUSES = ("dropped_receive_queue", "dropped_queue_full", "dropped_oversize",
                    "send_errors")
-# Issue 17's frames: 1,200 bytes on the wire (Ethernet 14 + IPv4 20 + UDP 8 + payload).
+# The impairment goals' frames: 1,200 bytes on the wire (Ethernet 14 + IPv4 20 + UDP 8 + payload).
 FRAME_PAYLOAD_BYTES = 1200 - 42
 
 
@@ -925,7 +925,7 @@ def measure_rates(wire: Wire, rates: tuple[int, ...], both_ways: bool) -> None:
           f"{max(accurate, default=None)} packets/s")
 
 
-# The compiled relay is meant for 50k per direction (issue 17), the Python one for far less.
+# The compiled relay is meant for 50k per direction, the Python one for far less.
 FASTEST_PPS = {"python": (), "compiled": (50000,)}
 
 

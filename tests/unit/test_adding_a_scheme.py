@@ -1,6 +1,6 @@
 """Adding a scheme edits no shared file: a toy scheme ("toy": one policy, one experiment kind,
 one agent with a table of its own) written at test time into directories appended to the
-packages' paths is found by every layer, as README "Adding a scheme" describes.
+packages' paths is found by every layer, as docs/schemes/index.md describes.
 
 The directories stand for the scheme's own files in the repository
 (``controller/policies/toy/``, ``experiments/kinds/toy.py``, ``agents/toy.py``): discovery
