@@ -31,7 +31,6 @@ Tables every agent may write (columns in order; docs: concepts, agents):
 from __future__ import annotations
 
 import argparse
-import csv
 import gc
 import json
 import math

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from experiments import scenarios  # noqa: E402
 from recorder import Recording  # noqa: E402
 from experiments import registry  # noqa: E402
-from topologies import cleanup, scenario as scenario_module  # noqa: E402
+from topologies import cleanup  # noqa: E402
 from topologies.naming import RunNames, processes_carry  # noqa: E402
 from topologies.network import ScenarioNetwork  # noqa: E402
 

@@ -36,7 +36,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from experiments import scenarios  # noqa: E402
 from recorder import Recording  # noqa: E402
 from experiments.runner import RunOptions, run_scenario  # noqa: E402
-from topologies import scenario as scenario_module  # noqa: E402
 
 IMPAIRMENT = {"delay": "20ms", "loss": "1%"}
 TRUNK = ["s1:eth1", "s2:eth1"]  # the impaired link, senders' side first

@@ -332,7 +332,6 @@ def command_agents(arguments: argparse.Namespace) -> int:
 def _print_command_workload() -> None:
     """The ``command`` workload: the keys of its workload entry (it has no params) and the
     placeholders its command may hold."""
-    from agents import catalog
     from topologies.model import WorkloadEntry
 
     _print_parameters("command: runs a program given in the scenario on each node",

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from experiments import scenarios
 from experiments import registry
-from topologies import cleanup, scenario as scenario_module
+from topologies import cleanup
 from topologies.capabilities import ovs_kernel_module
 from topologies.impairments.control import LinkControl, choose_backend, wired_links
 from topologies.model import BurstLoss, Impairment

@@ -19,7 +19,7 @@ from tests.conftest import ROOT
 from tests.integration.conftest import (assert_nothing_left, edgebed, logged_at, only_run_dir,
                                         start_edgebed, wait_for_phase)
 from experiments import scenarios
-from topologies import cleanup, scenario as scenario_module
+from topologies import cleanup
 
 
 def connected_role_pairs(loaded) -> set[frozenset]:

@@ -26,7 +26,6 @@ from agents import catalog
 from controller import policies
 from experiments.sweeps import experiment as experiments_file
 from experiments.sweeps.runner import read_results, run
-from topologies import scenario
 from topologies.problems import ScenarioInvalid
 
 POLICY = '''

@@ -1,7 +1,6 @@
 """``edgebed agents`` describes every workload a scenario can start, the ``command`` workload
 (which has no agent module) as well as the agents."""
 
-from agents import catalog
 from topologies import commands as command_workload
 from experiments.cli import main
 

@@ -6,7 +6,6 @@ import pytest
 
 from experiments import scenarios
 from experiments.mininet_cli import CommandError, parse_changes
-from topologies import scenario
 from topologies.impairments.backends import FallbackBackend, ImpairmentError
 from topologies.impairments.control import LinkControl
 from topologies.model import Impairment

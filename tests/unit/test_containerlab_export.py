@@ -22,7 +22,6 @@ import yaml
 from experiments import scenarios
 from controller.launcher import standalone_config
 from experiments import cli
-from topologies import scenario as scenario_module
 from experiments.export import ExportError, targets
 from experiments.export import containerlab
 from tests.conftest import wait_until

@@ -15,7 +15,6 @@ from pydantic import ValidationError
 from experiments import scenarios
 from controller import policies
 from controller.config import ControllerConfig, ControlEndpoint
-from topologies import scenario as scenario_module
 from experiments.scenarios import json_schema
 
 INVALID = Path(__file__).resolve().parents[1] / "scenarios" / "invalid"

@@ -7,7 +7,6 @@ run, and the integration tests run it where the kernel has netem.
 import pytest
 
 from experiments import scenarios
-from topologies import scenario
 from topologies.impairments import tc
 from topologies.impairments.backends import FallbackBackend, NetemBackend, needs_relay
 from topologies.impairments.control import choose_backend, wired_links

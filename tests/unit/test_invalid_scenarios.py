@@ -24,7 +24,6 @@ import pytest
 from experiments import scenarios
 from experiments import runner
 from experiments.cli import main
-from topologies import scenario
 from topologies.problems import Problem, ScenarioInvalid
 
 CORPUS = Path(__file__).resolve().parents[1] / "scenarios" / "invalid"

@@ -14,7 +14,6 @@ from controller import policies
 from controller.core import ControllerCore
 from controller.view import NetworkView
 from tests.conftest import ROOT
-from topologies import scenario as scenario_module
 
 SCENARIO = ROOT / "topologies" / "live_edge-capacity.yaml"
 LADDER = (1e6, 0.625e6, 0.3125e6, 0.125e6)

@@ -17,7 +17,6 @@ from controller.core import ControllerCore
 from controller.view import NetworkView
 from experiments.kinds.live_edge_emulation import phases, timeline_plot
 from tests.conftest import ROOT
-from topologies import scenario as scenario_module
 
 DEMO = ROOT / "topologies" / "live_edge-demo.yaml"
 VIEWERS = ("viewer1", "viewer2", "viewer3")

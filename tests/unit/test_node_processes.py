@@ -129,7 +129,6 @@ def test_a_program_that_fails_while_being_stopped_is_a_failure(tmp_path):
 def test_commands_get_their_run_directory(tmp_path):
     from experiments.rundir import RunDirectory
     from experiments.runner import Run, RunOptions
-    from topologies import scenario
 
     loaded = scenarios.loads("""
 name: placeholders

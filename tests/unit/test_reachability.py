@@ -6,7 +6,6 @@ import pytest
 
 from experiments import scenarios
 from agents.reachability import PingResult, configured_echo_loss, role_pairs
-from topologies import scenario as scenario_module
 
 TWO_PATHS = """
 name: two-paths

@@ -9,7 +9,6 @@ import yaml
 
 from tests.conftest import EXAMPLES, ROOT
 from experiments import scenarios
-from topologies import scenario
 from experiments.scenarios import json_schema
 from topologies.model import Role
 from topologies.problems import ScenarioInvalid

@@ -13,7 +13,6 @@ from experiments import scenarios
 from experiments.kinds import registered
 from experiments.kinds.surveillance_emulation import (Parameters, heavy_spells,
                                                       traced_scenario)
-from topologies import scenario
 
 
 def test_the_trace_becomes_one_client_per_request_asking_for_its_camera(tmp_path):

@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 from experiments import scenarios
 from experiments.cli import main
 from tests.conftest import ROOT
-from topologies import scenario
 from topologies.problems import ScenarioInvalid
 
 SHIPPED = sorted((ROOT / "topologies").glob("*.yaml"))
