@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from topologies import scenario
+from experiments import scenarios
 from topologies.impairments.control import LinkControl
 from topologies.impairments.relay import COMPILED, PYTHON, RELAY_LIMITS, RelayLimit
 
@@ -21,7 +21,7 @@ topology:
 
 
 def warnings_for(tmp_path, kind: str, forward_pps: float, reverse_pps: float) -> list[str]:
-    links = LinkControl(scenario.loads(WIRED), network=None, backend=None, log_dir=tmp_path)
+    links = LinkControl(scenarios.loads(WIRED), network=None, backend=None, log_dir=tmp_path)
     load = {"late_p99_us": None, "frames": 0}
     links.relays[0] = SimpleNamespace(kind=kind, load=lambda: {
         "forward": load | {"pps": forward_pps}, "reverse": load | {"pps": reverse_pps}})
