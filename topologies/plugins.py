@@ -64,6 +64,7 @@ class _NoPolicies:
     def policy_class(self, name: str) -> type:
         raise ValueError(f"unknown policy {name!r}")
 
+    # No name is available, so every lookup by name fails the same way.
     params_model = label_models = policy_class
 
     def scenario_problems(self, name, params, hosts, servers) -> Iterable[Any]:
