@@ -10,14 +10,15 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
+import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from . import model
-from .loader import Position, SourceMap
+from .loader import Position, ScenarioSyntaxError, SourceMap
 
 
 @dataclass(frozen=True)
@@ -144,3 +145,51 @@ def schema_problem(item: dict, path: tuple, source_map: SourceMap) -> Problem:
     elif kind == "too_short" and path and path[-1] == "nodes":
         message = "a topology needs at least one node"
     return Problem(source_map.position(path), path, message, hint)
+
+
+def syntax_checked(parse: Callable[[], tuple[object, SourceMap]]) -> tuple[object, SourceMap]:
+    """What ``parse`` reads (a loader call), its syntax error raised as :class:`ScenarioInvalid`."""
+    try:
+        return parse()
+    except ScenarioSyntaxError as error:
+        raise ScenarioInvalid([Problem(error.position, error.path, error.message,
+                                       error.hint)]) from None
+
+
+def fields_at(path: tuple, root: type = model.ScenarioDocument) -> dict[str, Any]:
+    """The fields (name -> pydantic ``FieldInfo``) of the model found at ``path`` in a ``root``
+    document (a scenario, or a policy's params), for did-you-mean hints and descriptions."""
+    annotation: Any = root
+    for part in path:
+        fields = _model_fields(_unwrap(annotation))
+        if fields is not None:
+            info = fields.get(part)
+            if info is None:
+                return {}
+            annotation = info.annotation
+        else:
+            args = typing.get_args(_unwrap(annotation))
+            annotation = args[-1] if args else Any
+    return _model_fields(_unwrap(annotation)) or {}
+
+
+def _model_fields(annotation: Any) -> dict[str, Any] | None:
+    """The fields of a pydantic model or pydantic dataclass; None for anything else."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation.model_fields
+    return getattr(annotation, "__pydantic_fields__", None)
+
+
+def _unwrap(annotation: Any) -> Any:
+    """Strip Optional/Annotated down to the model or container inside."""
+    while True:
+        origin = typing.get_origin(annotation)
+        if origin is typing.Annotated:
+            annotation = typing.get_args(annotation)[0]
+        elif origin is typing.Union:
+            members = [a for a in typing.get_args(annotation) if a is not type(None)]
+            annotation = members[0] if len(members) == 1 else annotation
+            if len(members) != 1:
+                return annotation
+        else:
+            return annotation

@@ -41,9 +41,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from experiments.kinds import registered as registered_kinds
-from topologies.loader import ScenarioSyntaxError, SourceMap, load_scenario_file, load_scenario_text
+from topologies.loader import SourceMap, load_scenario_file, load_scenario_text
 from topologies.model import SAFE_NAME
-from topologies.problems import Problem, ScenarioInvalid, did_you_mean, validation_problems
+from topologies.problems import (Problem, ScenarioInvalid, did_you_mean, syntax_checked,
+                                 validation_problems)
 # The scenario checks' translation of pydantic errors (messages, missing and unknown keys).
 
 from .kinds import Cell, Kind
@@ -199,11 +200,7 @@ def loads(text: str, file: str = "<experiment>",
 
 
 def _parse_and_resolve(parse: Callable[[], tuple[object, SourceMap]]) -> Experiment:
-    try:
-        data, source_map = parse()
-    except ScenarioSyntaxError as error:
-        raise ScenarioInvalid([Problem(error.position, error.path, error.message,
-                                       error.hint)]) from None
+    data, source_map = syntax_checked(parse)
     if not isinstance(data, dict):
         raise ScenarioInvalid([Problem(source_map.position(()), (),
                                        "an experiment is a mapping of keys such as name, kind "

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..document_checks import impairment_problems
 from ..model import Impairment
-from ..scenario import Scenario, impairment_problems
+from ..scenario import Scenario
 from ..switch_sockets import read as read_switch_sockets
 from . import drops as loss_accounting
 from .backends import FallbackBackend, ImpairmentError, NetemBackend, Placement
