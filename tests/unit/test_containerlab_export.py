@@ -22,6 +22,7 @@ import yaml
 from experiments import scenarios
 from controller.launcher import standalone_config
 from experiments import cli
+from experiments.cli_output import EXIT_INVALID
 from experiments.export import ExportError, targets
 from experiments.export import containerlab
 from tests.conftest import wait_until
@@ -192,7 +193,7 @@ def test_cli_refuses_an_unknown_target(tmp_path, capsys):
     out = tmp_path / "x.yml"
     with pytest.raises(SystemExit) as exit_:
         cli.main(["export", str(DEMO), "--to", "kathara", "-o", str(out)])
-    assert exit_.value.code == cli.EXIT_INVALID
+    assert exit_.value.code == EXIT_INVALID
     assert "invalid choice: 'kathara'" in capsys.readouterr().err
     assert not out.exists()
     assert targets() == ["containerlab"]
@@ -203,7 +204,7 @@ def test_cli_refuses_an_invalid_scenario_and_writes_nothing(tmp_path, capsys):
     bad.write_text(DEMO.read_text().replace("edge1:eth1", "edge9:eth1"))
     out = tmp_path / "bad.clab.yml"
     assert cli.main(["export", str(bad), "--to", "containerlab", "-o", str(out)]) \
-        == cli.EXIT_INVALID
+        == EXIT_INVALID
     assert "edge9" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == [bad]
 
@@ -215,7 +216,7 @@ def test_cli_refuses_what_does_not_map_and_writes_nothing(tmp_path, capsys):
     with pytest.raises(ExportError):
         exported(clash)
     assert cli.main(["export", str(clash), "--to", "containerlab", "-o", str(out)]) \
-        == cli.EXIT_INVALID
+        == EXIT_INVALID
     assert "eth0 is containerlab's management interface" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == [clash]
 

@@ -18,6 +18,7 @@ from scapy.utils import wrpcap
 
 from agents import formats, pcap, probe, protocols
 from experiments import cli
+from experiments.cli_output import EXIT_INVALID
 
 ROOT = Path(__file__).resolve().parents[2]
 DISSECTOR = ROOT / "agents" / "wireshark" / "edgebed.lua"
@@ -194,7 +195,7 @@ def test_cli_refuses_files_that_are_not_captures(tmp_path, capture, capsys, cont
     bad = tmp_path / "bad.pcap"
     if content is not None:
         bad.write_bytes(content)
-    assert cli.main(["pcap", "summarize", str(capture), str(bad)]) == cli.EXIT_INVALID
+    assert cli.main(["pcap", "summarize", str(capture), str(bad)]) == EXIT_INVALID
     output = capsys.readouterr()
     assert str(bad) in output.err and "Traceback" not in output.err
     assert str(capture) in output.out  # the readable capture is still summarised
