@@ -6,7 +6,8 @@ import statistics
 import pytest
 
 from topologies.impairments.relay import relay_direction
-from topologies.impairments.wire import LatenessHistogram, WireDirection, parse_config
+from topologies.impairments.wire import LatenessHistogram
+from topologies.impairments.wire_config import WireDirection, parse_config
 from topologies.model import Impairment, WireImpairment
 
 

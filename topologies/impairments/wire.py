@@ -1,64 +1,12 @@
-"""The user-space wire: forwards every Ethernet frame between two interfaces of a wire namespace,
-with per-direction delay, jitter, loss, Gilbert-Elliott burst loss and link-down.
-
-This kernel has no sch_netem, so a link that needs delay gets a small namespace spliced into it
-(``a <-veth-> in [wire] out <-veth-> b``) and this relay runs inside it::
-
-    python -m topologies.impairments.wire --forward-in wa --forward-out wb --config '<json>'
-
-Frames arriving on ``--forward-in`` leave on ``--forward-out`` ("forward"), frames arriving on
-``--forward-out`` leave on ``--forward-in`` ("reverse"). Frames are forwarded byte for byte and
-never parsed. The configuration is ``{"forward": {...}, "reverse": {...}, "seed": 1}``
-(:class:`WireConfig`); a direction (:class:`WireDirection`) takes the scenario's own impairment
-fields, checked by the same pydantic model with the same units and bounds
-(:class:`topologies.model.WireImpairment`):
-
-* ``delay`` and ``jitter``: seconds, or a duration with its unit (``"20ms"``). Jitter is the
-  standard deviation of the delay variation whatever the ``distribution`` (``normal``,
-  ``uniform``, ``pareto``, ``paretonormal``); a frame's delay never goes below zero;
-* ``reorder``: true lets every frame leave at its own time (jitter reorders, as with netem);
-  false keeps the order, a frame is due at ``max(previous due, arrival + delay + variation)``;
-* ``loss``: the fraction of frames dropped at random (``0.01`` or ``"1%"``);
-* ``burst``: null or netem's gemodel ``{"p": P(good->bad), "r": P(bad->good), "bad_loss": 1.0,
-  "good_loss": 0.0}``;
-* ``down``: drop everything;
-* ``limit``: the most frames the direction holds at once, as netem's ``limit``.
-
-Missing keys are 0, false or null. Each line on stdin is a change of the same shape naming only
-what changes (``{"forward": {"delay": 0.02}}``); it applies to frames arriving after it, and the
-relay acknowledges it on stdout with ``{"applied": n}`` or ``{"rejected": n, "error": ...}``
-(``n`` counts stdin lines; the error names the field, ``forward.delay: ...``; nothing of a
-rejected change applies), so an empty change ``{}`` doubles as a readiness check. End of
-stdin only ends the changes. SIGTERM or SIGINT stop the relay: it prints one JSON line,
-``{"forward": {...}, "reverse": {...}}`` with frames in (read) and out, drops by cause, send
-errors, how late frames left (``late_us``, below) and the most frames queued, and exits 0.
-The causes: ``dropped_loss`` and ``dropped_down`` are what the configuration asked for;
-``dropped_queue_full`` (the relay held ``limit`` frames already), ``dropped_receive_queue``
-(the kernel dropped the frame because the relay's socket receive queue was full: the relay did
-not keep up; ``PACKET_STATISTICS``) and ``dropped_oversize`` are made by the emulator.
-Whoever reads stdout through a pipe must keep reading it, or acknowledgements fill the pipe
-and stall the relay. ``--status FILE`` has the same statistics written to FILE once a second
-while the relay runs, for whoever watches its load.
-
-``late_us`` says how long after its due time each frame it sent left, in microseconds: ``mean``,
-``std`` (population standard deviation: the spread the relay's own lateness adds to the delays'),
-``p50``, ``p99`` and ``max`` over the frames sent so far (null before the first), and ``sum``
-and ``sum_squares`` of every frame's lateness (µs, µs²; whole numbers), from which the mean and
-spread of any stretch between two status readings follow exactly.
-
-``--compiled BINARY`` has this process check the configuration and changes as above and hand
-them to the compiled relay (``wire_relay.c``, built by scripts/setup.sh), which forwards: same
-semantics, acknowledgements and statistics, its own random sequence, and ~10x the packet rate
-(the Python relay's delay error passes 1 ms near 7,500 frames/s per direction on 2 cores).
-
-While it runs, the relay asks the kernel to keep idle CPUs polling rather than halted (see
-:func:`edgebed.realtime.request_cpu_latency`; ``--cpu-latency-us -1`` leaves the machine alone).
+"""The user-space wire relay: forwards every Ethernet frame between two interfaces of a wire
+namespace with per-direction delay, jitter, loss, burst loss and link-down, where the kernel has
+no sch_netem. ``python -m topologies.impairments.wire --help`` describes its configuration,
+changes and statistics (:data:`~topologies.impairments.wire_config.PROTOCOL`).
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import gc
 import heapq
 import itertools
@@ -67,23 +15,17 @@ import math
 import os
 import random
 import select
-import signal
 import socket
-import statistics
 import struct
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Optional
-
-from pydantic import Field, StrictInt, ValidationError
 
 from edgebed.realtime import request_cpu_latency, run_realtime
-from topologies.model import BurstLoss, StrictModel, WireImpairment
-from topologies.problems import dotted
+from topologies.model import BurstLoss
 
-DIRECTIONS = ("forward", "reverse")
+from .wire_config import DEFAULT_LIMIT, PROTOCOL, parse_config, variation_table
+from .wire_front import Changes, CompiledRelay, StdinLines, StopSignals, report
 
 # Linux constants the socket module does not export.
 ETH_P_ALL = 0x0003
@@ -108,9 +50,6 @@ FRAME_BUFFER_BYTES = 1 << 17
 AUXDATA = struct.Struct("=IIIHHHH")
 # struct tpacket_stats: packets, drops (reading resets both).
 PACKET_STATS = struct.Struct("=II")
-# Frames a direction holds when nothing says otherwise: far more than any link the scenarios
-# describe keeps in flight, small enough that an overloaded relay does not eat the memory.
-DEFAULT_LIMIT = 100_000
 TIMESPEC = struct.Struct("=qq")
 ANCILLARY_SPACE = socket.CMSG_SPACE(TIMESPEC.size) + socket.CMSG_SPACE(AUXDATA.size)
 # A kernel receive timestamp older than this is not one (TCP's frames carry a monotonic
@@ -126,106 +65,6 @@ STATUS_PERIOD_NS = 1_000_000_000
 # Frames read per readiness before going back to sending: a flood on one side must not hold
 # back frames that are due on the other.
 DRAIN_BATCH = 256
-
-
-def _netem_pareto(quantile: float) -> float:
-    """netem's pareto table entry (iproute2 netem/pareto.c): a Pareto with shape 3 shifted to
-    mean zero, scaled by 4/3 and clipped where its 16-bit table saturates."""
-    return min(((1.0 - quantile) ** (-1.0 / 3.0) - 1.5) * 4.0 / 3.0, 32767 / 8192)
-
-
-@functools.lru_cache(maxsize=None)
-def _variation_table(distribution: str) -> tuple[float, ...]:
-    """netem's 4096-entry table for ``distribution``, rescaled to mean 0 and standard
-    deviation 1 so that ``jitter`` is the standard deviation for every distribution (netem's own
-    tables, clipped at 4, have a standard deviation of about 0.82 and a mean of about -0.03)."""
-    size = 4096
-    quantiles = [(i + 0.5) / size for i in range(size)]
-    if distribution == "pareto":
-        values = [_netem_pareto(q) for q in quantiles]
-    else:
-        # iproute2 netem/paretonormal.c: a quarter normal, three quarters pareto, both read at
-        # the same quantile.
-        normal = statistics.NormalDist()
-        values = [(normal.inv_cdf(q) + 3 * _netem_pareto(q)) / 4 for q in quantiles]
-    mean = statistics.fmean(values)
-    deviation = statistics.pstdev(values, mean)
-    return tuple((value - mean) / deviation for value in values)
-
-
-class WireDirection(WireImpairment):
-    """One direction of the relay's configuration: the scenario's own impairment fields (same
-    units and bounds, :class:`topologies.model.WireImpairment`), plus ``down``. A field left
-    out, or null, means 0, false or nothing; in a change, a field left out stays as it was."""
-
-    down: Optional[bool] = Field(None, description="drop every frame")
-    limit: Optional[int] = Field(None, ge=1, le=10_000_000,
-                                 description="most frames held at once (netem's limit); a "
-                                             "frame arriving to a full queue is dropped and "
-                                             f"counted; default {DEFAULT_LIMIT}")
-
-
-class WireConfig(StrictModel):
-    """The relay's whole configuration, or one change to it (naming only what changes)."""
-
-    forward: Optional[WireDirection] = None
-    reverse: Optional[WireDirection] = None
-    seed: Optional[StrictInt] = Field(None, description="seeds both directions' random draws")
-
-
-def _relay_units(changes: WireDirection) -> dict:
-    """The fields ``changes`` sets, as :class:`Direction` attributes in the relay's units."""
-    parsed = {}
-    for key in changes.model_fields_set:
-        value = getattr(changes, key)
-        if key in ("delay", "jitter"):
-            parsed[key + "_ns"] = round((value or 0.0) * 1e9)
-        elif key == "distribution":
-            parsed[key] = value or "normal"
-        elif key in ("reorder", "down"):
-            parsed[key] = bool(value)
-        elif key == "loss":
-            parsed[key] = value or 0.0
-        elif key == "limit":
-            parsed[key] = value or DEFAULT_LIMIT
-        else:
-            parsed[key] = value
-    return parsed
-
-
-def _complaint(error: ValidationError) -> str:
-    """The first problem of ``error`` as one line naming the field: ``forward.delay: ...``."""
-    problems = error.errors(include_url=False)
-    first = problems[0]
-    where = dotted(part for part in first["loc"] if isinstance(part, (str, int)))
-    if first["type"] == "extra_forbidden":
-        message = f"unknown key (known: {', '.join(_known_keys(first['loc']))})"
-    elif first["type"] in ("model_type", "model_attributes_type", "dict_type"):
-        message = f"must be a JSON object, not {first['input']!r}"
-    elif first["type"] == "literal_error":
-        message = f"{first['input']!r} is not one of {first['ctx']['expected']}"
-    else:
-        message = first["msg"].removeprefix("Value error, ")
-    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-    return f"{where or 'the configuration'}: {message}{more}"
-
-
-def _known_keys(location: tuple) -> list[str]:
-    model = {1: WireConfig, 2: WireDirection, 3: BurstLoss}.get(len(location), WireConfig)
-    return list(model.model_fields)
-
-
-def parse_config(document) -> tuple[dict[str, dict], int | None]:
-    """Check a whole configuration or change (a JSON document already decoded): per-direction
-    changes in the relay's units and the seed, if given. Raises ValueError naming the field."""
-    try:
-        config = WireConfig.model_validate(document)
-    except ValidationError as error:
-        raise ValueError(_complaint(error)) from None
-    changes = {name: _relay_units(getattr(config, name)) for name in DIRECTIONS
-               if getattr(config, name) is not None}
-    return changes, config.seed
-
 
 class LatenessHistogram:
     """How late frames left, in microseconds: exact below 1024 µs, above that to 10 significant
@@ -320,7 +159,7 @@ class Direction:
         if "burst" in changes and self.burst is None:
             self.burst_bad = False
         if self.distribution in ("pareto", "paretonormal"):
-            self.table = _variation_table(self.distribution)
+            self.table = variation_table(self.distribution)
 
     def variation(self) -> float:
         """A delay variation with mean 0 and standard deviation 1."""
@@ -425,93 +264,6 @@ def open_interface(name: str) -> socket.socket:
     sock.setsockopt(SOL_PACKET, PACKET_ADD_MEMBERSHIP, membership)
     sock.setblocking(False)
     return sock
-
-
-def report(document: dict) -> None:
-    """One line of JSON on stdout: an acknowledgement, a rejection or the final statistics."""
-    try:
-        sys.stdout.write(json.dumps(document) + "\n")
-        sys.stdout.flush()
-    except OSError:
-        pass  # nobody listening is no reason to stop forwarding
-
-
-class Changes:
-    """The changes read from stdin, one JSON document a line, as both relays' fronts take
-    them: each line gets the next number, and one that is not JSON or that ``configure``
-    refuses is reported rejected under that number (with the reason) and changes nothing.
-    One step for both, so the compiled relay cannot come to mean something else by a change."""
-
-    def __init__(self, configure):
-        self.configure = configure
-        self.seen = 0
-
-    def take(self, line: bytes) -> int | None:
-        """The change's number when ``configure`` took it, None when it was rejected; the
-        caller acknowledges it once it is in effect."""
-        self.seen += 1
-        try:
-            document = json.loads(line)
-        except ValueError as error:
-            report({"rejected": self.seen, "error": f"not JSON: {error}"})
-            return None
-        try:
-            self.configure(document)
-        except ValueError as error:
-            report({"rejected": self.seen, "error": str(error)})
-            return None
-        return self.seen
-
-
-class StopSignals:
-    """SIGTERM and SIGINT as bytes on a pipe for select() to wait on (signal.set_wakeup_fd).
-
-    Why not a handler alone: Python runs a handler between bytecodes, so a signal that comes
-    just before a blocking system call (a read, os.waitpid) is taken by the C-level handler and
-    the call then blocks as if nothing had come. The compiled relay's front, waiting in
-    os.waitpid for its relay, missed the SIGTERM that way about once in 20 stops made soon
-    after a change (CI runs hung 30 s); the byte on the pipe wakes select() whenever the
-    signal came."""
-
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-    def __init__(self):
-        self.fd, wakeup_write = os.pipe()
-        os.set_blocking(self.fd, False)
-        os.set_blocking(wakeup_write, False)
-        signal.set_wakeup_fd(wakeup_write)
-        for signum in self.SIGNALS:
-            # A handler must be set for the signal to reach the pipe; what it does is the
-            # loop's, on reading the pipe.
-            signal.signal(signum, lambda signum, frame: None)
-
-    def take(self) -> list[int]:
-        """The signals that came since the last take, in order."""
-        taken = b""
-        try:
-            while chunk := os.read(self.fd, 4096):
-                taken += chunk
-        except BlockingIOError:
-            pass
-        return list(taken)
-
-
-class StdinLines:
-    """Changes from stdin as whole lines, read once select() has seen stdin readable."""
-
-    def __init__(self):
-        # started with stdin closed: no changes will come
-        self.fd = sys.stdin.fileno() if sys.stdin is not None else None
-        self.pending = b""
-
-    def read(self) -> list[bytes] | None:
-        """The non-blank lines completed by what was there to read; None at end of stdin."""
-        chunk = os.read(self.fd, 65536)
-        if not chunk:
-            return None
-        *lines, self.pending = (self.pending + chunk).split(b"\n")
-        return [line for line in lines if line.strip()]
-
 
 class Relay:
     """The event loop: reads frames as they arrive, sends each when it is due, takes changes
@@ -655,91 +407,9 @@ class Relay:
     def statistics(self) -> dict:
         return {name: direction.statistics() for name, direction in self.directions.items()}
 
-
-# The compiled relay's distribution codes (topologies/impairments/wire_relay.c).
-COMPILED_DISTRIBUTIONS = {"normal": 0, "uniform": 1, "pareto": 2, "paretonormal": 2}
-
-
-class CompiledRelay:
-    """The front of the compiled relay (``wire_relay.c``, built by scripts/setup.sh): checks the
-    configuration and every change here, with the same models and messages as :class:`Relay`,
-    and hands the C program only settled numbers. Why: the Python relay's per-frame cost caps it
-    near 7,500 frames/s per direction on 2 cores; the C one batches system calls and is not
-    interpreted, and keeping the checking here keeps one definition of what a change means."""
-
-    def __init__(self, binary: str, forward_in: str, forward_out: str, status_path: str | None,
-                 priority: int):
-        command = [binary, "--forward-in", forward_in, "--forward-out", forward_out,
-                   "--realtime-priority", str(priority)]
-        if status_path is not None:
-            command += ["--status", status_path]
-        # Its stdout is ours: acknowledgements and the final statistics come straight from it.
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE)
-        # What each direction is now, in the relay's units: a change names only what changes.
-        self.settings = {name: {"delay_ns": 0, "jitter_ns": 0, "distribution": "normal",
-                                "reorder": False, "loss": 0.0, "burst": None, "down": False,
-                                "limit": DEFAULT_LIMIT} for name in DIRECTIONS}
-        self.changes = Changes(self.configure)
-
-    def configure(self, document) -> None:
-        changes, seed = parse_config(document)
-        lines = [] if seed is None else [f"S {seed}"]
-        for index, name in enumerate(DIRECTIONS):
-            if name not in changes:
-                continue
-            current = self.settings[name]
-            current.update(changes[name])
-            burst = current["burst"]
-            if current["distribution"] in ("pareto", "paretonormal"):
-                lines.append(f"T {index} " + " ".join(
-                    repr(value) for value in _variation_table(current["distribution"])))
-            lines.append(" ".join(str(value) for value in (
-                "D", index, current["delay_ns"], current["jitter_ns"],
-                COMPILED_DISTRIBUTIONS[current["distribution"]], int(current["reorder"]),
-                repr(float(current["loss"])), int(burst is not None),
-                *(repr(float(getattr(burst, key))) if burst else "0.0"
-                  for key in ("p", "r", "bad_loss", "good_loss")),
-                int(current["down"]), current["limit"])))
-        self.send(lines)
-
-    def send(self, lines: list[str]) -> None:
-        try:
-            self.process.stdin.write("".join(line + "\n" for line in lines).encode())
-            self.process.stdin.flush()
-        except OSError:
-            pass  # it has exited; run() reports how
-
-    def run(self) -> int:
-        """Pass changes on until stdin ends or a signal comes, and signals on to the relay (it
-        prints the statistics and exits) until it has exited; its exit status."""
-        signals, stdin = StopSignals(), StdinLines()
-        exited = os.pidfd_open(self.process.pid)
-        watched = [signals.fd, exited] + ([stdin.fd] if stdin.fd is not None else [])
-        self.send(["G"])
-        try:
-            while exited not in (readable := select.select(watched, (), ())[0]):
-                if signals.fd in readable:
-                    for signum in signals.take():
-                        self.process.send_signal(signum)
-                    watched = [signals.fd, exited]  # a signal ends the changes
-                elif (lines := stdin.read()) is None:
-                    watched = [signals.fd, exited]  # end of stdin ends the changes, not the relay
-                else:
-                    for line in lines:
-                        self.change(line)
-        finally:
-            os.close(exited)
-        return self.process.wait()
-
-    def change(self, line: bytes) -> None:
-        number = self.changes.take(line)
-        if number is not None:
-            # Acknowledged by the C relay once it has applied the settings sent before this.
-            self.send([f"A {number}"])
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m topologies.impairments.wire", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m topologies.impairments.wire",
+                                     description=PROTOCOL,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--forward-in", required=True, help="interface forward frames arrive on")
     parser.add_argument("--forward-out", required=True, help="interface forward frames leave by")
