@@ -7,7 +7,8 @@ import functools
 
 from agents import catalog
 from controller import policies
-from topologies import model, scenario
+from topologies import scenario
+from topologies.json_schema import scenario_schema
 from topologies.plugins import Plugins
 
 PLUGINS = Plugins(agents=catalog, policies=policies)
@@ -18,4 +19,4 @@ loads = functools.partial(scenario.loads, plugins=PLUGINS)
 
 def json_schema() -> dict:
     """The published JSON Schema of scenario files (``edgebed schema``)."""
-    return model.json_schema(PLUGINS)
+    return scenario_schema(PLUGINS)
