@@ -139,7 +139,7 @@ class _ScenarioLoader(yaml.SafeLoader):
             if isinstance(error, ScenarioSyntaxError):
                 raise
             # PyYAML's own constructors give up with plain exceptions (a date such as
-            # 2026-13-45 matches the timestamp pattern, then datetime refuses it).
+            # 1999-13-45 matches the timestamp pattern, then datetime refuses it).
             raise ScenarioSyntaxError(_position(self.file, node),
                                       f"cannot read {node.value!r}: {error}",
                                       "quote the value to keep it as text",
