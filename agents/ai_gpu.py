@@ -1,33 +1,4 @@
-"""A GPU server of seed 003's cluster, and the hand-over of AI data units to the GPU servers.
-
-    python -m agents.ai_gpu --node NAME --out RUN_DIR --params JSON [--seed N]
-
-The access servers hand the units they completed to the GPU servers in rotation, coordinated by
-the cluster manager, one access server doubling as coordinator. Four parts, the last two run by
-:mod:`agents.ai_receiver`:
-
-* **The rotation** (:class:`GpuRotation`, pure code: no sockets, no clock), the decision the
-  cluster manager makes. It lives here rather than under ``controller/policies/``: agents
-  reach the controller only through its protocol (pyproject.toml's layer contracts), and the
-  manager is an access server, not the controller.
-* **The GPU server** (this agent): accepts the access servers' TCP connections on ``port`` and
-  takes ``ai_unit`` messages (:data:`agents.formats.AI_UNIT`: stream, unit, the grant's number
-  in the rotation, then the unit's bytes). Each unit that arrived whole is a row of
-  ``gpu_units``, with the access server that sent it; a connection whose bytes are not
-  ``ai_unit`` messages is closed and counted as malformed. At the stop it reads what already
-  waits on its connections before it ends, so a unit sent before the stop is counted.
-* **The cluster manager** (:class:`ClusterManager`): answers ``gpu_request`` messages on the
-  side band (the management network; ``MANAGER_PORT``) with a ``gpu_grant``: the GPU server
-  whose turn it is, its data-plane address and port, and the grant's number. A repeated request
-  gets its grant again, so a lost grant costs no GPU server its turn.
-* **The hand-over** (:class:`Handoff`): an access server's thread that, for each unit its
-  receiver completed, asks the manager for a grant (asking again after ``TIMEOUT``, doubling,
-  until granted or stopped) and sends the unit whole to the granted GPU server over TCP on the
-  data plane (one connection per GPU server, made again after an error). Each unit sent is a
-  row of ``gpu_handoffs``; units still waiting when the server stops are counted.
-
-Hosts share the realtime clock, so the tables' times compare across hosts.
-"""
+"""A GPU server of seed 003's cluster, and the hand-over of AI data units to the GPU servers."""
 
 from __future__ import annotations
 

@@ -1,47 +1,5 @@
 """An AI terminal (seed 003): one AI data unit per period, sent as AI data packets and repaired by
-selective retransmission of the fragments the receiver reports lost.
-
-    python -m agents.ai_terminal --node NAME --out RUN_DIR --params JSON [--seed N]
-
-Unit u (0, 1, ...) opens at ``start + u * period``. Its ``unit_bytes`` bytes travel in
-``ceil(unit_bytes / fragment_payload)`` AI data packets (``agents.formats.AI_DATA``) of
-``fragment_payload`` bytes, the last one shorter; fragment i of n is due ``i * send_window *
-period / n`` after the unit opens, on absolute deadlines (:class:`~agents.common.Pacer`), so the
-unit leaves in the first ``send_window`` of its period. The defaults are the spec's: one 672 KB
-unit a second in 945 packets of 711 bytes (671,895 bytes; ``unit_bytes: 672KB`` takes 946).
-
-The terminal listens on ``nack_port`` for AI NACKs (stream, unit, then one u16 fragment index per
-lost packet; :func:`nack_messages` builds them, :func:`read_nack` reads them) and retransmits
-exactly the fragments listed (one already waiting for its retransmission is not queued again),
-paced at the unit's own packet gap, for as long as the unit's period is open. When the period
-ends the unit is abandoned: what still waits for retransmission is dropped, and later NACKs for
-it are only counted. With ``retransmit: false`` NACKs are counted and ignored.
-
-**Several flows.** One terminal host may run many terminal flows (``streams``: stream ids, each
-a flow of its own with its own data socket and source port, all sharing the NACK port, since a
-NACK names its stream; or ``flows``: that many, from stream id ``stream`` on); flow k of K opens its units ``k * period / K`` after the first, as
-terminals that started at different times do. One thread paces them all, each packet on its own
-absolute deadline.
-
-**Access through the controller** (seed 003; ``service``): each flow joins the service with
-the shared :class:`agents.follower.DecisionFollower`, from its source port, with its demand, the
-bandwidth it needs while its units are sent (its packets on the wire, Ethernet to payload, over
-``send_window * period``: what a port must carry). Its packets go to ``to`` (write the service:
-its address, which the controller steers to the decided server) at the receive port the
-decision's ``port`` attribute names (``port`` without one). Decisions pushed later (a migration
-by load prediction) are followed from the next packet on; a flow the controller rejects (no
-server has a port with room for it) sends nothing, and its refusal is in the summary. The
-decisions followed are rows of ``decisions_followed``.
-
-Each unit gets a row of ``ai_units_sent`` when its period ends (or the terminal stops): fragments,
-packets sent the first time, retransmissions, NACKs received. Every send's lateness goes to
-``sender_lateness``. Datagrams on the NACK port that are not well-formed NACKs for one of its
-streams are counted in ``malformed``. The terminal stops after ``units`` units of every flow or
-on SIGTERM or SIGINT.
-
-This module also holds what the terminal and :mod:`agents.ai_receiver` must agree on: the
-ports, the unit's timing, the flow name and the NACK messages.
-"""
+selective retransmission of the fragments the receiver reports lost."""
 
 from __future__ import annotations
 

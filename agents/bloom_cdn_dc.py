@@ -1,16 +1,6 @@
 """The data center of seed 002's media cloud: one fetch queue, a single-server FIFO with
 exponential service at ``fetch_rate`` (the paper's mu_o), that sends each fetched item where the
-fetch says over its rate-limited link.
-
-    python -m agents.bloom_cdn_dc --node NAME --out RUN_DIR --params JSON [--seed N]
-
-A fetch (``agents.formats.CDN`` ``fetch``, from a content node, :mod:`agents.bloom_cdn_node`)
-names where the item goes: a node (``item``, the item's bytes after the header), or with the
-``DIRECT`` flag the user itself (``agents.formats.RESPONSE`` padded to the item's size:
-cut-through), and a second copy to ``copy_to`` when set (cut-through's copy to the home node),
-sent right after the first, so cut-through's misses put two items on the DC's link. Each job it
-served is a row of ``cdn_queues`` (queue ``fetch``).
-"""
+fetch says over its rate-limited link."""
 
 from __future__ import annotations
 

@@ -1,51 +1,6 @@
 """A content node of seed 002's media cloud (Yu, Jin, Yin): three single-server FIFO queues,
 routing over a Chord ring, an LRU cache with its Bloom filter, and the three strategies that
-decide where a request the filter calls a miss goes.
-
-    python -m agents.bloom_cdn_node --node NAME --out RUN_DIR --params JSON [--seed N]
-
-The node is one of ``nodes`` (the ring, in order: node i has identifier i 2^32 / N, as
-:meth:`controller.policies.bloom_cdn.chord.ChordRing.evenly_spread`), found by the address it sends from. Its routing,
-lookup and response queues are :class:`agents.queues.FifoQueue`\\ s with exponential service at
-``routing_rate``, ``lookup_rate`` and ``response_rate`` (the paper's mu_t, mu_l, mu_r), so the
-emulated network is the model's Jackson network; every message between hosts is a real packet
-over the scenario's rate-limited links.
-
-A user's request (``agents.formats.REQUEST``, sent by :mod:`agents.request_client`) enters at
-the node it was sent to, the *entry*. Its item's *home* is the successor of the MD5 identifier
-of the item's URL. The request is routed toward the home over the ring's fingers (``cdn``
-``route`` messages), one routing service per node on the way, the home excluded; at the home it
-is looked up (the lookup queue) in the LRU cache; a hit is answered from the home's response
-queue with the item (``agents.formats.RESPONSE`` padded to the item's size); a miss is fetched
-from the data center (:mod:`agents.bloom_cdn_dc`, a ``fetch``), cached, then answered the same
-way. That is ``linear``, and every strategy's path for a request the entry's global filter
-says the home caches (a false positive falls back to it at the home).
-
-With ``parallel`` or ``cut_through`` the entry first tests its copy of the global Bloom filter
-(every node's filter as of its last synchronisation) for the home. On a filter-judged miss:
-
-- ``parallel``: the entry sends the request to the home (routed, looked up: to cache the item
-  there, nobody waits for it) and a fetch to the data center at once, which sends the item to the
-  entry; the entry answers the user from its own response queue and sends the item on to the
-  home's cache. The paper's multicast to the home node and the DC is the entry sending both
-  copies itself, not an OpenFlow group.
-- ``cut_through``: the entry sends the request to the home the same way and a fetch to the data
-  center whose item goes to the user directly, bypassing the CDN, and a second copy to the home.
-
-Each node's cache holds ``hit_rate`` of the items it is home to (``items`` items in the
-catalogue, requested uniformly, so an LRU of that size hits with that probability) and starts
-with its lowest-numbered ones; every node computes everyone's initial filter itself (the same
-deterministic start), so the first synchronisation is not needed on the wire. After every
-``sync_every`` lookups a node sends the change of its filter since its last update to every
-other node (``filter_update``: the deflated XOR of the bits, :func:`controller.policies.bloom_cdn.bloom.delta_update`).
-
-Tables: ``cdn_queues`` (per job a queue served: the queue, the request, time queued and in
-service, and whether a user waited for it), ``cdn_lookups`` (per lookup at the home: hops so
-far, whether a filter was tested, what it said and whether the item was cached when the entry
-tested the filter, before its own fetched copy arrived: the measured false positives and false
-misses) and ``filter_syncs`` (per update sent: its bytes against the
-whole filter's). Datagrams that are not well-formed are counted in ``malformed``.
-"""
+decide where a request the filter calls a miss goes."""
 
 from __future__ import annotations
 

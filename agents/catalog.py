@@ -1,12 +1,5 @@
 """The agents a scenario's ``workload`` can start, what their parameters look like and which
-tables they write.
-
-An agent is found by convention, not registered: every module directly in ``agents/`` that
-defines ``Params`` (a subclass of :class:`agents.common.AgentParams`) and ``main`` is one, named
-after its module, and the tables it writes beyond the shared ones are its own ``TABLES`` (table
-name -> columns). ``command`` runs a program given in the scenario; it has no module and no
-params.
-"""
+tables they write."""
 
 from __future__ import annotations
 

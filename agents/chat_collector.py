@@ -1,18 +1,4 @@
-"""The chat collector: receives the viewers' danmaku and gifts and measures them per user.
-
-    python -m agents.chat_collector --node NAME --out RUN_DIR --params JSON [--seed N]
-
-Each user's danmaku and each user's gifts are a flow (``danmaku-<user>``, ``gift-<user>``)
-measured with :class:`~agents.common.FlowStats` from the sequence numbers and send times the
-messages carry: loss, duplicates, reordering, one-way delay, jitter (tables ``flows`` and
-``flow_seconds``). The summary adds the value of the gifts received (duplicates counted once).
-Datagrams that are not well-formed danmaku or gifts (wrong magic, version or type, too short,
-a text length that disagrees with the datagram, text that is not UTF-8) are counted in
-``malformed`` and skipped.
-
-It listens like the viewer (``listening on PORT`` on stderr, ``port: 0`` for any free port)
-and stops on SIGTERM or SIGINT or after ``duration``.
-"""
+"""The chat collector: receives the viewers' danmaku and gifts and measures them per user."""
 
 from __future__ import annotations
 

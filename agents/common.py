@@ -1,32 +1,5 @@
 """What every traffic agent shares: its command line, its tables, pacing, receiving with kernel
-timestamps, and per-flow measurement.
-
-An agent is a module run inside a host as::
-
-    python -m agents.<agent> --node NAME --out RUN_DIR --params JSON [--seed N]
-
-Each agent module defines ``Params`` (an :class:`AgentParams` model: what the scenario's
-``params:`` may say, with units parsed by :mod:`edgebed.units`), ``main(argv=None)`` and, if
-it writes tables of its own, ``TABLES`` (table name -> columns); :mod:`agents.catalog` finds
-agent modules by these names, so adding an agent edits no shared file.
-The runner passes the validated parameters as JSON, node references already turned into IPs.
-
-It writes tidy tables (one CSV per table and agent: ``RUN_DIR/records/<table>/<node>-<agent>.csv``,
-merged by the runner into ``RUN_DIR/tables/<table>.csv``), stops cleanly on SIGTERM or SIGINT
-(the runner's way of ending it), and prints one JSON summary line on stdout when it ends.
-
-Tables every agent may write (columns in order; docs: concepts, agents):
-
-* ``flows``: node, agent, flow, peer, packets, unique, lost, loss_fraction, duplicates,
-  reordered, bytes, duration_s, goodput_bps, delay_mean_ms, delay_p50_ms, delay_p99_ms,
-  delay_max_ms, delay_std_ms, jitter_ms
-* ``flow_seconds``: node, agent, flow, second, packets, bytes, lost, delay_mean_ms, jitter_ms,
-  time_s (when the second began: CLOCK_REALTIME seconds, so flows line up on one clock)
-* ``sender_lateness``: node, agent, flow, packets, late_p50_us, late_p99_us, late_max_us,
-  late_over_1ms_fraction
-* ``malformed``: node, agent, port, count, first_seen_ns, example_hex (datagrams that were not
-  what the agent listens for; counted, logged, skipped)
-"""
+timestamps, and per-flow measurement."""
 
 from __future__ import annotations
 

@@ -1,33 +1,4 @@
-"""The control protocol's client: how agents, experiments and tests talk to the controller.
-
-::
-
-    with ControlClient(("172.30.0.1", protocol.PORT), node="viewer1") as control:
-        decision = control.join("live", demand=2.5e6, bitrates=[2.5e6, 1e6])
-        control.report_load(0.4, service="live", metrics={"cpu": 0.3})
-        control.subscribe()
-        for pushed in control.decisions(timeout=0.1):
-            ...
-
-An agent that serves reports its load with a :class:`LoadReporter` (every period, and at once
-when a metric crosses a threshold), measured partly by the agent and partly from the host
-(:class:`HostMeter`)::
-
-    reporter = LoadReporter(controller_client(node), service="live", period=1.0,
-                            thresholds={"cpu": 0.8})
-    while serving:
-        reporter.tick(load=served_bitrate, metrics={"cpu": used / budget, "sessions": n})
-    summary = reporter.close()
-
-Requests are retransmitted with the same id when no reply comes (``tries`` sends, the wait
-doubling from ``timeout`` seconds each time), since the controller answers a retransmission
-without acting twice. Pushed decisions that arrive while a request waits for its reply are
-kept (up to PUSHED) for :meth:`ControlClient.decisions`.
-
-Only pydantic is needed (through :mod:`edgebed.protocol` and :mod:`topologies.model`): no
-os-ken, Ryu or Mininet, which the emulated hosts' programs do without. One thread at a time may use a client, except for
-:meth:`ControlClient.report_load`, which only sends.
-"""
+"""The control protocol's client: how agents, experiments and tests talk to the controller."""
 
 from __future__ import annotations
 

@@ -1,31 +1,5 @@
 """A regional dispatch center of seed 001, as a host: its side of the dynamic back-to-source
-lookup between centers, on real datagrams.
-
-    python -m agents.dispatch_center --node NAME --out RUN_DIR --params JSON [--seed N]
-
-Every center of ``centers`` (this one among them: the first of their addresses this host can
-bind ``port`` on) knows the streams pushed in its own region. Of ``streams`` stream ids, stream
-``s`` is registered at center ``s mod K``, on that center's ingest node (``ingest``, in the
-order of ``centers``). A center answers every ``lookup_query`` (:data:`agents.formats.LOOKUP_QUERY`)
-from another center with a ``lookup_reply``: found and the node, or "not here".
-
-With ``rate`` above zero it also looks streams up, ``rate`` lookups a second (Poisson, seeded)
-from ``warmup`` on: each time a stream registered at another center, the lookups taking the
-``modes`` in turn. ``broadcast`` asks every other center at once; ``hint`` asks the center the
-room's signalling names, the stream's own, except for a ``stale_share`` of the lookups, whose
-hint names another center (where the streamer was registered before: any center but the owner
-and the asker, or the asker itself when there is none), so the hinted center says "not here"
-and the lookup falls back to broadcast. The lookup's logic is :class:`controller.policies.dispatch.lookup.LookupState`,
-the same the model's :class:`~controller.policies.dispatch.rooms.Directory` runs; here its
-queries cross the emulated network, and a query or reply the network loses is sent again when
-the lookup's timer (``timeout``, started again with every batch of queries) fires, up to
-``retries`` times.
-
-Every lookup is a row of ``lookups`` (written when the agent ends, so that replies arriving
-after the answer still count as messages), every reply taken in a row of ``lookup_replies``,
-timed by the query's send time it echoes. Datagrams that are neither, or come from a host
-that is not a center, are counted as malformed.
-"""
+lookup between centers, on real datagrams."""
 
 from __future__ import annotations
 

@@ -1,14 +1,4 @@
-"""The Wireshark dissector, generated from the wire formats' declarative field lists.
-
-``agents/wireshark/edgebed.lua`` is this module's output: the message table of
-:mod:`agents.formats` (and the probe's header, :data:`agents.probe.FIELDS`) written out as Lua
-tables, inside the dissector code of ``agents/wireshark/edgebed.lua.in``. A format changed in
-Python is a format changed in Wireshark after one command::
-
-    python -m agents.dissector          # or: make dissector
-
-and a unit test fails while the committed file differs from what this module makes.
-"""
+"""The Wireshark dissector, generated from the wire formats' declarative field lists."""
 
 from __future__ import annotations
 

@@ -1,14 +1,5 @@
 """Round trips by ICMP echo, as a client probes its candidates (seed 001's access by probing)
-and as a node watches its paths to its peers (seed 001's relay choice).
-
-:func:`echo_probe` (:func:`echo_probes` for several addresses, in turn or at once) sends a
-few echo requests from a raw socket (agents run as root in their hosts) and times the
-answers; the kernel of any host answers, so a peer needs no agent of its
-own. :class:`PathMeter` keeps probing a node's peers in a background thread and gives the
-figures of a sliding window, which :class:`agents.control.LoadReporter` adds to every load
-report as ``path.<peer>.rtt``, ``.loss`` and ``.jitter`` (the peer's address with dashes:
-``path.10-0-0-2.loss``).
-"""
+and as a node watches its paths to its peers (seed 001's relay choice)."""
 
 from __future__ import annotations
 

@@ -1,44 +1,6 @@
 """An edge (or relay) forwarder: receives media on a port and sends every packet on to one or
 more next hops, after an emulated processing delay and within a processing budget. The next
-hops are fixed (``to``) or follow the controller's decisions (``follow``: relays, cascades).
-
-    python -m agents.edge_forwarder --node NAME --out RUN_DIR --params JSON [--seed N]
-
-Packets are forwarded as they came, so the source's stream id, sequence number and send time
-reach the viewers and end-to-end loss and delay stay measurable; with ``rung`` or ``bitrate``
-set (the edge transcodes) those two header fields are rewritten.
-
-The edge processes packets one at a time, in arrival order, like a single worker: each takes
-``1 / budget_packets`` seconds or its UDP payload bits over ``budget`` seconds, whichever is
-longer (no budget: no time). At most ``queue`` packets are held for processing, the one being
-processed included; a packet arriving to a full queue is dropped and counted. An overloaded
-edge thus first delays packets, then drops what exceeds its capacity, as a real one does; no
-drop is left to chance. A packet leaves ``processing_delay`` after its processing ends (the
-latency of, say, a transcoder's pipeline, which does not limit its throughput).
-
-With ``follow``, the forwarder subscribes to the decisions pushed about its node and follows
-each named flow with the shared :class:`agents.follower.DecisionFollower` (without joining: the
-flow is the client's; a relay does not probe its candidates either). A decision's ``via`` chain
-runs from the client's side to the server: the forwarder at ``via[i]`` sends the flow's streams
-to ``via[i + 1]``, the last relay to the server, and one the decision leaves off the chain sends
-what still reaches it straight to the server. The control socket is watched in the same loop as
-the media socket, so a decision that moves a downstream takes effect from the next packet to
-leave, packets already waiting for their departure included: a switch splits no frame across
-a gap. Every decision followed is a row of ``decisions_followed``; until the first one, and for
-streams no followed flow claims, the forwarder sends to ``to``. With ``fan_out`` a decision
-changes only how the stream reaches the decision's server (the next hop on its chain instead of
-the server itself) and the stream still goes to every other next hop of ``to``: an origin that
-fans a stream out to the media nodes and back-sources one of them through a relay (seed 001).
-
-The input is measured like a viewer's (:class:`agents.media.MediaMeter`: ``flows``,
-``flow_seconds``, ``frames``, ``malformed``). Per stream, ``forwarding`` counts packets
-received, forwarded, dropped over budget, unsent (still held when the edge stopped) and
-unrouted (processed while following a flow no decision had routed yet), and the largest
-backlog; ``sender_lateness`` says how late packets left against their due times (the
-edge sleeps in select until shortly before a departure and spins the rest). It listens like
-the viewer (``listening on PORT`` on stderr) and stops on SIGTERM or SIGINT or after
-``duration``.
-"""
+hops are fixed (``to``) or follow the controller's decisions (``follow``: relays, cascades)."""
 
 from __future__ import annotations
 

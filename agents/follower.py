@@ -1,57 +1,5 @@
 """Following the controller's decisions about one flow: what a viewer, a terminal or a camera
-does to be told where to go and go there.
-
-A :class:`DecisionFollower` subscribes to the decisions pushed about its node, joins a service
-for one flow (optionally from one transport port, when a host stands for many terminals or
-cameras), and from then on takes every decision about that flow the controller pushes (a new
-period, a migration, a steer). When a decision ranks ``candidates`` (seed 001: access by
-probing), the follower probes each with real packets, ICMP echo requests that every host's
-kernel answers (:func:`agents.echo.echo_probes`: round-trip time and loss; one candidate after
-another or all at once, as the agent chooses), confirms the best (lowest loss,
-then lowest median round trip, then the controller's rank) with ``steer`` when it is not the
-server decided, and follows the answer; a decision naming the same candidates again is not
-probed again. What the agent does with a decision (pull from it, send to it, forward along its
-``via``) is the agent's own: :meth:`DecisionFollower.poll` hands it each changed decision::
-
-    follower = DecisionFollower(controller_client(node), "live", demand=2.5e6,
-                                bitrates=[2.5e6, 1e6])
-    decision = follower.join()  # None: rejected (follower.refusal says why)
-    while running:
-        changed = follower.poll(timeout=0.1)
-        if changed is not None:
-            ...  # changed.server, changed.address, changed.bitrate, changed.via ...
-    follower.leave()  # the session is over: the controller releases the flow's placement
-    summary = follower.write(agent)
-
-**Leaving.** An agent whose session ends on its own (a viewer's ``duration``) calls
-:meth:`DecisionFollower.leave`: the controller releases the placement, so the capacity and the
-balancer's task it held go to later requests (without it a placement outlives its client until
-the run ends). Only a joined flow is left, once. An agent stopped by a signal does not leave:
-that is the run ending, and the controller's final state keeps who was still served.
-
-Each decision followed is said at once on stderr (the node's log), as ``followed FLOW
-version N: server S`` with ``, confirmed C by probing`` when candidates were probed: the one
-sign outside the agent that it has taken a decision (pushed decisions are not acknowledged),
-which a test or an operator can wait for instead of guessing a time.
-
-A relay (:mod:`agents.edge_forwarder`) follows flows it does not own: it subscribes and hands
-the follower of each flow what the controller pushes about it (:meth:`DecisionFollower.take`),
-without joining, and without probing (``probe=None``: candidates are the client's to probe).
-
-Tables (:data:`FOLLOWER_TABLES`, which the agent module adds to its ``TABLES``):
-``decisions_followed``, one row per decision followed (time heard, seconds since the
-epoch on CLOCK_REALTIME as the controller's ``decisions``; flow; the decision's version (a
-push older than the decision followed is ignored and counted as ``stale``); server; bitrate;
-migrated;
-the candidates and via chain, ``;``-separated; the candidate confirmed by probing; the
-attributes as JSON; for the decision that answered the join, when the join request was sent
-(``requested_s``, CLOCK_REALTIME) and the access response time ``response_ms``, request to
-grant as the agent measured it on its monotonic clock: the round trip over the side-band
-control network, the controller's policy call and rule sending, and any retransmission of the
-request; empty for pushed decisions), and ``candidate_probes``, one row per candidate probed (packets sent and
-answered, still waiting when a parallel probe stopped with its choice settled
-(:func:`probes_settled`), median and worst round trip).
-"""
+does to be told where to go and go there."""
 
 from __future__ import annotations
 
@@ -176,7 +124,7 @@ class Followed:
 @dataclass
 class DecisionFollower:
     """Joins ``service`` for one flow through ``control`` and follows the decisions about it
-    (see the module's docstring). ``probe`` measures the candidates' addresses, a result for
+    (docs/concepts/internals.md). ``probe`` measures the candidates' addresses, a result for
     each in their order (by default :func:`echo_probes`, one after another; None: candidates
     are not probed)."""
 
@@ -224,8 +172,8 @@ class DecisionFollower:
         return self._follow(answer, self.timing)
 
     def leave(self, tries: int | None = LEAVE_TRIES) -> bool:
-        """Tell the controller the flow ended, so that it releases the placement (see the
-        module's docstring); whether it acknowledged. Nothing is sent for a flow not joined
+        """Tell the controller the flow ended, so that it releases the placement (see
+        docs/concepts/internals.md); whether it acknowledged. Nothing is sent for a flow not joined
         (refused, or followed without joining) or already left."""
         if not self.joined or self.left_ns is not None:
             return False

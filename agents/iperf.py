@@ -1,27 +1,5 @@
 """iperf3 as an agent: runs ``iperf3 -J`` as a server or a client and turns its JSON report into
-tables.
-
-    python -m agents.iperf --node NAME --out RUN_DIR --params JSON [--seed N]
-
-Ours rather than the iperf3 package from PyPI, which hangs once a report passes 64 KiB (the pipe
-fills while it waits for the process): here the whole output is read as it comes
-(:meth:`subprocess.Popen.communicate`), however long. A server (``iperf3 -s``) serves one test
-(``once``, iperf3's ``-1``) or tests until stopped, printing one JSON report per test; a client
-(``iperf3 -c``) runs one test of ``duration`` whole seconds, TCP or UDP (``bandwidth``: the
-target rate, iperf3's ``-b``), ``streams`` in parallel, ``reverse`` (the server sends),
-``omit`` the first whole seconds (slow start), reporting every ``interval``.
-
-Each test's report gives two rows of ``iperf`` (the sent and the received side of
-``end.sum_sent`` / ``end.sum_received``: seconds, bytes, bit/s, TCP retransmits on the sender's
-side, UDP jitter and loss on the receiver's) and a row of ``iperf_intervals`` per reporting
-interval (the sum over the streams). The summary gives the last test's figures and any error
-iperf3 reported.
-
-A server announces ``listening on PORT`` on stderr once iperf3 listens, so whoever starts the
-client can wait for it. SIGTERM or SIGINT stop iperf3 too (SIGTERM, then SIGKILL after
-``KILL_AFTER_S``); what it reported so far still becomes rows. The agent exits 0 when iperf3
-succeeded or was stopped, 1 when it failed.
-"""
+tables."""
 
 from __future__ import annotations
 

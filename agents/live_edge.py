@@ -1,95 +1,6 @@
 """A viewer-side edge server of seed 000 (live streaming at the edge): receives a live source
 stream and serves the viewers that pull it, each transcoded down to the bitrate it pulls, within
-a compute budget.
-
-    python -m agents.live_edge --node NAME --out RUN_DIR --params JSON [--seed N]
-
-**Source.** Media packets of the source streams arrive on ``source_port``, typically from the
-streamer-side edge's ``edge_forwarder``; their headers give the source bitrate R. They are
-measured like a viewer's input (:class:`agents.media.MediaMeter`: ``flows``, ``flow_seconds``,
-``frames``, ``malformed``) and gathered into frames. A frame is transcoded when its last
-fragment arrives or, when one was lost, when a later frame of its stream begins (a transcoder
-cannot wait for what never comes); fragments of frames already transcoded are not used.
-
-**Sessions.** Pulls (:data:`agents.formats.PULL`) arrive on the service ``port``. Under edgebed's
-controller a viewer pulls from the service address and the controller steers its pulls here;
-what the edge sends from this same port goes back through the controller's reverse rewrite, so
-it reaches the viewer from the service address. A pull opens a session for its sender (address
-and port) and user id, or refreshes it; a pull asking for another stream, delivered stream,
-bitrate or rung ends that session and opens a new one (a back-sourcing edge pulls each stream
-from one socket as a user of its own, the stream id, so it holds a session per stream). A
-session ends ``pull_timeout`` after its last pull.
-
-**Transcoding.** For every source frame of S bytes and every admitted session of its stream at
-bitrate R_v, the edge sends a frame of S * R_v / R bytes (S when R_v >= R), cut into packets of
-at most ``payload`` bytes as the streamer cuts its frames, G * (R - R_v) after the source frame
-was complete (seed 000's transcoding delay), its packets spread evenly over the time the source
-frame took to arrive, so the output is paced as the source was. The packets carry the source
-frame's number and type and the send time of its first fragment (a viewer's one-way delay then
-runs from the streamer, transcoding included), the pull's delivered stream id and rung, R_v,
-and sequence numbers of the session's own; a session that follows one on the same delivered
-stream numbers on from it, so the viewer's loss count holds across a bitrate change. Frames of a
-session still being transcoded when it ends are dropped.
-
-**GOP cache** (``gop_cache``, seed 001; what LiveNet's and every CDN's nodes do): the edge
-keeps, per source stream, the frames since its latest I frame as they were transcoded (one
-GOP at most: an I frame starts the cache afresh; frames before the first I frame, and a
-stream whose next I frame does not come within ``gop_cache_frames``, are not kept). A session
-opened by a viewer's first pull gets that GOP at once when it is admitted, scaled to its
-bitrate, so its player can start on the cached I frame instead of waiting for the next one;
-then the live stream. The backlog (the cached GOP and the live frames completed while it
-goes out) is paced at ``gop_burst`` times the session's bitrate, packet by packet, so the
-burst cannot flood a path at once; a live frame completed during it queues behind it, so the
-viewer gets the frames in order. A session that follows one of the same viewer (another
-bitrate or decision on this edge) gets no cache: it has the frames already. What the cache
-cost each session is in ``live_sessions``: the cached frames and bytes sent, and how long
-after its admission its backlog was drained (``caught_up_s``: the burst's duration).
-
-**Compute.** A session costs (R - R_v) * H vCPU (nothing when R_v >= R), and the admitted
-sessions together may use ``vcpu`` (C_m). A session whose cost would exceed what is left is not
-admitted: its pull is refused and counted, and the viewer gets nothing from this edge until a
-later pull finds room. Refusing the newcomer, rather than serving it below the bitrate it asked
-for or slowing every session down, is admission control as a transcoding service does it: the
-sessions already served keep their quality, and the overload stays visible in the table (the
-controller's policy is meant to keep it from happening). A session is admitted at its first
-pull after the stream's bitrate is known; until the first source packet it waits, uncounted.
-
-**Load.** When ``$EDGEBED_CONTROLLER`` names the controller, the edge reports to it every
-``report_period`` (and at once when a ``report_thresholds`` level is crossed:
-:class:`agents.control.LoadReporter`) the bitrates it serves as its load (bit/s, the sum over
-admitted sessions), with the metrics ``sessions``, ``streams`` (source streams seen), ``cpu``
-(the compute used as a fraction of ``vcpu``), ``stream.<id>.silent_s`` (for each stream its
-sessions ask for, seconds since its last packet: a source that stopped) and what the host
-measures, and with ``report_paths`` its paths to those peers as echo probes measure them
-(``path_probes``, one row per round of echoes to a peer).
-
-**Tables.** ``live_sessions``, one row per session: the viewer's address and port, the flow
-its media arrive as (``stream-<delivered stream>``), R_v, when it started (first pull) and
-ended (seconds since the epoch, CLOCK_REALTIME, which every host of a run shares), frames and
-packets sent, and pulls refused. ``sender_lateness`` says per session how late packets left.
-Datagrams on either port that are not what it listens for are counted in ``malformed``.
-
-**Back-source** (``back_source``, seed 004's node servers and their cascades): the edge pulls
-each stream its sessions ask for from the stream's upstream, as a viewer pulls (a
-:data:`~agents.formats.PULL` every ``back_source_interval`` from its source socket to the
-upstream's ``upstream_port``, so the media come back to ``source_port``, under the same stream
-id); the upstream is another edge (a cascade) or a camera host's pull server. It learns the
-upstream from the controller: it subscribes and follows, with the shared
-:class:`agents.follower.DecisionFollower` (no join, no probing), the decision of every flow
-placed on it, whose attributes ``stream`` (the stream id) and ``upstream`` (an address) say
-where that stream comes from; the latest decision heard for a stream wins. It stops pulling a
-stream once no session asks for it, and the upstream's session for it ends a pull timeout
-later, so a cascade nobody watches any more collapses by itself. Every decision followed is a
-row of ``decisions_followed``; the summary's ``back_source`` counts pulls per stream and lists
-each change of upstream. That is passive (``back_source_mode: passive``, seed 001's passive
-transcoding: a transcoder node pulls the stream only while it serves a viewer); with
-``back_source_mode: always`` the edge also pulls stream ``upstream_stream`` from ``upstream``
-at ``upstream_bitrate`` from its start, viewers or not (the always-on transcoder, passive
-transcoding's baseline), until a decision names another upstream for it.
-
-It announces its ports like the viewer (``listening on PORT`` on stderr, the service port
-first) and stops on SIGTERM or SIGINT or after ``duration``.
-"""
+a compute budget."""
 
 from __future__ import annotations
 
@@ -274,7 +185,7 @@ class Transcoded:
 
 
 class GopCache:
-    """Each stream's frames since its latest I frame, in order (see the module's docstring):
+    """Each stream's frames since its latest I frame, in order (docs/schemes/live_edge.md):
     an I frame starts a stream's cache afresh, so it never holds more than one GOP; frames
     before a stream's first I frame are not kept, and a cache reaching ``limit`` frames (its
     next I frame lost) is dropped until the next I frame."""
@@ -527,7 +438,7 @@ class LiveEdge:
 
 class BackSource:
     """Where each stream comes from, as the controller's decisions about the flows placed on
-    this edge say, and the pulls that bring it (see the module's docstring)."""
+    this edge say, and the pulls that bring it (docs/schemes/live_edge.md)."""
 
     def __init__(self, node: str, control: ControlClient, source: socket.socket,
                  port: int, interval: float, standing: dict[int, float] | None = None,

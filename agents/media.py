@@ -1,12 +1,5 @@
 """Media as received: the packets of each stream measured as a flow, and gathered into the
-frames they are fragments of.
-
-:class:`MediaMeter` measures the media packets arriving on one port, per stream
-(:class:`StreamMeter`: the stream's :class:`~agents.common.FlowStats` and a
-:class:`FrameArrival` per frame), for every agent that receives media: the viewer, the edge
-forwarder, the live edge's source input. Tables: ``flows``, ``flow_seconds``, ``frames``
-(one row per frame of each stream received) and ``malformed``.
-"""
+frames they are fragments of."""
 
 from __future__ import annotations
 

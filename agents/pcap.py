@@ -1,22 +1,5 @@
 """Per-flow summaries of the edgebed messages in packet captures (pcap or pcapng, as tcpdump
-writes them in a run's hosts), for ``edgebed pcap summarize``.
-
-Every UDP datagram whose payload is an edgebed message (:func:`agents.protocols.dissect`) or a
-probe packet (:func:`agents.probe.decode`, message "probe") counts towards its flow: the message
-type, source and destination (``IP:port``) and the message's flow key (:data:`FLOW_KEYS`). A flow
-gets its packets, UDP payload bytes and first and last capture times, and where its message has
-one:
-
-* a sequence number (media, danmaku, gift, probe): the lowest and highest seen, the numbers
-  missing in between (``missing``, in ``gaps`` runs) and ``duplicates``;
-* fragments (media frames, ai_data units): the units seen, those with every fragment
-  (``units_complete``), and distinct fragments seen against those the units announce.
-
-The other packets are counted in three rows: "malformed" (UDP payloads that start like an
-edgebed message but are cut short, such as first IP fragments or captures with a short snap
-length: IP fragments are not reassembled), "other udp" and "not udp" (whose bytes are whole
-captured frames rather than UDP payloads).
-"""
+writes them in a run's hosts), for ``edgebed pcap summarize``."""
 
 from __future__ import annotations
 

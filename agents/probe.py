@@ -1,33 +1,4 @@
-"""A UDP probe measuring one-way delay, loss, reordering, duplicates and delay variation.
-
-A :class:`Sender` in one host sends numbered, timestamped datagrams at a fixed rate to a
-:class:`Receiver` in another. All hosts of a run are network namespaces of one machine and share
-``CLOCK_REALTIME``, so the one-way delay of a packet is exactly its kernel receive timestamp
-minus the send time it carries: no clock synchronisation is involved.
-
-Payload (network byte order, ``struct`` format ``!4sIQQ``, 24 bytes, then padding)::
-
-    offset  size  field
-         0     4  magic      b"EBPR"
-         4     4  flow id    u32; a receiver measures one flow and skips other flows' packets
-         8     8  sequence   u64, 0, 1, 2, ... in sending order
-        16     8  send time  u64, ns since the epoch (CLOCK_REALTIME, ``time.time_ns()``),
-                             read just before the datagram is handed to the kernel
-        24     -  zero bytes up to the requested payload size (24 to 65507 bytes)
-
-Command line (each writes a JSON summary to ``--output`` or stdout)::
-
-    python -m agents.probe send --to IP:PORT --rate PPS --count N [--size BYTES] [--flow ID]
-    python -m agents.probe receive --port PORT --duration SECONDS [--expect N] [--flow ID]
-                                   [--records FILE.csv]
-
-The receiver prints ``listening on PORT`` to stderr once its socket is bound, so a sender can
-be started after it without losing the first packets, and on SIGTERM or SIGINT it stops early
-and still writes its summary (runs stop their programs with SIGTERM).
-
-Loss intervals use Wilson's score interval (scipy is not a dependency, so no exact
-Clopper-Pearson interval).
-"""
+"""A UDP probe measuring one-way delay, loss, reordering, duplicates and delay variation."""
 
 from __future__ import annotations
 

@@ -1,15 +1,4 @@
-"""Programs a run starts inside its hosts: workload commands and packet captures.
-
-Every program runs in its host's namespace with ``EDGEBED_RUN=<prefix>`` in its environment
-(so ``edgebed clean`` can find it after a crash), writes its output to the node's log, and is
-the leader of a process group of its own, so that what it starts (the children of
-``sh -c "..."``) is stopped with it: at teardown the whole group gets SIGTERM first (tcpdump
-flushes its file, ping prints its statistics), SIGKILL only after a grace period.
-
-A program that exits non-zero or dies of a signal it was not sent is a *failure*, unless its
-workload says ``may_fail``; :meth:`NodeProcesses.stop_all` reports each program's outcome and
-:func:`failures` picks the failures out, with the tail of the node's log.
-"""
+"""Programs a run starts inside its hosts: workload commands and packet captures."""
 
 from __future__ import annotations
 

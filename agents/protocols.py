@@ -1,21 +1,5 @@
 """Scapy layers for edgebed's messages, generated from the wire-format table in
-:mod:`agents.formats`, for building templates, dissecting captures and fuzzing listeners.
-
-One class per message (:data:`Media`, :data:`Danmaku`, :data:`Gift`, :data:`AiData`,
-:data:`AiNack`, :data:`Request`, :data:`Response`, :data:`Pull`), made by :func:`message_layer`
-from the table: the common bytes (magic, version, type), then the fixed fields (struct
-``I``/``H``/``B``/``Q`` as Scapy's unsigned Int/Short/Byte/Long fields), then the tail:
-
-* danmaku ``text``, ai_data ``data``: bytes, as many as ``text_length`` / ``length`` says;
-* ai_nack ``indexes``: a u16 list of ``count`` entries;
-* media and response: no field, the rest of the datagram dissects as a ``Raw`` layer.
-
-A size field left at None (the default) is computed from its tail when the packet is built.
-
-Edgebed messages are recognised by their magic, not by port, so no layer is bound to UDP:
-:func:`dissect` turns a UDP payload into a layer, and :mod:`agents.pcap` calls it on every UDP
-payload of a capture.
-"""
+:mod:`agents.formats`, for building templates, dissecting captures and fuzzing listeners."""
 
 from __future__ import annotations
 

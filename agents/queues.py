@@ -1,17 +1,6 @@
 """Single-server FIFO queues with exponential service, as the agents that serve requests run
 them (:mod:`agents.request_server`'s one queue, a content node's routing, lookup and response
 queues in :mod:`agents.bloom_cdn_node`, a data center's fetch queue in :mod:`agents.bloom_cdn_dc`).
-
-Service is a schedule, not work: job k arriving at a_k (its kernel receive timestamp) starts at
-``s_k = max(a_k, d_(k-1))`` and departs at ``d_k = s_k + service_k`` (Lindley's recursion), its
-service time drawn from the exponential distribution of the queue's rate. What a departure sends
-leaves at d_k on an absolute deadline (:class:`~agents.common.Pacer`); a departure carried out
-late does not delay the next one, so each queue follows the M/M/1 model whatever the agent's own
-scheduling noise, which shows up only in the pacer's lateness.
-
-:class:`QueueLoop` runs any number of queues beside one socket: it waits for the earliest
-departure or for datagrams, whichever comes first; :func:`serve` is the ``main`` of an agent
-built on it.
 """
 
 from __future__ import annotations

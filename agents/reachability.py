@@ -1,23 +1,4 @@
-"""A reachability check between every pair of roles the scenario connects.
-
-For each unordered pair of roles (a role with itself included when it has two hosts) one host
-pair in the same connected part of the topology is pinged from inside its namespace; all pairs
-run at once. The result says which role pairs really pass traffic in the built network.
-
-The first echo of each pair also pays for ARP (and for a controller's first rules), so it is
-reported apart (``first_rtt_ms``) and the RTT figures are those of the echoes after it.
-
-Each ping runs to a deadline (``-w``) rather than a count alone: with ``-c`` only, ping exits
-two round trips after its last echo, so on a loaded machine a reply held up a little longer
-(a relay's stall) was counted lost. With ``-w`` it exits once as many echoes as asked for were
-answered, or at the deadline, at least REPLY_WAIT_S after the last echo was due: a reply later
-than that is lost, and only a path that really lost one waits that long. Meanwhile ping sends
-on past the count; only the echoes asked for are judged (by sequence number).
-
-A pair whose path has configured loss may lose an echo by design (0.5 % each way loses one of
-four echoes in 4 % of runs), so there a pair passes when any echo came back; elsewhere every
-echo must.
-"""
+"""A reachability check between every pair of roles the scenario connects."""
 
 from __future__ import annotations
 

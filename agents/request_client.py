@@ -1,25 +1,5 @@
 """A request client: sends requests to a server (:mod:`agents.request_server`) as a Poisson
-process and measures how long each takes to be answered.
-
-    python -m agents.request_client --node NAME --out RUN_DIR --params JSON [--seed N]
-
-Request k (``agents.formats.REQUEST``, ids from 0) is due at the k-th point of a Poisson process
-of ``rate`` per second (exponential gaps, seeded by ``--seed``), on absolute deadlines
-(:class:`~agents.common.Pacer`), for ``count`` requests or ``duration``, or until stopped, padded
-to ``request_bytes``; it asks for ``content``, or with ``items`` for one of that many contents
-drawn uniformly. Its response time runs from its send time to the kernel receive timestamp of
-its response, which comes from the server asked or, with ``any_responder``, from any host
-(seed 002's cut-through, where the data center answers the user directly). A request
-whose response has not arrived ``timeout`` after it was sent has timed out; a response arriving
-later is counted as late and otherwise ignored.
-
-Every request gets a row of ``responses``: id, content, response time and response size, both
-empty when it timed out. The summary gives the response times' mean, median, 99th percentile and
-maximum, and the timeouts. Datagrams that are not well-formed responses are counted in
-``malformed``. After the last request the client waits for the answers still outstanding (at
-most ``timeout``), then ends; SIGTERM or SIGINT end it at once, and the requests still
-outstanding then have no row.
-"""
+process and measures how long each takes to be answered."""
 
 from __future__ import annotations
 

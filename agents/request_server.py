@@ -1,25 +1,5 @@
 """A request server with one FIFO queue and exponential service times: an M/M/1 server when its
-clients send Poisson arrivals (:mod:`agents.request_client`).
-
-    python -m agents.request_server --node NAME --out RUN_DIR --params JSON [--seed N]
-
-Requests (``agents.formats.REQUEST``, padding after the header ignored) are served one at a
-time in the order they arrived, each for a service time drawn from the exponential distribution
-of rate ``service_rate`` (seeded by ``--seed``): an :class:`agents.queues.FifoQueue`, a schedule
-whose responses leave at their departure times on absolute deadlines, so the queue follows the
-model whatever the server's own scheduling noise, which shows up only in ``sender_lateness``.
-
-The response (``agents.formats.RESPONSE``: request, server, content, the request's send time,
-the service time) goes back to the address the request came from, padded to the
-``response_bytes`` the request asked for, at most 65000. Each served request gets a row of
-``requests_served``: request id, client address, time queued, time in service. The summary adds
-the arrival rate and the utilisation measured (time in service over the time from the first
-arrival to the last departure). Datagrams that are not well-formed requests are counted in
-``malformed``.
-
-It listens like the viewer (``listening on PORT`` on stderr, ``port: 0`` for any free port) and
-stops on SIGTERM or SIGINT or after ``duration``; requests still queued then are not answered.
-"""
+clients send Poisson arrivals (:mod:`agents.request_client`)."""
 
 from __future__ import annotations
 

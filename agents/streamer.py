@@ -1,39 +1,5 @@
 """A live video stream at one rung of a bitrate ladder: frames in GOPs of one I frame and P
-frames, sized by a statistical model, cut into media packets and paced on absolute deadlines.
-
-    python -m agents.streamer --node NAME --out RUN_DIR --params JSON [--seed N]
-
-Frame sizes follow RFC 8593's statistical model, reduced to what a network sees. Every ``gop``
-frames start with an I frame whose mean size is ``i_to_p`` times a P frame's, so that a GOP's
-mean size is ``bitrate / 8 * gop / fps``::
-
-    P = bitrate / 8 * gop / fps / (i_to_p + gop - 1)        I = i_to_p * P
-
-A frame's size is its mean times a lognormal factor of mean 1 and relative standard deviation
-``noise`` (none when ``noise`` is 0), rounded, and never below a header plus one byte. Sizes count
-UDP payload, media headers included, so the stream's long-run UDP payload rate is ``bitrate``:
-what a viewer's goodput measures.
-
-A frame of S bytes travels in ``ceil(S / payload)`` packets of near-equal size (they differ by
-one byte at most), as RTP packetizers split frames, so no packet is a runt. Frame f is due at
-``start + f / fps``; with ``spread`` (the default, as real pacers do) its packet k of n is due
-``k / (n * fps)`` later, otherwise all its packets are due at the frame time and leave as a
-burst. A late packet does not move the schedule.
-
-A push the receiver refused (``ECONNREFUSED``: an ICMP port unreachable for an earlier packet,
-nobody listening there yet, as when the ingest node's agent starts later than the streamer on
-a busy machine) restarts the GOP: the next frame is an I frame, as an encoder starts with a
-key frame when its push session (re)connects. Without it the stream's first I frame is lost
-at the ingest, and every viewer joining within the first GOP waits up to a GOP for the next
-one (and a node's GOP cache holds nothing to give it). Every refused or failed packet is
-counted in ``send_errors``; the summary's ``gop_restarts`` counts the restarts.
-
-Every packet's lateness goes into
-``sender_lateness``; the summary gives frames, packets, bytes, the achieved bitrate and the
-lateness figures.
-
-:mod:`agents.camera` is this agent with a camera's defaults.
-"""
+frames, sized by a statistical model, cut into media packets and paced on absolute deadlines."""
 
 from __future__ import annotations
 

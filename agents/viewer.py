@@ -1,49 +1,5 @@
 """A viewer: receives media streams on a port and measures them per stream and per frame; sends
-danmaku (chat) and gifts to a chat collector (:mod:`agents.chat_collector`) as Poisson processes.
-
-    python -m agents.viewer --node NAME --out RUN_DIR --params JSON [--seed N]
-
-Each stream (by its stream id) is measured with :class:`~agents.common.FlowStats` from the
-sequence numbers and send times its packets carry: loss from sequence gaps, duplicates,
-reordering, one-way delay (kernel receive timestamp minus send time), RFC 3550 jitter,
-goodput, per-second series (tables ``flows`` and ``flow_seconds``). Each frame gets a row of
-``frames``: its type, rung, fragments, how many distinct fragments arrived, whether it is
-complete, and for a complete frame its delay, from its first fragment's send time to its last
-fragment's arrival. Frames of which nothing arrived have no row; the summary counts them as
-missing. Datagrams that are not well-formed media packets are counted in ``malformed`` and
-skipped.
-
-The socket is announced on stderr as ``listening on PORT`` once bound (``port: 0`` takes any
-free port). The viewer stops on SIGTERM or SIGINT, after ``duration``, or half a second after
-``expect`` distinct packets arrived. Danmaku and gifts carry the viewer's user id and room;
-their send times are Poisson processes of ``danmaku_rate`` and ``gift_rate`` per second, their
-lateness goes to ``sender_lateness``.
-
-**Pull mode** (``pull``, seed 000): the viewer asks for its stream instead of waiting for it.
-It subscribes to the controller named by ``$EDGEBED_CONTROLLER`` and joins ``service`` with its
-preferred bitrate as demand and the ``bitrates`` of the ladder up to it, through a
-:class:`agents.follower.DecisionFollower` (which also probes and confirms candidates when a
-decision ranks some, one after another or, ``parallel_probes``, all at once, an answer later
-than ``probe_timeout`` counting as lost; and writes ``decisions_followed``), hears a decision
-(server and bitrate; no bitrate means the preferred one), and sends a pull
-(:data:`agents.formats.PULL`) for source stream ``pull_stream`` to ``pull`` (the service
-address, which the controller steers to the chosen edge) every ``pull_interval`` from its media
-socket, so the edge's answer comes back to it. A decision the controller pushes later (a new
-period: another server, another bitrate) changes what it pulls at once. Without ``service`` or
-without a controller it pulls at its preferred bitrate. Each decision's media arrive under a
-stream id of their own, the decision's number (1, 2, ...), so each is measured as a flow of its
-own (``stream-<number>``: its goodput, delay and loss are that decision's). Every decision is a
-row of ``live_decisions``: when it was heard (seconds since the epoch, CLOCK_REALTIME, as the
-controller's ``decisions``), the server and bitrate, whether the server changed (migrated), and
-its flow. A decision that changes neither server nor bitrate is not a new one. When the
-viewer's session ends on its own (``duration`` or ``expect``) it leaves the service
-(:meth:`agents.follower.DecisionFollower.leave`), so the controller releases its placement;
-stopped by a signal (the run ending) it does not. The summary's ``pull.followed`` says when the
-leave was acknowledged (``left_s``) or why not.
-
-Its input is measured by :class:`agents.media.MediaMeter`, shared with the edge forwarder and
-the live edge.
-"""
+danmaku (chat) and gifts to a chat collector (:mod:`agents.chat_collector`) as Poisson processes."""
 
 from __future__ import annotations
 

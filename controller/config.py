@@ -1,13 +1,5 @@
 """What a run's controller process is told: :class:`ControllerConfig`, the one contract between
-the runner that writes it and the app that reads it.
-
-The runner builds it from the validated scenario and :class:`controller.launcher.ControllerProcess`
-writes it as ``config.json`` in the controller's directory; the app reads it back with
-:meth:`ControllerConfig.read`. Both sides use this model, so a field renamed or mistyped on one
-side fails when the file is written or read, not as a ``KeyError`` deep in the app. The policy
-and its parameters are checked against the policy's own ``Params`` model here too, so a
-config written by hand (or by an older runner) is refused before the controller starts.
-"""
+the runner that writes it and the app that reads it."""
 
 from __future__ import annotations
 
@@ -37,7 +29,7 @@ class ControlEndpoint(BaseModel):
 
 
 class ControllerConfig(BaseModel):
-    """One controller process's configuration (see the module docstring)."""
+    """One controller process's configuration (docs/concepts/internals.md)."""
 
     model_config = ConfigDict(extra="forbid")
 

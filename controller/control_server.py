@@ -1,34 +1,4 @@
-"""The controller's side of the control protocol: one thread serving already-bound UDP sockets.
-
-The controller app binds the sockets (one on the management network, inside the controller's
-namespace, and one on 127.0.0.1) and hands them over with a handler, which gets every valid
-host-to-controller message together with a ``reply`` callable and the sender's address::
-
-    def handle(message, reply, source):
-        if message.type == "join":
-            reply(protocol.Decision(id=message.id, ...))
-
-    server = ControlServer([management, loopback], handle).start()
-    ...
-    server.push(subscriber, protocol.Decision(id=0, ...))
-    server.stop()
-
-``reply`` and ``push`` may be called from any thread, later as well as during the call (a
-controller that decides in periodic rounds answers then). What the server does on its own:
-
-* It answers nothing that is not a JSON object, and an invalid JSON object with ``error``
-  (at most ERROR_RATE a second per source host, bursts of ERROR_BURST): garbage never makes it
-  send more than it got. Datagrams over protocol.MAX_DATAGRAM are dropped without parsing.
-* A request retransmitted with the same id and content from the same address gets the replies
-  the first copy got, or nothing while they are still to come; the handler sees it once, so a
-  host whose reply was lost on an impaired path cannot join twice. ``query`` is read-only and
-  is handled every time.
-* A handler that raises is logged with its traceback and answered with ``error``; the server
-  goes on.
-
-Counters (:meth:`ControlServer.counters`) and the last few malformed datagrams' reasons
-(:attr:`ControlServer.recent_malformed`) are for the controller's log and run summary.
-"""
+"""The controller's side of the control protocol: one thread serving already-bound UDP sockets."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
 """The controller's logic without OpenFlow: it keeps the network's state, asks the policy for
-decisions, and says what every switch should hold.
-
-:class:`ControllerCore` is what the os-ken app (:mod:`controller.app`) adapts and what unit
-tests drive directly: switch events and control-protocol messages go in, desired switch states
-(:class:`controller.rules.SwitchRules`) and decisions come out. It is not thread-safe; the app
-serialises calls.
-"""
+decisions, and says what every switch should hold."""
 
 from __future__ import annotations
 

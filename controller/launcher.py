@@ -1,15 +1,4 @@
-"""Starting, stopping and killing the controller process of a run, and its entry point.
-
-``python -m controller --config FILE`` runs :mod:`controller.app` with os-ken's
-``AppManager.run_apps`` (os-ken 4.x has no manager command; Neutron launches its apps the same
-way), OpenFlow on ``127.0.0.1`` at the configured port. Under Ryu the same app loads with
-``EDGEBED_CONTROLLER_CONFIG=FILE ryu-manager --ofp-tcp-listen-port PORT controller/app.py``.
-
-:class:`ControllerProcess` is what the runner uses: it writes the configuration, starts the
-process with the run's prefix in its environment, waits until every switch is connected and
-holds its rules, and stops it (SIGTERM: the app saves its state) or kills it (SIGKILL: a crash,
-for failure tests).
-"""
+"""Starting, stopping and killing the controller process of a run, and its entry point."""
 
 from __future__ import annotations
 

@@ -1,12 +1,4 @@
-"""Sockets in another network namespace, for a process that lives in the root one.
-
-The controller process stays in the root namespace (the switches reach it on loopback) but its
-control protocol must listen on the management network, which lives in a namespace of its own
-so that every run can use the same management addresses. A socket keeps the namespace it was
-created in, so the controller enters the management namespace just long enough to create and
-bind it. ``setns`` changes only the calling thread's namespace; the thread returns to its own
-at once.
-"""
+"""Sockets in another network namespace, for a process that lives in the root one."""
 
 from __future__ import annotations
 

@@ -1,21 +1,4 @@
-"""The policy interface: what a scheduling policy is given and what it decides.
-
-A policy is plain Python. It imports nothing from os-ken, Ryu or Mininet, so the same policy
-object runs in unit tests, in model-level simulations and inside the live controller, where
-the controller app (:mod:`controller.app`) turns its decisions into OpenFlow rules.
-
-State in: the network (a graph of nodes with one-way link delays), the servers of each service
-with their capacities and last reported loads, the recent load reports of every server (with
-the times they arrived), the clients, the flows already placed and the
-requests waiting for a decision. Decisions out: for each request the server it goes to (or a
-rejection) with its :class:`Terms` (the bitrate to serve it at, ranked candidates to probe, a
-via chain of relays, attributes), an explicit path when the default shortest path will not do,
-and migrations of flows already placed.
-
-Units are the scenario's: capacity, load and demand are in the same unit per service (bits
-per second for streams, requests per second for request/response services, or whatever the
-scenario says); delays are in seconds.
-"""
+"""The policy interface: what a scheduling policy is given and what it decides."""
 
 from __future__ import annotations
 

@@ -1,22 +1,4 @@
-"""The flow rules and groups each switch should hold, computed from a :class:`NetworkView`.
-
-Rules here are plain data: OpenFlow 1.3 semantics without an OpenFlow library, so they can be
-computed, compared and tested anywhere; :mod:`controller.openflow` turns them into messages.
-
-Pipeline, the same on every switch:
-
-* table 0 (classify): ARP goes to the controller, which answers for every host and service
-  address (proxy ARP: no broadcast ever floods the network); IPv6 and LLDP are dropped (hosts
-  solicit routers on their own; edgebed's networks are IPv4); a packet of a placed service
-  flow has its addresses rewritten (client side: service address -> server; server side:
-  server -> service address) and continues to table 1; a packet to a service address that no
-  flow rule knows yet goes to the controller, which places the flow; anything else goes on to
-  table 1.
-* table 1 (forward): explicit per-flow paths first, then one rule per destination host MAC:
-  out of the port on the shortest path (one-way delay, then hops), through a fast-failover
-  group when the switch has a loop-free alternate next hop (RFC 5286: the neighbour's own
-  shortest path to the destination does not come back through this switch).
-"""
+"""The flow rules and groups each switch should hold, computed from a :class:`NetworkView`."""
 
 from __future__ import annotations
 

@@ -1,16 +1,6 @@
 """The ``ryu`` package as os-ken, for users' apps written against Ryu (``from ryu.base import
 app_manager``, ``app_manager.RyuApp``, ``ryu.ofproto.ofproto_v1_3`` ...) to run unmodified in
-the controller process, where Ryu itself no longer installs (Python 3.10+).
-
-:func:`install` adds an import hook that answers ``ryu`` and every ``ryu.X`` with os-ken's
-``os_ken.X`` (the same module object, so ``ryu.controller.ofp_event`` and
-``os_ken.controller.ofp_event`` events are one class and edgebed's app and a user's app share
-them), and names ``RyuApp`` in ``app_manager`` (os-ken calls it ``OSKenApp``). It is installed
-in the controller process only. What os-ken lacks of Ryu: the sample apps of ``ryu.app``
-(``simple_switch_13``, ``ofctl_rest``, ``rest_*``, ``ryu.app.wsgi``), ``ryu.cmd``
-(``ryu-manager``) and ``ryu.services.protocols.bgp``'s application; an app importing one of them
-fails with the module named.
-"""
+the controller process, where Ryu itself no longer installs (Python 3.10+)."""
 
 from __future__ import annotations
 

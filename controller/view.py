@@ -1,10 +1,4 @@
-"""What the controller knows of the network: the scenario's static topology, handed over as data.
-
-The controller does not discover the topology (no LLDP): the runner writes a
-:class:`NetworkView` from the resolved scenario into the controller's configuration, and the
-controller only learns from the switches which ports are up. A view is plain data, JSON both
-ways, so the same view drives unit tests, simulations and the live controller.
-"""
+"""What the controller knows of the network: the scenario's static topology, handed over as data."""
 
 from __future__ import annotations
 

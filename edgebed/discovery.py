@@ -1,12 +1,4 @@
-"""Finding a layer's entries by convention: the modules of a package, each declaring its own.
-
-Every layer that a scheme adds to (policies under ``controller/policies/``, experiment kinds
-under ``experiments/kinds/``, agents under ``agents/``) lists its entries by scanning its package
-here instead of keeping a registry, so adding a scheme adds files and edits none. The scan reads
-the package's ``__path__`` (as the import system does), so a directory appended to it, by a plugin
-or a test, is scanned too. It lives in ``topologies`` because every other layer already imports
-this one, and it imports nothing of the project's.
-"""
+"""Finding a layer's entries by convention: the modules of a package, each declaring its own."""
 
 from __future__ import annotations
 

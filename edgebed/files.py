@@ -1,12 +1,4 @@
-"""Writing result files whole or not at all, for every layer.
-
-A run's summary, an experiment's results and report, a controller's status: each is read by
-someone else (the runner, a report, a restarted controller, a user's script) who must never see
-half a file, even when the writer is killed in the middle. The one way to write such a file is
-here: into a temporary file in the same directory (so the rename stays on one file system),
-flushed to disk, then renamed over the target, which POSIX makes atomic. It lives in the lowest
-layer so that agents, the controller and experiments all use it.
-"""
+"""Writing result files whole or not at all, for every layer."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""Quantities written the way people write them: ``20ms``, ``1.5%``, ``50Mbps``, ``64KiB``.
-
-Each parser takes the scenario's text (or a bare number, read in the quantity's base unit) and
-returns a float in SI base units: seconds, bits per second, a fraction in [0, 1], bytes.
-A tiny regex table is enough here; a units library such as pint would drag in a registry
-for four quantities and still need our spellings (``Mbps``) added by hand.
-"""
+"""Quantities written the way people write them: ``20ms``, ``1.5%``, ``50Mbps``, ``64KiB``."""
 
 from __future__ import annotations
 

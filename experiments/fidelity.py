@@ -1,13 +1,4 @@
-"""A measured line path for impairment fidelity: v1 - s1 - s2 - e1 on a real Mininet network.
-
-Link 0 (v1:eth1 - s1:eth1) is host-switch, link 1 (s1:eth2 - s2:eth2) switch-switch; traffic
-from v1 to e1 crosses both in their forward direction. :data:`DIRECT` is the same two hosts
-wired to each other, link 0 alone and no switch: what the relay does apart from Open vSwitch.
-:class:`FidelityPath` builds either with a chosen impairment backend, changes impairments at run time through
-:class:`~topologies.impairments.control.LinkControl`, and measures with the UDP probe
-(kernel receive timestamps, so one-way delay is exact) and iperf3 (TCP goodput).
-Used by the fidelity tests and ``benchmarks/impairment.py``.
-"""
+"""A measured line path for impairment fidelity: v1 - s1 - s2 - e1 on a real Mininet network."""
 
 from __future__ import annotations
 

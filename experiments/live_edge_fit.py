@@ -1,40 +1,4 @@
-"""Seed 000's unknowns fitted to the paper's own figures, and the report on both reconstructions.
-
-``python -m experiments.live_edge_fit`` (about a quarter of an hour on two cores) does three
-things, each on instances of its own:
-
-1. **Fit.** A seeded search (Optuna's TPE sampler, multivariate) over
-   :data:`~controller.policies.live_edge.reconstructions.UNKNOWNS` for the point whose
-   figures come closest to the paper's. The figures are the ``paper:`` entries of
-   ``experiments/live_edge-model.yaml`` (each a claim of ``experiments/kinds/live_edge.py``
-   with the sentence it comes from), measured exactly as that experiment's report measures
-   them, on the sweeps they cite, with the paper's Table 3 parameters, on **fit instances**:
-   root seed :data:`FIT_INSTANCE_SEED` (the reported ones use 2023) and a few repetitions
-   per value. The first trial is the spec's reconstruction. The best point is written to
-   ``controller/policies/live_edge/fitted.json`` (the ``fitted`` reconstruction) with how it
-   was found; every trial goes to ``reports/live_edge-fit/trials.csv``.
-2. **Report instances.** ``experiments/live_edge-model.yaml`` (the spec's reconstruction) and
-   ``experiments/live_edge-fitted.yaml`` (the fitted one, plus a sweep of every unknown around
-   it) run through the ordinary sweep runner into their own reports (seed 2023, 20
-   repetitions; resumable like ``edgebed experiment``).
-3. **Report.** ``reports/live_edge-fit/report.md``: the paper's figures with their sentences,
-   the unknowns with their ranges and both reconstructions' values, the fit's budget and
-   distance, every figure for both reconstructions on the report instances (met or not, by how
-   much), and how the ordering of mean QoE moves with each unknown.
-
-**QoE** in every figure is the mean per viewer watching, a viewer nothing fits counting 0 (the
-paper's Algorithm 1, line 11: "if no R_v satisfies the constraints, QoE = 0"), not the mean
-over the served viewers, which favours an allocator serving few viewers well.
-
-**The distance.** For each figure the paper gives a number p or a range [lo, hi]; ours x misses
-it by ``max(lo - x, x - hi, 0) / tol``, where ``tol`` is 5 percentage points for a relative
-figure, 10 ms for a latency, 0.05 for a share, or a quarter of |p| if larger (a range gets
-the floor alone). A figure is **met** when it misses by at most 1 (ours within one tolerance).
-The distance is the mean over the figures of the squared misses, each capped at 100 (a NaN
-counts 100), plus 10 for each policy whose mean QoE beats LUA's at the paper's Table 3 point
-(100 viewers, 6 servers): the paper's headline, LUA first, is a constraint, not one figure
-among many. ``--report-only`` skips step 1 (the fitted reconstruction already saved).
-"""
+"""Seed 000's unknowns fitted to the paper's own figures, and the report on both reconstructions."""
 
 from __future__ import annotations
 
@@ -137,7 +101,7 @@ def ahead_of_lua(cells: pd.DataFrame) -> list[str]:
 
 
 def distance(found: Mapping[str, Figure], cells: pd.DataFrame) -> float:
-    """The fit's distance (module docstring)."""
+    """The fit's distance (docs/schemes/live_edge.md, The fit)."""
     misses = [MISS_CAP if math.isnan(f.miss) else min(f.miss ** 2, MISS_CAP)
               for f in found.values()]
     return float(np.mean(misses)) + LUA_FIRST_PENALTY * len(ahead_of_lua(cells))
@@ -426,7 +390,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m experiments.live_edge_fit",
         description="Fit seed 000's unknowns to the paper's figures and report both "
-                    "reconstructions (see the module docstring).")
+                    "reconstructions (docs/schemes/live_edge.md).")
     parser.add_argument("--trials", type=int, default=TRIALS)
     parser.add_argument("--seed", type=int, default=OPTIMISER_SEED, help="the optimiser's")
     parser.add_argument("--instance-seed", type=int, default=FIT_INSTANCE_SEED,

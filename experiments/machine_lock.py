@@ -1,13 +1,4 @@
-"""One run at a time on a machine, unless runs say they may share it.
-
-Runs share the machine's one ``ovs-vswitchd`` and its CPUs: a second run's bring-up or teardown
-stalls the first one's datapath for seconds (measured: fast-failover gaps of 2 s instead of
-10-17 ms, an uncut stream silent for 127 ms), and nothing in the disturbed run would show it.
-So every run holds :data:`LOCK_PATH` with ``flock``: exclusively by default (a second run waits,
-saying for whom, or with ``wait=False`` is refused), shared with ``concurrent=True`` (runs side
-by side on purpose share the lock with each other and still exclude an exclusive run).
-The kernel drops the lock when the runner exits, however it exits.
-"""
+"""One run at a time on a machine, unless runs say they may share it."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
 """What a run measured, gathered after it: the agents' tables merged, and whether the machine
-kept up (the fidelity monitor).
-
-Agents write ``records/<table>/<node>-<agent>.csv``; :func:`merge_tables` concatenates each
-table into ``tables/<table>.csv``. :class:`CpuMonitor` samples the machine's CPU once a second
-during the run. :func:`fidelity` flags a run whose senders fell behind their schedules, whose
-CPU saturated or whose links lost frames the scenario did not ask for (emulator-made loss), so
-nobody publishes a result the machine could not honour.
-"""
+kept up (the fidelity monitor)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,5 @@
 """The Mininet CLI of ``edgebed run --cli``, with edgebed's own commands added the way Mininet
-extends its CLI (``do_<name>`` methods of a :class:`mininet.cli.CLI` subclass):
-
-* ``links``: every link, whether it is up, how it is impaired and what is applied now;
-* ``impair LINK key=value ...``: change a link's impairment live, through the same
-  :class:`~topologies.impairments.control.LinkControl` and the same pydantic
-  :class:`~topologies.model.Impairment` checks as a scenario's ``schedule``;
-* ``placements``: the controller's placed flows and its servers' loads, asked over the run's
-  control protocol (what any operator tool sees; nothing reaches into the controller).
-
-A command that fails prints why and changes nothing; the CLI goes on.
-"""
+extends its CLI (``do_<name>`` methods of a :class:`mininet.cli.CLI` subclass):"""
 
 from __future__ import annotations
 

@@ -1,16 +1,5 @@
 """What a viewer would have seen: a player's playout of the frames that arrived, for any
-scheme's runs (the ``frames`` table every agent metering media writes, agents.media).
-
-The player starts on the first I frame that arrived whole (the first it can decode), shows
-it ``buffer_s`` after it arrived, and then frame n at ``1 / fps`` per frame number after it.
-A stall is the buffer running dry: at the slot after the last frame shown, the next frame
-that arrived whole (the one due, or a later one when that never came) is not there yet.
-Playback stops until it arrives (the stall's duration), shows it at once, skipping the frames
-that never came, and runs on from it: a frame later than its playout deadline. Frames that
-never arrive whole while later ones are already buffered are skipped without a stall (a
-glitch the player conceals; the stream's loss, counted elsewhere). Startup is from the
-viewer's request for the stream to its first frame shown.
-"""
+scheme's runs (the ``frames`` table every agent metering media writes, agents.media)."""
 
 from __future__ import annotations
 

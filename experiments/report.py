@@ -1,18 +1,5 @@
 """The report of an experiment, from its ``results.csv``: ``summary.csv``, plots and
-``report.md``.
-
-Only the rows of the experiment's current cells count (a row of a cell run under other
-parameters, or of a fuller run than a ``--quick`` one, is left out and counted). A cell's
-metrics are first averaged over its periods, so the repetitions are the independent samples:
-``summary.csv`` has, per sweep, value, policy and metric, their count, mean, standard deviation
-and the half-width of the 95% Student-t confidence interval of the mean. The plots (one per
-sweep and plotted metric, PNG and SVG, under ``plots/``) draw one line per policy with those
-intervals as error bars (or, for a metric the kind gives a model line for, the model's mean as
-the line and the measured means as points), and a kind may add figures over time of runs of its
-own (its ``figures``); they are drawn with matplotlib's Figure API, which renders with Agg
-and needs no display. ``report.md`` says what was run, compares the kind's claims with the
-paper's numbers the file cites, and tabulates every plotted metric.
-"""
+``report.md``."""
 
 from __future__ import annotations
 

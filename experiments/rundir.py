@@ -1,18 +1,4 @@
-"""The run directory: ``runs/<scenario>-<UTC timestamp>/`` and the files every run leaves.
-
-Layout::
-
-    scenario.yaml      the scenario as resolved (defaults and inheritance written out)
-    manifest.json      versions, kernel capabilities, backends, seed, start/end, status
-    summary.json       what the run measured (written last; absent if the run died)
-    runner.log         the runner's own log (Mininet's included)
-    logs/<node>.log    per node: addresses and routes, agent output; switches: ports and flows
-    pcap/<node>-<interface>.pcap   captures asked for in the scenario
-
-Every file is written atomically (:func:`edgebed.files.atomic_write`), so a reader never sees half a
-file. ``manifest.json`` says ``"status": "running"`` until the run ends; a run that died
-without ending is marked ``"incomplete"`` by ``edgebed clean``.
-"""
+"""The run directory: ``runs/<scenario>-<UTC timestamp>/`` and the files every run leaves."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
 """One run of a scenario: build the network, start what the scenario asks for, run for its
-duration (or hand over to the Mininet CLI), tear everything down, and leave a complete record.
-
-Teardown runs on a normal end, on Ctrl-C, on SIGTERM/SIGHUP and on any exception, with further
-signals ignored until it is done; anything Mininet's own stop misses is removed by prefix.
-If the runner itself is killed (SIGKILL), the registry entry it leaves lets ``edgebed clean``
-finish the job.
-"""
+duration (or hand over to the Mininet CLI), tear everything down, and leave a complete record."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""Finding and removing what a run left behind, strictly by its prefix.
-
-Everything here selects by the names of :mod:`topologies.naming`: OVS bridges and root-namespace
-links whose names carry a run prefix, and processes whose environment holds
-``EDGEBED_RUN=<prefix>``. Nothing is selected by a broad pattern (no ``mn -c``, no ``pkill -f``,
-no "delete every bridge").
-"""
+"""Finding and removing what a run left behind, strictly by its prefix."""
 
 from __future__ import annotations
 

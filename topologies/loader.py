@@ -1,16 +1,4 @@
-"""Reading a scenario file into plain data while remembering where every value was written.
-
-The loader is PyYAML's safe loader with four additions a scenario needs:
-
-* ``${VAR}``, ``${VAR:=default}`` and ``${VAR:-default}`` are expanded in every scalar before
-  its type is resolved, so ``count: ${N:=3}`` is the integer 3;
-* a key written twice in one mapping is an error, not a silent overwrite;
-* hostile input is refused early: files over :data:`MAX_FILE_BYTES`, more than
-  :data:`MAX_ALIASES` aliases, or a document that would expand past :data:`MAX_NODES`
-  values (the "billion laughs" shape);
-* every value's position is kept in a :class:`SourceMap` keyed by its path
-  (``("topology", "nodes", "v1", "kind")``) so later checks can point at file, line and column.
-"""
+"""Reading a scenario file into plain data while remembering where every value was written."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""The scenario file's schema: what may be written, in which unit, with which bounds.
-
-These pydantic models check one value at a time (shape, type, unit, range) and generate the
-published JSON Schema. Checks that need the whole document (references between nodes, links
-and kinds, inheritance, uniqueness) live in :mod:`topologies.scenario`, which turns a valid
-document into the resolved model the network is built from.
-"""
+"""The scenario file's schema: what may be written, in which unit, with which bounds."""
 
 from __future__ import annotations
 

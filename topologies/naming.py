@@ -1,22 +1,4 @@
-"""Names of the kernel and OVS objects one run creates, every one starting with the run's prefix.
-
-A prefix is ``eb`` and four hex digits (``eb3fa1``). Objects in the root namespace must carry it
-so that teardown and ``edgebed clean`` can find exactly what a run made and nothing else:
-
-* OVS bridge of the switch at index *i*: ``<prefix>s<i>`` (the switch's scenario name stays in
-  the bridge's ``external_ids:edgebed-name``);
-* switch port with OpenFlow number *p*: ``<prefix>s<i>p<p>``;
-* management network (with a controller): Linux bridge ``<prefix>m``, the root ends of the
-  hosts' management links ``<prefix>m<j>``, and the controller's namespace, Mininet node
-  ``<prefix>c``;
-* wire namespace spliced into link *k* (impairment fallback): Mininet node ``<prefix>w<k>``,
-  its interfaces ``wa``/``wb`` live inside it;
-* processes carry ``EDGEBED_RUN=<prefix>`` in their environment (inherited by everything a
-  node starts).
-
-Host interfaces live inside the host's own namespace and keep their scenario names (``eth1``);
-they vanish with the namespace.
-"""
+"""Names of the kernel and OVS objects one run creates, every one starting with the run's prefix."""
 
 from __future__ import annotations
 

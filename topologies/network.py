@@ -1,10 +1,4 @@
-"""A live Mininet network built from a resolved :class:`~topologies.scenario.Scenario`.
-
-:class:`ScenarioNetwork` owns everything it creates: hosts (Mininet namespaces), OVS bridges with
-explicit datapath ids, veth links named per :mod:`topologies.naming`. It starts them, changes
-link state at run time and stops them; :func:`topologies.cleanup.remove_run_objects` is the
-backstop for anything a crash left behind.
-"""
+"""A live Mininet network built from a resolved :class:`~topologies.scenario.Scenario`."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""What the scenario checks need from the layers above: the agents' and the policies' catalogues.
-
-A scenario's format is this layer's, but a workload entry's ``params`` belong to its agent and
-``controller.policy_params`` to its policy, both defined in layers that import this one. Those
-layers hand their catalogues down as a :class:`Plugins` value; the top layer wires it once
-(``experiments.scenarios``) and every entry point loads scenarios through that.
-"""
+"""What the scenario checks need from the layers above: the agents' and the policies' catalogues."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""A scenario file turned into the resolved model the network is built from.
-
-:func:`load` reads the file (:mod:`topologies.loader`), checks each value against the schema
-(:mod:`topologies.model`), then checks the document as a whole: it expands node ranges,
-applies inheritance (defaults < kind < group < node), resolves every reference, assigns
-addresses, datapath ids and OpenFlow port numbers, and collects *every* problem before raising
-:class:`~topologies.problems.ScenarioInvalid`. Nothing here touches the system.
-"""
+"""A scenario file turned into the resolved model the network is built from."""
 
 from __future__ import annotations
 

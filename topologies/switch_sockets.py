@@ -1,15 +1,7 @@
-"""The userspace switch's receive sockets: ovs-vswitchd reads each port of the userspace
-datapath through a packet socket of its own (netdev-linux), which gets the kernel's default
-receive buffer (``net.core.rmem_default``, 212 992 bytes: about 90 frames of 1 200 bytes at the
-2.3 kB each costs the socket). A burst that arrives while ovs-vswitchd is not scheduled -- a
-relay catching up after a stall releases hundreds of frames at once -- overflows it and the
-kernel drops them: on a loaded machine one port lost 140 of 2 887 frames that way.
-
-Raising the machine's default would change every socket on it. A run enlarges only its own
-ports' sockets instead: it takes a duplicate of ovs-vswitchd's descriptor (``pidfd_getfd``,
-Linux 5.6; a receive buffer belongs to the socket, not to the descriptor) and sets
-``SO_RCVBUFFORCE`` on it. What still overflows is counted where it happens
-(:mod:`topologies.impairments.drops`, cause ``switch``). The kernel datapath has no such sockets.
+"""The userspace switch's receive sockets enlarged: each port of the userspace datapath is a
+packet socket of ovs-vswitchd with the kernel's default receive buffer, which a burst
+overflows; a run raises only its own ports' buffers, through a duplicate of ovs-vswitchd's
+descriptor (``pidfd_getfd``). The kernel datapath has no such sockets.
 """
 
 from __future__ import annotations

@@ -1,13 +1,4 @@
-"""The scheduling policies a scenario can select by name, and what their parameters look like.
-
-A policy is a class with a ``name``, a ``Params`` model (a subclass of
-:class:`controller.policy.PolicyParams`; unknown keys are errors) and a constructor taking
-validated ``Params``; the host labels it reads are its ``ClientLabels`` and ``ServerLabels``
-(subclasses of :class:`controller.policy.PolicyLabels`). Policies are found by convention, not registered: every module or package
-directly in ``controller/policies/`` (a scheme's ``controller/policies/<slug>/``) that exposes
-``POLICIES``, an iterable of policy classes, contributes them. The scenario checks validate
-``params:`` with :func:`params_model`; the controller builds the policy with :func:`create`.
-"""
+"""The scheduling policies a scenario can select by name, and what their parameters look like."""
 
 from __future__ import annotations
 

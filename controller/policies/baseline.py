@@ -1,16 +1,4 @@
-"""The baseline scheduling policies: round robin and least loaded.
-
-Both take the requests in order and put each on one server of its service that it fits on (the
-server's load plus the request's demand within the server's capacity), rejecting it when none
-does; they differ in which fitting server they pick, and only least loaded migrates. Neither
-chooses a bitrate or a path: the controller uses the default shortest path.
-
-Both can hand the client ``candidates`` to probe (param ``candidates``: that many fitting
-servers, the pick first, then the others in the order the policy would pick them) and put a
-``via`` chain of relays on a flow from its request's or client's ``via`` label (host names, a
-list or comma-separated), for schemes and tests where clients choose among servers by what
-they measure or flows go through relays.
-"""
+"""The baseline scheduling policies: round robin and least loaded."""
 
 from __future__ import annotations
 

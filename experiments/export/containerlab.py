@@ -1,29 +1,4 @@
-"""A scenario as a containerlab topology file, for labs that outgrow one machine.
-
-What maps, and how:
-
-* every host is a ``linux`` container of the edgebed image (``docker/agents.Dockerfile``); its
-  interfaces keep their scenario names, addresses and MACs (extended ``veth`` links carry them
-  per endpoint), and its workload becomes post-deploy ``exec`` commands that start the same
-  agent command lines ``edgebed run`` starts (same parameters, same seeds), delayed by the
-  entry's ``start`` and stopped at the scenario's duration;
-* every switch is an ``ovs-bridge`` node: edgebed's controller speaks OpenFlow 1.3 to Open
-  vSwitch and relies on the switches' port numbers, which a Linux ``bridge`` node has neither
-  of. containerlab does not create bridges, so the export lists the ``ovs-vsctl`` commands
-  that do (datapath id, fail mode, OpenFlow 1.3) to run on the host before deploying;
-* the controller (``controller.app: edgebed``) is a container on containerlab's management
-  network (``mgmt``, the scenario's ``management_subnet``): the OVS bridges connect to it over
-  TCP, the agents reach its control protocol there, as on edgebed's own management network;
-* impairments: containerlab's schema has no impairment fields (its netem support is the
-  ``containerlab tools netem set`` command, which changes one container interface by hand),
-  so each direction's impairment is the same tc commands edgebed's netem backend runs
-  (:mod:`topologies.impairments.tc`), on the sending end's egress: a container end in its
-  ``exec``, a switch end (an interface in the host namespace) as a host command of the
-  ``configure`` stage, once every node's links exist.
-
-What does not map is returned in :attr:`ContainerlabExport.unmapped` and written in the file's
-header.
-"""
+"""A scenario as a containerlab topology file, for labs that outgrow one machine."""
 
 from __future__ import annotations
 

@@ -1,26 +1,7 @@
 """Where an experiment's cells run: in this process, on a pool of worker processes on this
 machine, or on a Dask cluster. One interface, :class:`Executor`: it takes the cells and gives
 back each cell with its rows as it finishes; the runner (:mod:`.runner`), in this process
-only, writes them into ``results.csv``.
-
-The pool and the cluster are both Dask distributed (https://distributed.dask.org), chosen over
-Ray and over a pool of our own because it is maintained, its workers are plain Python processes
-that one command starts on any machine holding this checkout and venv (``dask worker
-ADDRESS``), ``distributed.LocalCluster`` runs the very same scheduler and workers on one
-machine (the local pool, and the tests), and its scheduler reruns elsewhere the tasks of a
-worker that was lost. A lost worker's cells may so arrive twice; the runner writes a cell once.
-Ray would serve as well for a bag of independent tasks but brings more runtime (an object
-store and a raylet per node) than this needs.
-
-Emulated cells (:attr:`~experiments.sweeps.kinds.Kind.emulated`) each need a machine of their
-own: its one ``ovs-vswitchd``, its machine lock (``edgebed run`` waits for it anyway; running
-two would only have one worker wait). On a cluster their tasks ask for one unit of the worker
-resource :data:`MACHINE`, which each machine's worker declares once (``dask worker ADDRESS
---nworkers 1 --resources machine=1``), so a machine runs one at a time; without a cluster they
-run in this process one after another (:class:`Serial`, the serial lane), whatever
-``--workers`` says. Model-level cells go in batches (:func:`batches`) so a task outweighs its
-scheduling.
-"""
+only, writes them into ``results.csv``."""
 
 from __future__ import annotations
 

@@ -1,32 +1,4 @@
-"""An experiment file turned into the cells to run.
-
-The file is YAML read by the scenario loader (so ``${VAR}`` works and every value keeps its
-line and column), checked against :class:`ExperimentDocument`, then against its kind: the
-policies, the varied parameters, every cell's parameters and the ``paper:`` citations. Every
-problem is collected and raised together as :class:`~topologies.problems.ScenarioInvalid`,
-each pointing at file, line, column and field, as for scenario files::
-
-    name: live_edge-model          # names the output directory, reports/<name>/
-    kind: live_edge_model          # what one cell runs: a kind of experiments/kinds/
-    seed: 2023                     # with sweep, value and repetition, derives each cell's seed
-    repetitions: 20                # instances per value; every policy sees the same ones
-    policies: [lua, df, mhcp]      # compared in every sweep unless the sweep says otherwise
-    base: {viewers: 100}           # parameters every cell starts from (kind defaults below)
-    sweeps:
-      - name: viewers              # one plot per metric, one table per metric in the report
-        vary: viewers              # the parameter it varies ...
-        values: [50, 75, 100]      # ... over these values
-        policies: [lua, optimal]   # optional: instead of the experiment's
-        base: {servers: 2}         # optional: parameters for this sweep only
-        periods: 5                 # optional: shorthand for base: {periods: 5}
-        paired: true               # optional: every value on the same instances
-    paper:                         # optional: the paper's numbers, printed beside ours
-      qoe_lua_over_df: {sweep: viewers, value: 19}   # a claim the kind defines, in its unit
-
-The cells are sweep x value x policy x repetition; the repetition's seed depends only on
-(seed, sweep, value, repetition), so the policies are compared on the same instances (and, in
-a ``paired`` sweep, the values too: the seed leaves the value out).
-"""
+"""An experiment file turned into the cells to run."""
 
 from __future__ import annotations
 

@@ -1,14 +1,5 @@
 """What a kind of experiment is: the contract between the sweep runner and the code that runs
-one cell.
-
-A kind has a parameters model (a pydantic model; unknown keys are errors), the policies it can
-compare, a function running one :class:`Cell` and returning one row of metrics per period,
-the metrics those rows hold, and what the report should make of them. A scheme adds kinds by
-listing them in ``KINDS`` of its module ``experiments/kinds/<slug>.py`` (found by
-:func:`experiments.kinds.registered`); for an emulated kind (one
-``edgebed run`` of a scenario per cell, its ``${VAR}`` values set from the cell's parameters)
-that is a :class:`Kind` around one such function.
-"""
+one cell."""
 
 from __future__ import annotations
 

@@ -1,16 +1,5 @@
 """Running an experiment's cells into ``results.csv``, resumably, on an executor
-(:mod:`.executors`: this process, a local pool or a Dask cluster); this process alone writes.
-
-``results.csv`` is tidy: one row per cell and period, the columns :data:`KEYS`, the kind's
-metrics, then its text columns (a run's record the report reads but does not average). A
-cell's rows are appended with a single ``write(2)`` as soon as it finishes, so a Ctrl-C (which
-Python raises between calls, never inside one) leaves only whole cells behind.
-A rerun skips the cells whose rows are there: ``cell`` is a digest of the cell's policy, seed
-and parameters, so a cell whose parameters changed in the file runs again. A write cut short
-by SIGKILL or a crash is repaired on the next run: the partial line and the incomplete cell
-(fewer rows than its ``periods``) are dropped. A cell that comes back twice (its worker was lost
-after it finished, and the cluster ran it again) is written once.
-"""
+(:mod:`.executors`: this process, a local pool or a Dask cluster); this process alone writes."""
 
 from __future__ import annotations
 

@@ -1,17 +1,4 @@
-"""Impairment backends: how one direction of a link gets its rate, loss, delay and jitter.
-
-Both backends act on the egress of the interface that sends in that direction, after Open
-vSwitch has taken its ports (OVS deletes a port's root qdisc when the port joins a bridge), and
-never on ingress (a userspace-OVS port's packet socket sees frames before tc ingress does).
-
-* :class:`NetemBackend`, where the kernel has sch_netem: HTB for the rate, netem under it for
-  delay, jitter, loss and burst loss, on the sending interface.
-* :class:`FallbackBackend`, for kernels without netem: HTB for the rate and a classic-BPF
-  filter returning TC_ACT_STOLEN for random loss (exact, silent, kernel speed); delay, jitter
-  and Gilbert–Elliott loss by a user-space relay in a wire namespace spliced into the link.
-  When a link has a wire, its rate and loss sit on the wire's egress toward the receiver, so
-  the sending host's own stack is untouched.
-"""
+"""Impairment backends: how one direction of a link gets its rate, loss, delay and jitter."""
 
 from __future__ import annotations
 

@@ -1,32 +1,5 @@
 """Where a run's links lost frames, by cause, per link and direction: what the scenario asked
-for apart from what the emulator made.
-
-Loss that nobody configured is a fidelity defect, so it is counted where it happens:
-
-* ``receive_queue``: frames the kernel dropped because a relay's packet-socket receive queue
-  was full (``PACKET_STATISTICS``): the relay did not keep up, or was not scheduled;
-* ``relay_queue``: frames a relay dropped because it already held its ``limit``;
-* ``oversize``: frames larger than the relay's buffer;
-* ``interface``: frames a veth could not hand to its peer (its ``tx_dropped``: the peer's
-  backlog queue was full, the machine did not process it in time);
-* ``qdisc``: drops in a queueing discipline that no configured rate explains;
-* ``switch``: frames the userspace switch's receive socket on the link's far end dropped
-  (:mod:`topologies.switch_sockets`: ovs-vswitchd was not scheduled in time for a burst). The
-  kernel datapath has no such socket, so there it is always 0.
-
-What the scenario asked for is counted beside, not as emulator-made:
-
-* ``rate_limit``: qdisc drops on a direction with a rate (``bw``): its queue overflowed, the
-  congestion a rate limit makes;
-* ``configured``: random and burst loss drawn by the relay, frames dropped while a link was down
-  (and, on the netem backend, netem's own drops where loss is configured: netem counts the loss
-  it draws and its queue overflow in one counter, so they cannot be told apart).
-
-The rule for qdisc drops and interface drops is therefore: on a direction with a rate, qdisc
-drops are congestion; on a link taken down during the run, interface drops are the down time;
-everything else that drops is emulator-made. The fallback backend's random loss
-(``TC_ACT_STOLEN`` in cls_bpf) is not in any qdisc counter, so it never shows up here.
-"""
+for apart from what the emulator made."""
 
 from __future__ import annotations
 

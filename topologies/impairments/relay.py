@@ -1,10 +1,4 @@
-"""The user-space relay that gives a wired link its delay, jitter and burst loss.
-
-A wire is a small namespace spliced into a link: ``a <-> wa [wire] wb <-> b``. The relay
-(:mod:`topologies.impairments.wire`) runs inside it, forwards every frame between ``wa`` and ``wb`` and
-takes changes as JSON lines on its stdin, so a direction can be changed (or cleared) at run time
-without dropping what is in flight.
-"""
+"""The user-space relay that gives a wired link its delay, jitter and burst loss."""
 
 from __future__ import annotations
 

@@ -1,38 +1,5 @@
 """Seed 003's access algorithms: which access server and receive port takes each new AI data
-flow.
-
-Every algorithm here starts from the servers' :class:`~.resources.ServerLoad` (measured and
-smoothed) and gives a flow to a server only where one of its ports has the flow's bandwidth left
-and the server has its memory left, so no port's rate and no server's memory is exceeded by what
-it is given; a flow no server can take is rejected, saying why. They differ in how they choose:
-
-* :func:`adga` (the spec's ADGA): rounds of maximum bipartite matching between the waiting flows
-  and the servers, an edge where the server can take the flow (Hopcroft-Karp, scipy's
-  ``maximum_bipartite_matching``: the C implementation keeps 10k flows x 100 servers well under
-  a second, which networkx's pure-Python one does not). A matching gives each server at most
-  one flow, so a round places up to ``n`` flows and ``m`` flows take about ``m / n`` rounds (the
-  spec's O(m n^2) worst case). A matched flow goes to the server's port with the most bandwidth
-  left that takes it, which spreads flows over the ports.
-* :func:`grouped_adga` (improved ADGA): the waiting flows are cut into groups of ``K`` and the
-  groups matched to servers, an edge where the server can take the whole group. The spec's
-  formula for K was lost; this is its "average allocation" reading: ``K = ceil(m / n)`` with
-  ``m`` the flows still waiting and ``n`` the servers that can take at least one of them, so one
-  round can place every flow, one equal share per server. Flows are sorted by bandwidth and dealt
-  to the groups in turn (a snake order), so groups carry about the same demand. A group is
-  placed flow by flow, largest first, each on the port with most bandwidth left; the edge test
-  (the group's total within the server's total bandwidth and memory left, its largest flow within
-  the best port) is necessary, not sufficient, so a flow of a matched group that finds no port
-  waits for the next round. When a round places nothing, K halves; at K = 1 grouped ADGA is ADGA.
-* :func:`least_connections`: flows in request order, each to the server with the fewest flows
-  that takes it (the baseline of the spec), then its port with the fewest flows.
-* :func:`weighted_least_connections`: IPVS ``wlc``: fewest flows per unit of weight, the weight
-  being the server's total port rate.
-* :func:`power_of_two_choices`: two servers drawn at random among those that take the flow, the
-  one with the lower load degree wins.
-
-Each returns an :class:`Allocation`: where each flow went, the rejections, and how many
-matching rounds (or sequential choices) it took, which the model-level response time uses.
-"""
+flow."""
 
 from __future__ import annotations
 
@@ -203,7 +170,8 @@ def round_matching(rooms: Sequence[Room], bandwidth: np.ndarray, memory: np.ndar
 
 
 def adga(flows: Sequence[FlowDemand], loads: Iterable[ServerLoad]) -> Allocation:
-    """ADGA: rounds of maximum matching of the waiting flows to the servers (module docstring)."""
+    """ADGA: rounds of maximum matching of the waiting flows to the servers
+    (docs/schemes/ai_access.md)."""
     rooms = rooms_of(loads)
     allocation = Allocation()
     bandwidth = np.array([flow.bandwidth for flow in flows], dtype=float)
@@ -242,7 +210,7 @@ def deal_groups(flows: Sequence[FlowDemand], size: int) -> list[list[FlowDemand]
 
 
 def grouped_adga(flows: Sequence[FlowDemand], loads: Iterable[ServerLoad]) -> Allocation:
-    """Improved ADGA: groups of K matched to servers (module docstring)."""
+    """Improved ADGA: groups of K matched to servers (docs/schemes/ai_access.md)."""
     rooms = rooms_of(loads)
     allocation = Allocation()
     waiting = list(flows)

@@ -1,27 +1,6 @@
 """Seed 003's migration by load prediction: forecast each access server's load degree, and when
 the forecasts spread too far, move the flows that use least from overloaded servers to
-underloaded ones, as many as the targets' remaining resources admit.
-
-The spec's equations (14)-(24) were lost in extraction; this is the reconstruction:
-
-* **Prediction** (second-order exponential smoothing, Brown's linear method):
-  ``S1(t) = a x(t) + (1 - a) S1(t-1)``, ``S2(t) = a S1(t) + (1 - a) S2(t-1)``, level
-  ``2 S1 - S2``, trend ``a / (1 - a) (S1 - S2)``, forecast one period ahead ``level + trend``;
-  both start at the first measurement. The spec gives no ``a``; 0.5 is the default here.
-* **Trigger**: the population standard deviation LSD of the servers' forecasts above
-  ``theta = 0.1``.
-* **Who moves**: servers forecast above the mean are overloaded, below it underloaded. From the
-  most overloaded server on, its flows by resource use (bandwidth over the server's total port
-  rate plus memory over its memory, smallest first) move to the underloaded server with the
-  lowest forecast that admits them, while the source stays forecast above the mean and the move
-  leaves the target below the source (so the spread narrows); a flow's share of a load degree is
-  its bandwidth and memory over the server's, and the source's CPU per flow.
-* **How many a target admits** (eqs. 20-24): each port's remaining bandwidth
-  ``Vmax - B~`` smoothed with ``u = 0.8`` over periods (new value weighted ``u``), the remaining
-  memory ``Mmax - M~``; a target takes a flow only onto a port whose smoothed remaining bandwidth
-  covers it and with its memory, both then reduced, so for flows of one size the count is
-  :func:`acceptable_flows`.
-"""
+underloaded ones, as many as the targets' remaining resources admit."""
 
 from __future__ import annotations
 

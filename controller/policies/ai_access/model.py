@@ -1,34 +1,6 @@
 """Seed 003 at model level: an access-server cluster receiving AI data flows period after period,
 with loss from overload computed as a fluid, and the resource model, the access algorithms and
-migration of this package run on what the cluster "measures".
-
-**Flows.** Every flow sends one unit per ``period``, paced over the first ``send_window`` of it
-(as :mod:`agents.ai_terminal` does). A flow asks for access with the nominal unit (the spec's
-672 KB), so the access algorithms see ``unit_bytes``; its real units differ and drift (the
-spec's "dynamic change of AI data units"): flow k's unit in period t is
-``unit_bytes * m_k * exp(x_k(t))``, ``m_k`` lognormal (``size_spread``, its mean 1) for the
-flow's own scene and ``x_k`` an AR(1) series (``drift`` per period, correlation ``persistence``)
-for what it sees now.
-
-**What a flow needs** (:func:`demand_of`): bandwidth at the paced rate, ``unit * 8 /
-(send_window * period)`` bit/s, which is what a port must carry while the units are sent;
-memory ``hold_units`` units (the open one and the one handed to a GPU server in rotation).
-
-**Loss, per period, as a fluid.** A port takes, during the send window, ``rate * window``
-plus its receive queue (``queue_packets``); what it is offered beyond that is lost. The
-server's receiver then processes at most ``cpu_budget`` packets a second; packets beyond what it
-processes in the window plus the socket queue are lost (receive-queue overflow). The loss rate
-(DPR) is what is lost of the first transmissions. Lost fragments are retransmitted after the
-window, within what the port and the processing budget have left of the period; what still
-does not fit is residual loss.
-
-**What is measured** (:class:`~.resources.Measurement`): per port the paced rate received
-(bits of first copies received over the window), the memory its flows hold (units received
-times ``hold_units``) and the CPU as the share of the processing budget used.
-
-The cluster's heterogeneous servers (the paper's Table 1 was lost) are the caller's; this
-module knows nothing of the paper's scale.
-"""
+migration of this package run on what the cluster "measures"."""
 
 from __future__ import annotations
 
@@ -76,7 +48,7 @@ class Traffic:
 
 
 class UnitSizes:
-    """The units every flow sends, period by period (module docstring)."""
+    """The units every flow sends, period by period (docs/schemes/ai_access.md)."""
 
     def __init__(self, flows: int, traffic: Traffic, rng: np.random.Generator):
         self.traffic, self.rng = traffic, rng

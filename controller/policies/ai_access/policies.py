@@ -1,33 +1,5 @@
 """Seed 003's access algorithms and migration on the controller's policy interface
-(:mod:`controller.policy`).
-
-One policy class per access algorithm of :data:`~.access.ALLOCATORS`, named as it
-(``ai_adga``, ``ai_adga_grouped``, ``ai_lc``, ``ai_wlc``, ``ai_p2c``); with ``migrate: true``
-each also migrates by load prediction. Each call builds, per service:
-
-* the servers from their labels: ``ports``, the receive ports and their rates as
-  ``"6100=100Mbps,6101=50Mbps"``, and ``memory`` (a size such as ``512MB``; absent:
-  unlimited); a server without ``ports`` has one port, ``any``, of its ``capacity``; a server
-  whose labels do not read takes no flows, and the requests it could have taken are rejected
-  naming it;
-* each server's load from its load reports in ``State.loads`` (never from what was assigned):
-  ``port.<port>.bw_in`` (bit/s received at the paced rate), ``port.<port>.memory`` (bytes its
-  flows hold) and ``cpu``, each new report smoothed by a
-  :class:`~.resources.ServerTracker` the policy keeps. A report that does not fit the server
-  (an unknown port, a figure out of range) is counted in :attr:`refused_reports` and skipped;
-  a server whose last report is older than ``max_age`` seconds takes no new flows (its load is
-  unknown); one that never reported is idle;
-* each request's needs: ``demand`` is its bandwidth (bit/s while its units are sent) and its
-  label ``memory`` (default ``flow_memory``) its memory.
-
-A port's bandwidth used is what was measured, but never less than the demand of the flows
-placed on it: a flow granted since the last report has not been measured yet (in a burst of
-requests every grant would otherwise see the same idle port). Memory likewise.
-
-Each assignment and migration names the receive port in its attribute ``port`` (the terminal
-sends there); a placement's port is read back from its attributes (a placement without one,
-from :attr:`last_ports`, what this policy decided last).
-"""
+(:mod:`controller.policy`)."""
 
 from __future__ import annotations
 
@@ -73,7 +45,7 @@ class AiAccessParams(PolicyParams):
 
 
 def server_spec(server: Server) -> ServerSpec:
-    """The receive ports and memory a server's labels give (module docstring); ValueError
+    """The receive ports and memory a server's labels give (docs/schemes/ai_access.md); ValueError
     naming the server for labels that do not read."""
     memory = units.parse_size(server.labels["memory"]) if "memory" in server.labels \
         else math.inf

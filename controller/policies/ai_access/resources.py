@@ -1,24 +1,4 @@
-"""Seed 003's resource model: what an AI access server and an AI data flow need and have.
-
-An access server ``R_i`` has receive ports ``P_j`` with a maximum receive rate ``Vmax_Pj``
-(bit/s), a memory ``Mmax`` (bytes) for the AI data units it holds, and a CPU it reports as a
-utilisation. A flow ``F_k`` needs ``bandwidth`` (bit/s: its unit size over its period) on one
-port and ``memory`` (bytes: the units it keeps open) on the server. The spec's equations
-(3)-(8) and (13) were lost in extraction; this is the reconstruction, with the spec's factors:
-
-* port bandwidth used, smoothed (eq. 4): ``B~(t) = delta * B(t) + (1 - delta) * B~(t-1)``
-  with ``delta = 0.8`` the weight of the new measurement ``B(t)`` (the first measurement is taken
-  as it is);
-* the same for the memory held by each port's flows (eq. 7), factor 0.8;
-* utilisations: network ``phi_N = sum_j B~_Pj / sum_j Vmax_Pj`` (eq. 5), memory
-  ``phi_M = sum_j M~_Pj / Mmax`` (eq. 8), CPU ``phi_C`` as measured;
-* load degree (eq. 13): ``L_i = w_C phi_C + w_M phi_M + w_N phi_N``, weights configurable and
-  normalised to sum to 1 (equal by default).
-
-Everything here is computed from measurements (:class:`Measurement`), never from what a policy
-assigned: :class:`ServerTracker` turns a server's stream of measurements into its
-:class:`ServerLoad`. Units: bit/s, bytes, fractions.
-"""
+"""Seed 003's resource model: what an AI access server and an AI data flow need and have."""
 
 from __future__ import annotations
 

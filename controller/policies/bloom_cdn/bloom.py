@@ -1,17 +1,4 @@
-"""Bloom filters as the paper built them, and their synchronisation.
-
-A key's four bit positions are the MD5 digest of its URL read as four big-endian 32-bit words,
-each modulo the filter's size in bits (the paper's section 3.1). Each node keeps a filter of its
-own cache (5 kB, about 1,000 items); the global filter every node holds is the node filters side
-by side (50 x 5 kB = 250 kB). Since a key's home node is known from the Chord ring, a lookup
-tests the home node's slice: the false-positive rate of a lookup is one node filter's.
-
-A node's cache (:class:`FilteredCache`, LRU) keeps its filter exact with a counting array (an evicted key's bits clear once no
-other cached key sets them); what the other nodes see is the copy sent at the last
-synchronisation. A synchronisation sends the bits that changed since the previous one: the XOR
-of the two bit arrays, deflate-compressed (zlib); :class:`SyncLog` counts the messages and the
-bytes against sending the whole filter.
-"""
+"""Bloom filters as the paper built them, and their synchronisation."""
 
 from __future__ import annotations
 

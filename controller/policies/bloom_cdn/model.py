@@ -1,102 +1,6 @@
 """The queueing model of seed 002 (Yu, Jin, Yin: Bloom-filter content routing in a media
 cloud), rebuilt: the three routing strategies of the paper and an adaptive one as open Jackson
-networks of M/M/1 queues, their stability, and the filter-judged hit probability.
-
-The paper's equations (1)-(16) were lost in extraction; this module is the one place their
-reconstruction is derived and its open points are settled. ``reports/bloom_cdn-model/`` shows the
-figures it gives beside the paper's.
-
-**The network.** N content nodes, each with three single-server FIFO queues: routing (rate
-mu_t), cache lookup (mu_l), response (mu_r); one data-center fetch queue (mu_o). A request
-enters at its nearest node (the *entry*) and is routed over the Chord ring to the content's
-*home* node, one routing service per node on the way (H hops). Poisson arrivals (total
-lambda), exponential service, probabilistic routing: an open Jackson network, so every queue
-behaves as an independent M/M/1 queue with mean sojourn 1 / (mu - lambda_q), and the mean
-response time is the sum, over the queues on a request's path to the user, of their sojourns,
-averaged over the request classes.
-
-**Request classes.** With true hit probability alpha, a global Bloom filter false-positive
-share fp and a false-miss share fn (both fractions of all requests; fn from the filter's
-staleness between synchronisations, see :func:`stale_share`):
-
-- hit (alpha - fn): cached, and the filter says so;
-- false positive (fp): not cached, the filter says cached: treated as a hit, the home node's
-  lookup misses and it falls back to the linear miss path;
-- false miss (fn) and miss (1 - alpha - fp): the filter says not cached: the strategy's miss
-  path (a false miss fetches from the DC though the home node holds the item).
-
-alpha' = alpha + fp - fn is the filter-judged hit probability, beta' = 1 - alpha'. Linear has no
-filter: alpha hits, 1 - alpha misses.
-
-**Paths** (critical = on the way to the user; background = load without delay to the user):
-
-=============  ===============================  =====================================
-strategy       filter-judged miss, critical     background
-=============  ===============================  =====================================
-linear         routing x H, lookup, DC, resp.    -
-parallel       DC, response at the entry         routing x H, lookup (to cache it)
-cut-through    DC (answers the user directly)    routing x H, lookup; DC -> home copy
-=============  ===============================  =====================================
-
-Hits take routing x H, lookup and the home node's response in every strategy. Traffic
-equations (per-node queues, uniform shares; lambda_1..4 routing, lookup, DC, response as in the
-paper): linear lambda_1 = H lambda / N per node, lambda_2 = lambda / N, lambda_3 = (1 - alpha)
-lambda, lambda_4 = lambda / N; parallel the same with lambda_3 = (beta' + fp) lambda; cut-through
-the same lambda_1..3 and lambda_4 = (alpha' - fp) lambda / N, the paper's statement that misses
-bypass the response queue. Cut-through sends every miss's item twice from the DC (to the user
-and to the home node): twice the DC's *bytes*; whether it is also twice the DC queue's *jobs*
-is a reading (``cut_through_fetch``).
-
-**Stability** (the paper's (1), (2)): every queue's load below its rate and the DC's output
-below its bandwidth. An unstable setting has no finite mean: :func:`evaluate` returns a result
-whose ``mean`` is ``inf`` and whose ``unstable`` names the queues or links at fault.
-
-**Readings the text leaves open** (:class:`Reading`):
-
-- ``node_queues``: ``per_node`` (each node its own queues, the load split over the nodes),
-  ``aggregate`` (one queue per function for the whole CDN at the per-node rate) or ``pooled``
-  (one queue per function at N times the per-node rate). Aggregate makes the low-traffic
-  linear strategy unstable (lambda = 100 > mu_r = 60), against the paper's finite curves.
-- ``routing_load``: ``transit`` (a node's routing queue serves every request it forwards,
-  H lambda / N) or ``entry`` (only the requests entering there, lambda / N, the paper's
-  formula (4) read as H times one entry node's delay).
-- ``hops``: ``ceil_log2`` (the paper's ceil(log2 N)) or ``chord_mean`` (Chord's mean,
-  log2(N) / 2).
-- ``delay``: ``critical_path`` (what the user waits for) or ``all_visits`` (every queue a
-  request visits, background ones included: the network's mean sojourn by Little's law).
-- ``cut_through_fetch``: ``once`` or ``twice`` (the DC queue serves the home node's copy too).
-- ``dc_link``: ``queue`` (the DC's output link is an M/G/1 FIFO of item transfers on the path
-  of every DC-served request, as in the simulation) or ``ignored`` (the paper's assumption 1:
-  transmission delays left out, the link only bounds stability).
-
-**The adaptive strategy** (the paper's future work, :func:`adaptive`): cut-through while the DC
-is not congested, parallel when it is; in steady state at one operating point, cut-through
-where its DC utilisation stays at or below the switch's upper threshold.
-
-:func:`readings` enumerates them (96 combinations); :func:`closest_readings` ranks them by
-distance to the paper's low-traffic figures (parallel -23.6 %, cut-through -65.2 % against
-linear at 0 % hits). **None reproduces both.** The default reading (per-node queues, transit
-routing load, ceil(log2 N) hops, critical path) gives -55.7 % and -97.8 % (-55.2 % and -96.6 %
-with the DC link queue): with the paper's rates the per-node response queue, 1/(60 - 2) s, is
-42 % of linear's 41 ms and the hops 51 %, and a filter-judged miss skips both in cut-through
-and the hops in parallel. The nearest readings are ``pooled`` ones (parallel -26.1 %,
-cut-through -46.4 %): one queue per function at N times a node's rate shrinks the node queues
-to the DC's size. Free searches over which queues to count fit both figures only with paths
-no strategy has (parallel without the DC on a miss, for one): the paper's figures came from
-equations we cannot recover, so this module keeps the physically consistent reading as the
-default and reports the others. High traffic: with items sized by popularity (log-normal,
-sigma = 1, the largest most requested) and hits independent of size, cut-through's two copies
-per miss overload the DC's 100 MB/s link below ~35 % hits and beat every other strategy from
-~45 %, the shape the paper reports (congested below ~30 %, best above ~40 %); sigma was not
-tuned to it.
-
-**Filter errors.** fp from Bloom collisions is (1 - e^(-k n / m))^k for a node filter of
-m = 40,000 bits, k = 4 and n cached items (8e-5 at the paper's 1,000 items); a lookup tests
-only the home node's slice of the global filter. Staleness adds false positives (items evicted
-since the last synchronisation) and false misses (items cached since): :func:`stale_share`
-gives the first-order share, exact while the synchronisation interval is shorter than the
-LRU's characteristic time and an over-estimate beyond it.
-"""
+networks of M/M/1 queues, their stability, and the filter-judged hit probability."""
 
 from __future__ import annotations
 
@@ -148,7 +52,7 @@ HIGH_TRAFFIC = Setting(arrival_rate=100, routing_rate=100, lookup_rate=500, fetc
 
 @dataclass(frozen=True)
 class Reading:
-    """How the model reads what the paper leaves open; see the module docstring."""
+    """How the model reads what the paper leaves open; see docs/schemes/bloom_cdn.md."""
 
     node_queues: Literal["per_node", "aggregate", "pooled"] = "per_node"
     routing_load: Literal["transit", "entry"] = "transit"

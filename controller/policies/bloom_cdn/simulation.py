@@ -1,28 +1,4 @@
-"""A discrete-event simulation (SimPy) of the media-cloud CDN of seed 002 at the paper's scale.
-
-What is simulated: N content nodes on a Chord ring (:mod:`controller.policies.bloom_cdn.chord`), each with single-server FIFO
-routing, lookup and response queues with exponential service; the DC's fetch queue, also
-exponential; 100 user groups sending Poisson requests for Zipf-popular items, each group entering
-at its nearest node; an LRU cache per node for the items it is home to; real Bloom filters
-(:mod:`controller.policies.bloom_cdn.bloom`) synchronised every ``sync_every`` requests a node serves or every
-``sync_period`` seconds, with delta-compressed updates whose bytes are counted. Filter errors
-are measured at every filter check: a false positive (the filter says the home node caches the
-item, it does not), split into Bloom collisions and stale entries; a false miss (it caches the
-item, the filter does not know yet).
-
-As in the paper's model, transmission and propagation delays are left out (its assumption 1),
-except where they decide stability: the DC's output link is checked against its bandwidth
-(bytes of every item the DC sends, twice per miss in cut-through), and its utilisation reported.
-
-The hit rate is set as the paper set it (by the initial state): every node's cache holds
-``capacity`` items, chosen by :func:`capacity_for_hit_rate` with Che's approximation so the
-steady-state LRU hit rate is the one asked for, and starts filled with its most popular items.
-The paper's 2 % caches (1,000 items a node, about a node's whole home range) give hit rates
-near 100 %; smaller ones give the rest of the 0-100 % axis. The measured hit rate is reported.
-
-Strategies: ``linear``, ``parallel``, ``cut_through`` (see :mod:`.model`) and ``adaptive``
-(:class:`AdaptiveSwitch`: cut-through while the DC is not congested, parallel when it is).
-"""
+"""A discrete-event simulation (SimPy) of the media-cloud CDN of seed 002 at the paper's scale."""
 
 from __future__ import annotations
 

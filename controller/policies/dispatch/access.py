@@ -1,17 +1,5 @@
 """First- and last-mile access in seed 001: where a client is believed to be, which media nodes
-the dispatch center offers it, and which one the client takes after probing them.
-
-The dispatch center places a client with an IP-location database (:class:`LocationDatabase`:
-seeded and synthetic, wrong for a configurable share of clients) and answers a ranked list of
-candidates (:func:`rank`): nearest by the database first, then least loaded, cheapest, most
-preferred. The client probes the candidates with real packets and takes the best by what it
-measured (:func:`choose_by_probe`), which corrects the database's mistakes as far as the list
-reaches.
-
-Places are *sites* (a city, or the switch a group of hosts hangs off); a :class:`Geography`
-knows each site's region and the one-way delay from every site to every media node, read off
-the network graph in the controller (:meth:`Geography.from_graph`) or made up by a model.
-"""
+the dispatch center offers it, and which one the client takes after probing them."""
 
 from __future__ import annotations
 

@@ -1,22 +1,4 @@
-"""Capacity control across K dispatch centers (seed 001, mechanism 3).
-
-Several regional dispatch centers admit clients to the same media nodes at once. Two ways to
-keep a node from being oversold:
-
-* :class:`Tickets` — the talk's pre-sold tickets: each node's capacity (say 300 downstream
-  streams) is split among the K centers (100 each); a center admits to a node only while its
-  own share lasts, so the centers together never pass the capacity, whatever they do
-  concurrently. The price is fragmentation: a center whose share of a node is spent turns
-  clients away from it while other centers' shares lie idle.
-* :class:`SharedCapacity` — the obvious design it is compared with: every center sees the
-  node's whole capacity and its last load report, plus what it admitted itself since; what
-  the other centers admitted since the report is invisible to it, so a burst of joins spread
-  over K centers oversells a node by up to K - 1 report periods' worth of admissions.
-
-Both answer :meth:`has_room` and :meth:`admit` per (center, node) and take :meth:`release` when
-a client leaves. :func:`redirects` is the talk's second line of defence: once a node is seen
-oversold anyway, the clients beyond its capacity (the latest to join) are redirected.
-"""
+"""Capacity control across K dispatch centers (seed 001, mechanism 3)."""
 
 from __future__ import annotations
 

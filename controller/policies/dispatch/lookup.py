@@ -2,14 +2,7 @@
 not know a stream asks the other centers where it lives, by broadcast or by following a hint
 (the center the streamer registered with), falling back to broadcast when the hinted center
 says "not here". Shared by the model (``controller.policies.dispatch.rooms.Directory``, replies
-after the centers' round-trip times) and by an agent (replies as real datagrams, some lost).
-
-The caller sends the queries each step returns, feeds back every reply with :meth:`on_reply`
-and, when its timer of :attr:`timeout` seconds fires with the lookup still open, calls
-:meth:`on_timeout`: queries still unanswered are sent again, up to ``retries`` times, and then
-the lookup has failed. Messages count every query sent (retransmissions too) and every reply
-received, late ones included.
-"""
+after the centers' round-trip times) and by an agent (replies as real datagrams, some lost)."""
 
 from __future__ import annotations
 

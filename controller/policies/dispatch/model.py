@@ -1,56 +1,7 @@
 """Seed 001 at model level: a synthetic world of regions, sites, media nodes and clients, and
 the three experiments emulation cannot reach at scale — access by database vs by probing,
 tickets vs shared capacity under a burst of joins to K dispatch centers, and back-to-source
-lookup by broadcast vs by hint among K centers.
-
-**The world** (:func:`generate`). Region centres sit on a circle of ``region_radius`` km;
-each region has ``sites_per_region`` cities within ``site_spread`` km of its centre; media
-nodes are spread round robin over the sites, two machine rooms per site; clients are spread
-over the sites, ``home_share`` of them in region 0 (the home country) and the rest evenly.
-One-way delay is distance times ``route_inflation`` over 200 km/ms (light in fibre) plus 1 ms;
-a path that crosses a border adds a congestion delay drawn from ``border_delay``. Each
-(site, node) path has a loss rate drawn uniformly from ``in_region_loss`` or
-``cross_border_loss`` and a jitter from ``in_region_jitter`` or ``cross_border_jitter``;
-each client adds an access RTT drawn from ``access_rtt``. Every number is made up, in the
-ranges the talk describes (good inside a region, long and lossy across borders); none is
-measured.
-
-**Access** (:func:`access`). The database (:class:`~.access.LocationDatabase`) places each
-client; the center ranks the nodes for that site (:func:`~.access.rank`) and answers
-:func:`~.access.candidates`. Without probing the client takes the first; with probing it
-sends ``probe_packets`` probes to each and takes the best measured (:func:`~.access.choose_by_probe`),
-the measured loss being a binomial draw of the path's and the RTT the path's plus noise.
-
-**Join burst** (:func:`join_burst`). ``clients`` join within ``burst`` seconds (Poisson
-arrivals), each through one of K centers at random; the center ranks the nodes for the
-client's believed site with its own view of room (:class:`~.capacity.Tickets` or
-:class:`~.capacity.SharedCapacity`) and admits the client to the first node with room.
-Every node reports its load every ``report_period`` seconds (phases drawn at random), the
-report reaching the centers ``report_delay`` later; a node a report shows over its capacity
-redirects its latest clients beyond capacity (:func:`~.capacity.redirects`), who join again
-through their center, never to the node they left.
-
-**Back-to-source lookup** (:func:`lookups`). K centers sit with media nodes, round robin over
-the regions (:func:`place_centers`); the round trip between two centers is twice the one-way
-delay from one's city to the other's node. Every client goes to its nearest center and views
-one stream, pushed by a client drawn at random among those of the *other* centers (a viewer
-whose own center knows the stream needs no lookup in either mode: 0 messages, 0 s) and
-registered with the streamer's center. The viewer's center asks
-:meth:`~.rooms.Directory.lookup` where the stream lives: by broadcast (every other center
-asked at once, each answering; the answer is in at the first positive reply, which here is
-the owner's, there being one) or by the hint in the room's signalling. A share
-``stale_hint_share`` of the hints is stale: it names a center other than the owner (and than
-the asker, when there is a third), which answers "not here", so the query then goes out by
-broadcast to the rest (:class:`~.rooms.Directory` defines both costs).
-
-**Passive transcoding** (:func:`transcoding`, :func:`room_joins`). Viewers join and leave rooms
-(each room one stream pushed in its source protocol); :class:`~.rooms.Transcoding`, the same
-class the dispatch policy runs, says when a room's transcoder for another protocol starts (its
-first viewer of that protocol joins) and stops (the last one leaves). Passive runs each
-transcoder only then; the always-on baseline runs one per room and protocol for the whole
-horizon. Counted: transcoder-seconds, starts, and the joins that found no transcoder running
-(those that wait for one to start).
-"""
+lookup by broadcast vs by hint among K centers."""
 
 from __future__ import annotations
 
@@ -101,7 +52,7 @@ def generate(seed: int, *, regions: int = 5, sites_per_region: int = 4, nodes: i
              in_region_jitter: tuple[float, float] = (0.001, 0.004),
              cross_border_jitter: tuple[float, float] = (0.005, 0.020),
              access_rtt: tuple[float, float] = (0.005, 0.030)) -> World:
-    """A random world as the module docstring describes (distances in km, times in s)."""
+    """A random world as docs/schemes/dispatch.md describes (distances in km, times in s)."""
     if regions < 1 or sites_per_region < 1 or nodes < 1 or clients < 1:
         raise ValueError("a world needs at least one region, site, node and client")
     rng = np.random.default_rng([seed, 1001])
@@ -222,7 +173,7 @@ class BurstResult:
 def join_burst(world: World, database: LocationDatabase, control: str, *, centers: int = 3,
                burst: float = 10.0, report_period: float = 1.0, report_delay: float = 0.05,
                seed: int = 0) -> BurstResult:
-    """A burst of joins as the module docstring describes, simulated with SimPy; ``control``
+    """A burst of joins as docs/schemes/dispatch.md describes, simulated with SimPy; ``control``
     is ``tickets`` or ``shared``."""
     rng = np.random.default_rng([seed, 1003])
     center_names = [f"center{k}" for k in range(centers)]
@@ -331,7 +282,7 @@ class LookupResult:
 
 def lookups(world: World, mode: LookupMode, *, centers: int = 3, stale_hint_share: float = 0.0,
             seed: int = 0) -> LookupResult:
-    """Every client's back-to-source lookup as the module docstring describes. The random
+    """Every client's back-to-source lookup as docs/schemes/dispatch.md describes. The random
     draws (streamer, staleness, stale hint) do not depend on ``mode`` or
     ``stale_hint_share``: both modes look up the same streams, and the stale hints at a
     share are a subset of those at a larger one."""

@@ -1,58 +1,4 @@
-"""Seed 001's dispatch policy on the plain-Python policy interface (:mod:`controller.policy`).
-
-One :class:`Dispatch` object stands for the K regional dispatch centers of a scenario (the
-controller is a single process; each center's view is kept apart inside the policy, so the
-shared-capacity baseline is as blind to the other centers as K processes would be). For each
-request it:
-
-1. finds where the client is: its true site is the switch its host hangs off in
-   ``State.graph``; the synthetic :class:`~.access.LocationDatabase` (seeded, wrong for
-   ``error_share`` of the clients) says where the center believes it is;
-2. ranks the service's servers (media nodes) for the believed site (:func:`~.access.rank`:
-   room first, then nearest, least loaded, cheapest, preferred) and keeps ``candidates`` of
-   them (:func:`~.access.candidates`); the assignment is the first, and the ranked list goes
-   out with the decision for the client to probe and confirm one with ``steer``;
-3. admits it on the center's capacity view: pre-sold ``tickets`` (each node's capacity split
-   among the centers) or a ``shared`` capacity figure (last load report plus the center's own
-   admissions since);
-4. after a load report shows a node oversold anyway (``on_load`` is ``rebalance``), redirects
-   the latest flows beyond its capacity to the next ranked node with room;
-5. single-point (``scheduling: single``) places the viewer on the ``origin`` itself, the media
-   node the streamer pushes to, or when the center has no room there on another node of its
-   machine room (spill-over), and answers no other candidate; multi-point (the default) places
-   it on its own best node as in 2-3 (:func:`~.routing.schedule`). With ``back_source`` every
-   decision names the stream and the origin's address (attributes ``stream``, ``upstream``):
-   a media node that back-sources (``agents.live_edge``'s ``back_source``) pulls the stream
-   from the origin while it has viewers of it, so only nodes with viewers get a copy;
-6. on every load report, puts a relay on the path a media node back-sources the stream over
-   from the ``origin`` (the ingest node) when the direct path is poor and a relayed one is
-   better (:func:`~.routing.choose_relay`), judged from live probes between nodes: the node's
-   report gives its path to the origin and to each of ``relays`` (``path.<address>.rtt``,
-   ``.loss``, ``.jitter``: :class:`agents.echo.PathMeter`), and a media node at the origin's
-   site gives the relay's other leg (the origin forwards and does not report). The flows placed
-   on the node get the chain ``(origin, relay)`` as their ``via`` (the origin sends the node's
-   copy to the relay, the relay on to the node), or ``(origin,)`` once the direct path is the
-   better again;
-7. with ``transcoding`` (mechanism 7), places a viewer whose ``protocol`` differs from the
-   stream's ``source_protocol`` on a transcoder node (server label ``transcoder``) and the
-   others on the other nodes. Under ``passive`` the room's transcoder runs only while such a
-   viewer is in it (:class:`~.rooms.Transcoding`): a decision says whether its join started
-   the transcoder (attributes ``transcode``, ``transcoder_started``), and a viewer's flow gone
-   from the placements is its leave (``transcoder_events`` keeps when each transcoder started
-   and stopped). The transcoder is a media node that back-sources (5.), so it pulls the stream
-   only while it serves someone; under ``always`` it is kept fed from the start (the baseline:
-   ``agents.live_edge``'s ``back_source_mode: always``) and no join starts anything.
-
-**Labels.** Servers and clients carry ``region``; servers optionally ``room`` (machine room,
-default their site), ``cost`` and ``preference`` (numbers); clients ``center`` (the dispatch
-center they ask, default the one listed first for their region in ``centers``, else the first).
-Clients optionally carry ``protocol`` (default the stream's ``source_protocol``) and servers
-``transcoder`` (:class:`DispatchClientLabels`, :class:`DispatchServerLabels`); both are looked
-at only with ``transcoding``. A server's capacity in streams is its capacity over the
-service's per-flow demand (its capacity when the demand is 0); its load is the ``sessions``
-metric of its last report (the downstream streams it serves), else the report's load over the
-demand.
-"""
+"""Seed 001's dispatch policy on the plain-Python policy interface (:mod:`controller.policy`)."""
 
 from __future__ import annotations
 
@@ -154,7 +100,7 @@ class DispatchRound:
 
 class Dispatch(ModelPolicy):
     """Nearest-by-database dispatch with candidates for probing, capacity control across the
-    centers and redirect (see the module docstring)."""
+    centers and redirect (docs/schemes/dispatch.md)."""
 
     name = "dispatch"
     Params = DispatchParams
@@ -513,8 +459,8 @@ class Dispatch(ModelPolicy):
 
     def _relayed(self, state: State, nodes: list[MediaNode]) -> list[Migration]:
         """The flows whose back-source chain changes: through the relay that
-        :func:`~.routing.choose_relay` picks from the probed paths, or direct (step 6 of the
-        module docstring)."""
+        :func:`~.routing.choose_relay` picks from the probed paths, or direct (step 6 in
+        docs/schemes/dispatch.md)."""
         origin = self.params.origin
         relays = self.params.relays if self.params.relay_insertion else []
         addresses = {host.name: host.address for host in (*state.clients, *state.servers)}

@@ -1,10 +1,5 @@
 """Path quality as seed 001 judges it: RTT, loss and jitter, VIA's thresholds for a poor
-session, and what a path through a relay is worth given its two legs.
-
-VIA (Jiang et al., SIGCOMM 2016, the study the talk's relay argument rests on) calls a call
-poor when its RTT exceeds 320 ms, its loss 1.2% or its jitter 12 ms; those are the defaults of
-:class:`Thresholds`.
-"""
+session, and what a path through a relay is worth given its two legs."""
 
 from __future__ import annotations
 

@@ -1,13 +1,4 @@
-"""What the dispatch centers know about rooms and streams (seed 001, mechanisms 5 and 7).
-
-* :class:`Directory` — dynamic back-to-source: each regional center knows the streams pushed in
-  its region; a center asked for a stream it does not know either broadcasts the query to the
-  other centers or follows a hint carried in the room's signalling (the center the streamer
-  registered with), falling back to broadcast when the hint is stale. Every lookup says how many
-  messages it took and how long, from the centers' round-trip times.
-* :class:`Transcoding` — passive transcoding: a room gets a transcoder for a protocol only
-  while a client of that protocol, other than the stream's own, is in it.
-"""
+"""What the dispatch centers know about rooms and streams (seed 001, mechanisms 5 and 7)."""
 
 from __future__ import annotations
 

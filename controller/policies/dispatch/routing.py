@@ -1,17 +1,4 @@
-"""Where a viewer pulls from and how the stream gets there (seed 001, mechanisms 4 and 6).
-
-* :func:`schedule` — single-point (the viewer pulls from the node the streamer pushes to:
-  cheapest, fewest hops, what the talk uses within a city) or multi-point (the viewer pulls
-  from its own best node, which back-sources the stream from the origin: experience first);
-  a full origin spills over to another node of the same machine room (free), and when the
-  room is full too, single-point falls back to multi-point.
-* :func:`choose_relay` — insert a relay (or BGP) node into a back-source path when the direct
-  path is poor by VIA's thresholds and the relayed one, judged from live probes of its two
-  legs, is better.
-* :class:`StandbyRoutes` — hot-standby routes: for each back-source path a second one that
-  shares no link with it, computed ahead, so a link or node failure switches at once instead of
-  waiting for a recomputation.
-"""
+"""Where a viewer pulls from and how the stream gets there (seed 001, mechanisms 4 and 6)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
 """The allocators of seed 000: LUA (the paper's greedy) and its baselines DF, MHCP, Random and
-Optimal, on the model of :mod:`controller.policies.live_edge.model`.
-
-Each is ``allocate(instance, rng) -> Allocation``; only ``random_allocation`` draws from ``rng``.
-The four heuristics are one greedy pass with three parameters (the viewer order, the rung each
-viewer starts from at every server, how servers are scored); they share the capacity tracking
-below, so a viewer is left unassigned exactly when, at its turn, no covering server has room for
-any rung. Optimal solves the MILP with HiGHS.
-"""
+Optimal, on the model of :mod:`controller.policies.live_edge.model`."""
 
 from __future__ import annotations
 

@@ -1,53 +1,5 @@
 """The QoE model of seed 000 (Liu, Zhang, Du, Peng, *JCRD* 60(8), 2023): allocating the viewers
-of interactive live streams to edge servers and bitrates. A **reconstruction**.
-
-The paper's text survived without a single equation. The formulas here are the project's
-reconstruction: each has every property the paper states for it (latency and interaction as
-Theorem 1 describes them, QoE increasing in the bitrate as Theorem 2 needs), but none is the
-paper's own. They live in this module only, with every weight configurable.
-
-**Units.** Inside this module delays are seconds, bitrates and bandwidths bits per second, compute
-vCPU. The weights carry the matching units (``G`` seconds per bit/s, ``H`` vCPU per bit/s, ``k``
-per bit/s); the paper's values, given in its units (ms, Mbps), are the defaults.
-
-**The period.** A streamer b_v uploads the source stream at bitrate R to the edge nearest it,
-m_bv. Every viewer v is covered by the edge servers M(v); each period every viewer gets one
-server m in M(v) and one bitrate R_v from the ladder. m_bv forwards the source over inter-edge
-links to m, which transcodes it down to R_v and sends it to v. Per viewer and server::
-
-    L(v,m)  = T(b_v, m_bv) + T(m_bv, m) + T(m, v) + G * (R - R_v)    latency (T(m, m) = 0)
-    I_v     = gamma * F_v                                             interaction demand
-    Q       = (1 + I_v) * (1 - (L / beta)^q)                          interaction experience
-    U       = box_cox(min(R_v, R*_v) / r_min, u)                      video quality
-    E       = k * max(0, Rprev_v - R_v)                               bitrate-drop penalty
-    S       = 1 if m differs from last period's server, else 0        server-switch penalty
-    QoE     = a*Q + b*U - c*E - d*S
-    Y_v     = 1 + alpha * ln(1 + p_v)                                 gift weight
-
-with F_v the viewer's danmaku (chat) rate in messages per second, R*_v its preferred bitrate,
-Rprev_v its bitrate last period, p_v its total gift amount, r_min the ladder's lowest rung. A
-viewer new this period has neither penalty. Q falls with L; while L <= beta it rises with I,
-beyond beta it falls with I (an eager chatter suffers lag most). U saturates at R*_v.
-
-**Shapes.** The paper proves properties of Q and U, not their formulas, so each has a shape
-parameter keeping every property: ``q = latency_shape > 0`` bends Q's fall with latency (q = 1,
-the spec's reconstruction, is linear), and ``box_cox(x, u) = (x^u - 1) / u`` (``ln x`` at
-``u = quality_shape = 0``, the spec's) is 0 at the lowest rung and rising for every u. Which
-values are used is a *reconstruction*: :mod:`controller.policies.live_edge.reconstructions`
-names the spec's and the one fitted to the paper's figures.
-
-The allocation maximises ``sum_v Y_v * QoE(v, m_v, R_v)`` subject to, for every server m,
-``sum_{v on m} R_v <= D_m`` (bandwidth) and ``sum_{v on m} (R - R_v) * H <= C_m`` (compute:
-transcoding costs H per bit/s taken off the source), with one server m_v in M(v) per viewer and
-R_v on the ladder. A viewer may stay unassigned only when no server and bitrate fit it; the
-objective sums over assigned viewers and the number left out is reported beside it.
-
-Here: :class:`Weights`, :class:`Viewer`, :class:`EdgeServer`, :class:`Instance`,
-:class:`Allocation`; the formula functions (:func:`latency` to :func:`gift_weight`, each taking
-numbers or numpy arrays); :func:`evaluate` and :func:`objective` of an allocation,
-:func:`violations` of its constraints; and :func:`generate`, seeded random instances with planar
-geometry for the experiments. The allocators are in :mod:`controller.policies.live_edge.allocators`.
-"""
+of interactive live streams to edge servers and bitrates. A **reconstruction**."""
 
 from __future__ import annotations
 

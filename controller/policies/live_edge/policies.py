@@ -1,39 +1,5 @@
 """The live-edge user allocation policies of seed 000 (LUA and its baselines DF, MHCP, Random,
-Optimal) on the plain-Python policy interface.
-
-Each call allocates, service by service, the requests it is given as one period of the model in
-:mod:`controller.policies.live_edge.model` (a reconstruction; its docstring has the
-formulas), with the allocator of the same name from
-:mod:`controller.policies.live_edge.allocators`. As
-:class:`~controller.policy.State` says, ``placements`` are flows that stay where they are and
-use up bandwidth and compute there, and ``previous`` is where the requests were last period
-(the controller's new period re-decides every flow), which the switch and drop penalties look
-at. Reported server loads are not used: in a new period they include the very flows being
-decided. The policies return no migrations: in a new period the controller moves the flows
-whose assignment changed. What each call saw and decided is kept in
-``last_period`` (service -> (instance, allocation)), for comparing the model's prediction with
-what the agents measure.
-
-**Building the instance from a** :class:`~controller.policy.State`:
-
-* servers: a server's ``capacity`` is its bandwidth D_m (bit/s), its ``vcpu`` label its compute
-  C_m (absent: unlimited);
-* delays: shortest-path delays over the links that are ``up`` in ``State.graph`` (an edge without
-  ``up`` counts as up), directed as the stream flows: T(m, v) from the server's host to the
-  viewer's, T(m_bv, m) from the streamer edge to the server, T(b_v, m_bv) from the streamer to
-  its edge; a server the stream cannot reach the viewer through does not cover it;
-* viewer labels, read from the request's labels, then from its client's host labels (so a
-  scenario can set them once on a group or kind of viewer hosts):
-
-  - ``preferred_bitrate``: R*_v, bit/s or a rate such as ``5Mbps``; default the request's best
-    ``bitrates`` entry, else the source bitrate;
-  - ``danmaku_rate``: F_v, messages per second (default 0); ``gifts``: p_v (default 0);
-  - ``covering``: M(v), server names as a list or comma-separated (default every server of the
-    service);
-  - ``streamer``: the host the viewer's streamer uploads from; ``streamer_edge``: the node its
-    stream enters the edge at (default the service's server nearest the streamer). With neither
-    the viewer's own server is the origin and the streamer-side legs count 0.
-"""
+Optimal) on the plain-Python policy interface."""
 
 from __future__ import annotations
 
@@ -82,7 +48,7 @@ Fraction = Annotated[float, Field(ge=0)]
 
 class ViewerLabels(PolicyLabels):
     """The viewer labels the live-edge policies read (from a request's labels, then its
-    client's host); see the module docstring."""
+    client's host); see docs/schemes/live_edge.md."""
 
     preferred_bitrate: Rate | None = Field(None, description="R*_v, bit/s or a rate such as "
                                                              "5Mbps")
@@ -124,8 +90,8 @@ def _label(labels: Mapping, key: str, default):
 
 def instance_from_state(state: State, service: str, requests: list[Request],
                         params: LiveEdgeParams) -> Instance:
-    """The period ``requests`` (of ``service``) pose, as the module docstring describes; viewers
-    are named by their flows."""
+    """The period ``requests`` (of ``service``) pose, as docs/schemes/live_edge.md describes;
+    viewers are named by their flows."""
     graph = state.graph
     up = nx.subgraph_view(graph, filter_edge=lambda u, v, k: graph.edges[u, v, k].get("up", True))
 

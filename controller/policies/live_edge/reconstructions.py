@@ -1,26 +1,4 @@
-"""The reconstructions of seed 000's model: the values of what the paper leaves unknown, by name.
-
-The paper's text lost its equations and its Table 2 (the bitrate ladder), so the QoE model of
-:mod:`controller.policies.live_edge.model` has unknowns besides the weights of Table 3: the
-ladder and the source bitrate, gamma, alpha, k, the shapes of Q and U (within the properties
-the paper proves), MHCP's remaining-space score and the generator of the viewers' history.
-A :class:`Reconstruction` fixes all of them; :data:`UNKNOWNS` is the space they range over,
-each with its plausible range and why.
-
-Two are named (:func:`named`):
-
-* ``spec``: the spec's reconstruction (``../shared/spec/000-live-edge-user-allocation.md``):
-  the stand-in ladder 1, 2.5, 5, 8 Mbps from an 8 Mbps source, gamma = 1, alpha = 0.1,
-  k = 0.2 per Mbps, linear Q, logarithmic U, RS_m = (RC_m + RD_m) / (2 (1 + count_m)),
-  uniform preferences and history. The default.
-* ``fitted``: the values a seeded search (Optuna's TPE sampler, ``experiments/live_edge_fit.py``)
-  found closest to the paper's own figures, on instances apart from the reported ones. It is
-  **fitted**, not the paper's: ``fitted.json`` beside this module records how (seed, trials,
-  instances, distance), and ``reports/live_edge-fit/report.md`` shows how well each figure is
-  met.
-
-Values are in the paper's units (Mbps, per Mbps), as in experiment files.
-"""
+"""The reconstructions of seed 000's model: the values of what the paper leaves unknown, by name."""
 
 from __future__ import annotations
 

@@ -1,33 +1,4 @@
-"""Seed 004's balancers: which node server a client's request for a camera goes to.
-
-A :class:`Cluster` is what a balancer knows: per node its weight W, the load L it last
-reported (and so its queue), its tasks T (client sessions the balancer gave it) and whether it
-is alive; per camera the *chain* of nodes receiving its stream, origin first. The origin pulls
-the stream from the camera once and copies it to its clients; a helper node (cooperation)
-receives a copy from the node before it in the chain (a cascade; several helpers make a
-multi-level cascade) and serves the clients beyond. The cluster is plain bookkeeping and knows
-no algorithm; a balancer's :meth:`Balancer.choose` reads it and returns a :class:`Choice`
-(join a node already in the chain, or extend the chain with a new helper) or a
-:class:`Refusal`; :meth:`Cluster.assign` and :meth:`Cluster.release` carry them out.
-
-Names carry the scheme's prefix ``sv_`` (policy names are one namespace across schemes), then
-IPVS's scheduler names where IPVS has one (``sv_rr``, ``sv_wrr``, ``sv_lc``, ``sv_wlc``);
-``sv_feedback`` is the original periodic dynamic feedback, ``sv_improved`` the paper's.
-
-**Stream sharing, for every balancer**: a request for a camera already streaming goes to the
-node receiving it. The classic balancers (round robin, weighted round robin, least connections,
-IPVS wlc, hashing, power of two choices) and the original dynamic feedback pick a node only for
-a camera not yet streaming and send every later request for it to its origin, loaded or not
-(the flaw the paper names). Only the improved algorithm cooperates: it may add a helper.
-
-**Collapse**: when the last client of a chain's tail leaves, the tail stops receiving (its
-feeder stops the cascade copy), and so on back along the chain; a node in the middle with no
-clients of its own stays as a relay while a node after it serves. A chain that empties stops
-the camera's stream.
-
-Every balancer is deterministic: ties go to the first node in name order, and power of two
-choices draws from its own seeded generator.
-"""
+"""Seed 004's balancers: which node server a client's request for a camera goes to."""
 
 from __future__ import annotations
 
@@ -68,7 +39,7 @@ class Refusal:
 
 @dataclass
 class Cluster:
-    """The balancer's bookkeeping (see the module's docstring). ``light_below`` and
+    """The balancer's bookkeeping (docs/schemes/surveillance.md). ``light_below`` and
     ``heavy_above`` are the queue thresholds."""
 
     nodes: dict[str, Node]

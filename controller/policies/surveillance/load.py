@@ -1,36 +1,5 @@
 """Seed 004's load figures: a node's real-time load L, its maximum load from hardware, the
-node weights derived from it, and the light / moderate / heavy queues.
-
-**Real-time load** (the paper's eq. 2)::
-
-    L = R1 * I_cpu + R2 * I_mem + R3 * I_bw + R4 * I_disk,   R = {0.4, 0.1, 0.4, 0.1}
-
-Each indicator is a fraction of the node's own budget, 0 to 1: ``I_cpu`` is CPU time used over
-the node's CPU budget (the paper's "usage x CPU count" counts busy CPUs; we divide by the count
-so that L stays on the 0-1 scale its thresholds 0.6 and 0.9 are written on), ``I_mem`` memory
-used over memory, ``I_bw`` the busier direction of the node's interface over its link rate,
-``I_disk`` disk I/O over what the disk takes. An indicator a node does not measure is ``None``
-and the weights of the others are rescaled to sum to 1: the paper's own system model stores no
-video, so with ``I_disk`` counted as 0 no node could ever pass 0.9 and the heavy queue would
-never fill.
-
-**Maximum load** (eq. 3 and the lost eq. 4): each hardware figure (CPU clock x CPU count,
-memory, link rate, disk) is standardised across the nodes by z-score (population standard
-deviation; a figure equal on every node standardises to 0), then weighted by the same R::
-
-    MAXL(i) = sum_j R_j * (MAX_j(i) - mu_j) / sigma_j
-
-z-scores are negative for nodes below the mean, so MAXL is shifted before it is used as a
-weight: ``MAXL*(i) = MAXL(i) - min_k MAXL(k) + shift``. ``shift`` (default 1, one standard
-deviation, the z-score's unit) is what the weakest node keeps; it must be positive so that
-every node gets some work. For hardware spaced evenly (1x, 2x, 3x) the default gives weights
-0.15 / 0.33 / 0.52 against the true ratio 0.17 / 0.33 / 0.50.
-
-**Weights** (eq. 5): ``W(i) = MAXL*(i) / sum_k MAXL*(k)``.
-
-**Queues**: light ``L < 0.6``, moderate ``0.6 <= L <= 0.9``, heavy ``L > 0.9`` (takes no new
-tasks).
-"""
+node weights derived from it, and the light / moderate / heavy queues."""
 
 from __future__ import annotations
 
@@ -100,7 +69,7 @@ def node_load(usage: Usage, weights: LoadWeights = LoadWeights()) -> float:
 def max_loads(hardware: Sequence[Hardware], weights: LoadWeights = LoadWeights(),
               shift: float = 1.0) -> np.ndarray:
     """MAXL* of every node: z-scores of the hardware figures, weighted, shifted positive (see
-    the module's docstring)."""
+    docs/schemes/surveillance.md)."""
     if shift <= 0:
         raise ValueError(f"shift must be positive, not {shift:g}")
     if not hardware:

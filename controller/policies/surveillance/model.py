@@ -1,32 +1,4 @@
-"""Seed 004 at model level: the paper's test as a discrete-event simulation (SimPy).
-
-**The test** (the paper's section 4): heterogeneous node servers behind one balancer;
-``cameras`` emulated cameras of which the first ``hot`` are requested ``hot_factor`` times as
-often as the others; ``requests`` requests at uniformly random times within ``horizon_s``
-(the paper: 1,000 in 10 minutes), each a client watching one camera for a session drawn from an
-exponential distribution of mean ``session_mean_s`` (the paper does not say how long a client
-watches; 60 s puts the cluster at about 60% of its bandwidth on average, so the queues and the
-heavy threshold are reached). The paper's Table 1 (the nodes' hardware) is lost; the default
-:data:`PAPER_NODES` are three nodes of about 1x, 2x and 4x capacity.
-
-**A node's resources**, from the streams it carries: every stream it receives (from the camera
-at the origin, or as a cascade copy) and every copy it sends (to a client, or to the next node
-of a cascade) is ``bitrate_mbps``. ``I_bw`` is the busier direction over the link rate; ``I_cpu``
-costs ``cpu_ghz_per_mbps`` per Mbit/s received or sent, over the node's CPU (clock x count);
-``I_mem`` is ``memory_gb_base`` plus ``memory_gb_per_stream`` per session and stream received,
-over its memory; no video is stored (the paper's own simplification), so disk is not an
-indicator (see :mod:`controller.policies.surveillance.load`). A node refuses a client whose
-stream would put its CPU or link past 1 (it cannot send it), and so does the feeder of a new
-cascade: such a request is rejected by the node, as one a balancer refuses is rejected by the
-balancer.
-
-**Reports**: every node reports its L every ``period_s``; a balancer with active notification
-also gets a report at once when a node's L passes the heavy threshold. The balancer knows the
-tasks it gave (T) exactly. Utilisation is sampled every ``sample_s``.
-
-The simulation is deterministic for a seed: the trace is drawn from it, the balancer's own
-draws (power of two choices) from it too.
-"""
+"""Seed 004 at model level: the paper's test as a discrete-event simulation (SimPy)."""
 
 from __future__ import annotations
 
@@ -51,7 +23,7 @@ PAPER_NODES = (Hardware(2 * 2.4, 4, 100, 500), Hardware(4 * 2.8, 8, 200, 1000),
 
 
 class Workload(BaseModel):
-    """The test's parameters (see the module's docstring)."""
+    """The test's parameters (docs/schemes/surveillance.md)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

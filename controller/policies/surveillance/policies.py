@@ -1,50 +1,4 @@
-"""Seed 004's balancers on the controller's policy interface (:mod:`controller.policy`).
-
-One policy class per balancer of :mod:`controller.policies.surveillance.balancer`, named as
-the balancer. Each call keeps, per service, a :class:`~.balancer.Cluster` built from the
-:class:`~controller.policy.State`:
-
-* nodes: the service's servers; a server that is no longer in ``State.servers`` (a failed
-  health check) is removed, and the chains through it are cut;
-* weights W from the servers' hardware labels ``cpu_ghz`` (clock x count), ``memory_gb``,
-  ``bandwidth_mbps`` and ``disk_gb`` (a server without one of them counts the mean of the
-  others; none at all: equal weights);
-* the load L of a node from its last load report (``State.loads``): L of eq. 2 over the
-  metrics it carries, ``cpu`` (a fraction of its CPU budget), ``memory`` (bytes, over the
-  ``memory_gb`` label) and the busier of ``bw_in``/``bw_out`` (bit/s, over the
-  ``bandwidth_mbps`` label); a report without them counts its ``load`` as L; no report yet:
-  ``Server.load``. A balancer with active notification also sees, at once, the demand placed on
-  a node over its capacity when that is higher (the controller knows what it placed), the
-  others only the reports;
-* health check: a node that reported once and then missed ``missed_reports`` periods of
-  ``report_period`` is dead: it takes no request, and the chains through it are cut;
-* tasks T and the clients of each camera from ``State.placements``; the camera of a request is
-  its ``camera`` label, else its client's; the order of a camera's chain (origin first) is what
-  this policy decided before, since placements do not record it.
-
-Cameras: a host streaming cameras says which with its label ``cameras`` (their stream ids,
-comma-separated: ``"1,2"``); a client's label ``camera`` (or its request's) is the stream id it
-wants. A request whose camera is missing, not among ``cameras`` when that parameter is given,
-or streamed by no host when some host has the label, is rejected saying so; so is one for a
-camera that stopped: its origin node (which pulls it from the camera) reports the stream
-silent for ``stopped_after`` seconds (metric ``stream.<camera>.silent_s``). Its clients
-already placed keep their node until they leave (nothing arrives for them meanwhile: their
-stream ends where their measurement shows).
-
-**What a decision carries** (its ``attributes``, for the node server that follows it, see
-:mod:`agents.live_edge`'s back-source): ``camera``, ``stream`` (the camera as a stream id, when
-it is a number), ``depth`` (cascade hops from the origin to the serving node) and ``upstream``:
-the address the serving node pulls the stream from, the node before it in the camera's chain (a
-cascade) or, for the origin, the camera's host.
-
-**Health check and repair** (``on_load = "rebalance"``: every kept report asks the policy with
-no new request): the flows placed on a node that is no longer live are moved, each by the
-balancer as a request, onto a live node (a migration); a flow on a live node whose upstream
-changed because its chain was cut keeps its node with the new ``upstream`` (a migration to the
-same node). A flow no live node can take stays where it is and is counted in ``stranded``. A node takes no request whose demand would put its placed demand past its
-capacity (it could not send the stream), as in the model. The cascade a helper needs (the
-chain from the origin to it) is returned in :attr:`SurveillancePolicy.last_chains`.
-"""
+"""Seed 004's balancers on the controller's policy interface (:mod:`controller.policy`)."""
 
 from __future__ import annotations
 
@@ -86,7 +40,7 @@ class SurveillanceParams(PolicyParams):
 
 
 def hardware_of(servers: list[Server]) -> list[Hardware]:
-    """The servers' hardware figures from their labels (see the module's docstring)."""
+    """The servers' hardware figures from their labels (docs/schemes/surveillance.md)."""
     columns = []
     for label in HARDWARE_LABELS:
         values = [float(server.labels[label]) if label in server.labels else None
@@ -98,7 +52,7 @@ def hardware_of(servers: list[Server]) -> list[Hardware]:
 
 
 def reported_load(state: State, server: Server, weights: LoadWeights) -> float:
-    """L from ``server``'s last report (see the module's docstring)."""
+    """L from ``server``'s last report (docs/schemes/surveillance.md)."""
     report = state.latest_load(server.name)
     if report is None:
         return server.load
@@ -147,7 +101,7 @@ class Round:
 
 
 class SurveillancePolicy(ModelPolicy):
-    """A balancer as a controller policy (see the module's docstring)."""
+    """A balancer as a controller policy (docs/schemes/surveillance.md)."""
 
     name: str
     Params = SurveillanceParams
@@ -245,7 +199,7 @@ class SurveillancePolicy(ModelPolicy):
 
     def migrations(self, state: State, service: str, servers: list[Server],
                    requests: list[Request]) -> list[Migration]:
-        """Repair (see the module's docstring), in a call without new requests."""
+        """Repair (docs/schemes/surveillance.md), in a call without new requests."""
         if requests:
             return []  # the next call without requests repairs; reports make one every period
         live = {server.name for server in servers}
@@ -292,7 +246,7 @@ class SurveillancePolicy(ModelPolicy):
 
     @staticmethod
     def _attributes(round: Round, camera: str, chain) -> dict:
-        """A decision's attributes (see the module's docstring) for a client of ``camera``
+        """A decision's attributes (docs/schemes/surveillance.md) for a client of ``camera``
         served at the end of ``chain``."""
         attributes = {"camera": camera, "depth": len(chain) - 1}
         if camera.isdigit():
