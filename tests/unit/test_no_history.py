@@ -26,7 +26,7 @@ HISTORY = re.compile(
     r"\b20\d\d-[01]\d(?!-\d\dT\d)"  # a date, not a timestamp's
     rf"|\b(?:{MONTHS})\s+20\d\d\b"
     r"|\bissues?\s+#?\d+"
-    r"|(?<![\w&/#])#\d+\b",  # "#14"; not an HTML entity, a URL fragment or a colour
+    r"|(?<![\w&/#])#\d+\b",  # a hashed number, not an entity, URL fragment or colour
     re.IGNORECASE)
 ALLOWED = ("json-schema.org/draft/2020-12/schema",)
 
