@@ -6,6 +6,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from controller.policy import LoadReport
+from edgebed.protocol import path_metric
+
 
 @dataclass(frozen=True)
 class PathQuality:
@@ -64,3 +67,16 @@ class Thresholds:
 
 
 VIA = Thresholds()
+
+
+def probed_path(report: LoadReport | None, address: str) -> PathQuality | None:
+    """The path to ``address`` as ``report`` gives it (:class:`agents.echo.PathMeter`'s
+    metrics), None when it gives none. A path nothing answered on has no round trip: it is
+    taken as lost entirely at no delay, poor by its loss alone."""
+    if report is None:
+        return None
+    loss = report.value(path_metric(address, "loss"))
+    if loss is None:
+        return None
+    return PathQuality(report.value(path_metric(address, "rtt")) or 0.0, loss,
+                       report.value(path_metric(address, "jitter")) or 0.0)
