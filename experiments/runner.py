@@ -432,7 +432,7 @@ class Run:
         origin = self._origin = time.monotonic()
         # The timeline's t = 0 on CLOCK_REALTIME, the clock the agents' tables keep.
         self.summary["timeline_origin_s"] = round(time.time(), 6)
-        self.cpu.sample()
+        self.cpu.start()
         for at, description, action in actions:
             if at > duration:
                 break
@@ -457,11 +457,10 @@ class Run:
         time.sleep(wait)
 
     def _wait_until(self, deadline: float, log: logging.Logger) -> None:
-        """Sleep until ``deadline`` (monotonic), looking at the CPU and the wires' load every
-        second."""
+        """Sleep until ``deadline`` (monotonic), looking at the wires' load and the programs'
+        exits every second."""
         while (remaining := deadline - time.monotonic()) > 0:
             time.sleep(min(remaining, LOAD_CHECK_PERIOD_S))
-            self.cpu.sample()
             for warning in self.links.load_warnings() + self._exit_warnings():
                 log.warning(warning)
                 self.warnings.append(warning)
@@ -561,6 +560,7 @@ class Run:
 
     def _teardown(self, log: logging.Logger) -> None:
         self.options.on_phase("tearing down")
+        self.cpu.stop()
         self.summary["processes"] = self.processes.stop_all(grace_s=AGENT_STOP_GRACE_S)
         if self.controller is not None:
             crashed = self.controller.crashed()
