@@ -24,6 +24,8 @@ Tables every agent may write (columns in order; docs: concepts, agents):
   time_s (when the second began: CLOCK_REALTIME seconds, so flows line up on one clock)
 * ``sender_lateness``: node, agent, flow, packets, late_p50_us, late_p99_us, late_max_us,
   late_over_1ms_fraction
+* ``sent``: node, agent, flow, to, datagrams, send_errors (per flow a receiver measures: the
+  destination address and what the socket took)
 * ``malformed``: node, agent, port, count, first_seen_ns, example_hex (datagrams that were not
   what the agent listens for; counted, logged, skipped)
 """
@@ -86,6 +88,9 @@ TABLES = {
                      "delay_mean_ms", "jitter_ms", "time_s"),
     "sender_lateness": ("node", "agent", "flow", "packets", "late_p50_us", "late_p99_us",
                         "late_max_us", "late_over_1ms_fraction"),
+    # Per flow a receiver measures (its flows row has the same flow name): where it went and
+    # how many datagrams the socket took, so the runner can balance sent against received.
+    "sent": ("node", "agent", "flow", "to", "datagrams", "send_errors"),
     "malformed": ("node", "agent", "port", "count", "first_seen_ns", "example_hex"),
 }
 """The tables every agent may write (through :class:`FlowStats`, :class:`Pacer` and

@@ -4,8 +4,9 @@ kept up (the fidelity monitor).
 Agents write ``records/<table>/<node>-<agent>.csv``; :func:`merge_tables` concatenates each
 table into ``tables/<table>.csv``. :class:`CpuMonitor` samples the machine's CPU once a second
 during the run, from a thread of its own. :func:`fidelity` flags a run whose senders fell behind their schedules, whose
-CPU saturated or whose links lost frames the scenario did not ask for (emulator-made loss), so
-nobody publishes a result the machine could not honour.
+CPU saturated, whose links lost frames the scenario did not ask for (emulator-made loss) or
+whose receivers got less than their senders sent (:mod:`experiments.delivery`), so nobody
+publishes a result the machine could not honour.
 """
 
 from __future__ import annotations
@@ -204,12 +205,15 @@ def network_kept_up(summary: dict) -> bool:
 
 def fidelity(run_dir: Path, cpu: CpuMonitor, wires: dict | None = None,
              losses: list[dict] | None = None,
-             loss_limit: EmulatorLossLimit | None = None) -> dict:
+             loss_limit: EmulatorLossLimit | None = None,
+             delivery_flags: list[str] | None = None) -> dict:
     """``{"ok": bool, "flags": [...], "cpu_busy_max": ...}`` for the run's summary; ``wires``
     are the relays' final statistics by link (the fallback impairment backend), ``losses``
     the links' drops by cause (:meth:`LinkControl.losses`): emulator-made loss past
-    ``loss_limit`` makes the run invalid, as a saturated CPU does."""
-    flags = (emulator_loss_flags(losses or [], loss_limit or EmulatorLossLimit())
+    ``loss_limit`` makes the run invalid, as a saturated CPU does, and as flows that arrived
+    short of what was sent do (``delivery_flags``, :mod:`experiments.delivery`)."""
+    flags = (list(delivery_flags or [])
+             + emulator_loss_flags(losses or [], loss_limit or EmulatorLossLimit())
              + wire_lateness_flags(wires))
     for row in read_table(run_dir, "sender_lateness"):
         late_fraction = float(row["late_over_1ms_fraction"] or 0)

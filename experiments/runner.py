@@ -35,7 +35,7 @@ from topologies.scenario import Scenario
 from agents import catalog
 from topologies import commands
 
-from . import measurements, registry
+from . import delivery, measurements, registry
 from .machine_lock import machine_lock
 from .rundir import RunDirectory, edgebed_version, iso, utc_now
 
@@ -579,10 +579,12 @@ class Run:
             if self.links.counting_error:
                 log.warning("%s", self.links.counting_error)
                 self.warnings.append(self.links.counting_error)
+        counters = self._drop_counters(log)
         self.summary["tables"] = measurements.merge_tables(self.run_dir.path)
         self.summary["fidelity"] = measurements.fidelity(
             self.run_dir.path, self.cpu, self.summary.get("wires"),
-            self.summary.get("emulator_loss"), self.scenario.document.emulation.emulator_loss)
+            self.summary.get("emulator_loss"), self.scenario.document.emulation.emulator_loss,
+            self._delivery(counters))
         self.warnings += self.summary["fidelity"]["flags"]
         if self.network is not None:
             if self.network.net is not None:
@@ -596,6 +598,41 @@ class Run:
         if leftovers:
             log.warning("removed leftovers after stop: %s", leftovers.describe())
         self.summary["leftovers_removed"] = leftovers.describe()
+
+    def _drop_counters(self, log: logging.Logger) -> tuple[dict, dict]:
+        """Per host and per switch port, what their kernels and Open vSwitch dropped, read
+        after the agents stopped; empty (and a warning) when the network is not there to ask."""
+        if self.network is None or self.network.net is None:
+            return {}, {}
+        try:
+            return self.network.host_counters(), self.network.switch_port_drops()
+        except Exception as problem:
+            log.error("reading drop counters failed:\n%s", traceback.format_exc())
+            self.warnings.append(f"no drop counters of hosts and switch ports: "
+                                 f"{type(problem).__name__}: {problem}")
+            return {}, {}
+
+    def _delivery(self, counters: tuple[dict, dict]) -> list[str]:
+        """Every flow's sent against received (:mod:`experiments.delivery`) into the summary's
+        ``delivery``; returns the flags of the flows that arrived short."""
+        hosts, ports = counters
+        configured = {(entry["link"], entry["direction"]): entry["configured_loss"]
+                      for entry in self.summary.get("emulator_loss") or []}
+        addresses = {node.name: [str(address.ip) for address in node.interfaces.values()
+                                 if address is not None] for node in self.scenario.hosts}
+        found = delivery.balances(measurements.read_table(self.run_dir.path, "sent"),
+                                  measurements.read_table(self.run_dir.path, "flows"),
+                                  addresses, self.scenario.links, configured)
+        self.summary["delivery"] = {
+            "flows": len(found), "short": sum(balance.short for balance in found),
+            "sent": sum(balance.sent for balance in found),
+            "received": sum(balance.received for balance in found),
+            "short_flows": [balance.record() for balance in found if balance.short],
+            "hosts": {name: figures for name, figures in hosts.items() if any(figures.values())},
+            "switch_ports": {port: drops for port, drops in ports.items()
+                             if any(drops.values())}}
+        return delivery.delivery_flags(found, hosts, self.summary.get("emulator_loss") or [],
+                                       ports)
 
     def _write_switch_logs(self) -> None:
         for node in self.scenario.switches:
