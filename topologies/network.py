@@ -9,6 +9,7 @@ backstop for anything a crash left behind.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from mininet.net import Mininet
 from mininet.node import Host, OVSSwitch
 
 from . import switch_sockets
+from .cpu_limits import CpuLimit, CpuLimitedHost
 from .impairments.relay import WIRE_TOWARD_A, WIRE_TOWARD_B
 from .naming import MANAGEMENT_INTERFACE, RunNames, host_mac
 from .scenario import Endpoint, Node, Scenario
@@ -73,13 +75,26 @@ class ScenarioNetwork:
     management: "Management | None" = None
     # Userspace datapath: switch ports whose receive socket kept the kernel's default buffer.
     small_switch_sockets: list[str] = field(default_factory=list)
+    cpu_limits: dict[str, CpuLimit] = field(default_factory=dict)  # host -> its cgroup
 
     def start(self) -> None:
         started = time.monotonic()
+        machine = os.cpu_count() or 1
+        too_large = [f"{node.name} ({node.cpu:g})" for node in self.scenario.hosts
+                     if node.cpu is not None and node.cpu > machine]
+        if too_large:
+            raise RuntimeError(f"cpu limits above this machine's {machine} cores: "
+                               f"{', '.join(too_large)}")
         self.net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
                            autoStaticArp=False, waitConnected=False)
         for node in self.scenario.hosts:
-            self.net.addHost(node.name, cls=Host, ip=str(node.ip) if node.ip else None)
+            if node.cpu is None:
+                self.net.addHost(node.name, cls=Host, ip=str(node.ip) if node.ip else None)
+                continue
+            limit = CpuLimit(self.names.cgroup(node.name), node.cpu)
+            self.cpu_limits[node.name] = limit
+            self.net.addHost(node.name, cls=CpuLimitedHost, limit=limit,
+                             ip=str(node.ip) if node.ip else None)
         standalone = not self.scenario.document.controller.apps
         for index, node in enumerate(self.scenario.switches):
             self._switch_index[node.name] = index
@@ -296,7 +311,11 @@ class ScenarioNetwork:
             self.net.stop()
         finally:
             self.net = None
-            self.timings.stop_s = time.monotonic() - started
+            try:
+                for limit in self.cpu_limits.values():
+                    limit.remove()
+            finally:
+                self.timings.stop_s = time.monotonic() - started
 
 
 @dataclass

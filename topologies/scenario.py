@@ -84,6 +84,7 @@ class Node:
     dpid: int | None = None
     interfaces: dict[str, ipaddress.IPv4Interface | None] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)  # switch interface -> OpenFlow port
+    cpu: float | None = None  # cores the host may use (topologies.cpu_limits); None: no limit
 
     @property
     def is_switch(self) -> bool:
@@ -231,7 +232,8 @@ class Scenario:
             "nodes": {n.name: {"role": n.role.value, "kind": n.kind, "group": n.group,
                                "labels": n.labels, "env": n.env,
                                **({"dpid": f"0x{n.dpid:016x}", "ports": n.ports} if n.is_switch
-                                  else {"interfaces": {i: str(a) for i, a in n.interfaces.items()}})}
+                                  else {"interfaces": {i: str(a) for i, a in n.interfaces.items()},
+                                        **({"cpu": n.cpu} if n.cpu is not None else {})})}
                       for n in self.nodes.values()},
             "links": [{"endpoints": [str(link.a), str(link.b)],
                        "forward": link.forward.model_dump(exclude_none=True),
@@ -434,12 +436,17 @@ class _Resolver:
                 self.origin[name] = path
                 if settings is None:
                     continue
-                role, kind, group, labels, env = settings
+                role, kind, group, labels, env, cpu = settings
                 if spec.ip is not None and len(names) > 1 and name == names[0]:
                     self.problem(path + ("ip",), "a node range cannot share one ip",
                                  "leave ip out to get addresses from topology.subnet")
                 self.nodes[name] = Node(name, role, kind, group, labels, env,
-                                        self.source_map.position(path, key=True), dpid=spec.dpid)
+                                        self.source_map.position(path, key=True), dpid=spec.dpid,
+                                        cpu=cpu)
+                if role is Role.switch and cpu is not None:
+                    self.problem(path + ("cpu",), "switches have no cpu limit",
+                                 "a CPU limit belongs to a host; the switches share "
+                                 "ovs-vswitchd")
                 if role is Role.switch and spec.ip is not None:
                     self.problem(path + ("ip",), "switches have no ip",
                                  "addresses belong to hosts")
@@ -448,7 +455,8 @@ class _Resolver:
                                  f"this node's role is {role.value}")
 
     def _inherit(self, spec: model.NodeSpec, path: tuple):
-        """Apply defaults < kind < group < node; returns role, kind, group, labels, env."""
+        """Apply defaults < kind < group < node; returns role, kind, group, labels, env,
+        cpu."""
         topology = self.topology
         group = None
         if spec.group is not None:
@@ -480,7 +488,8 @@ class _Resolver:
         for layer in layers:
             labels.update(layer.labels)
             env.update(layer.env)
-        return role, kind_name, spec.group, labels, env
+        cpu = next((s.cpu for s in reversed(layers) if s.cpu is not None), None)
+        return role, kind_name, spec.group, labels, env, cpu
 
     # links
 
