@@ -63,13 +63,6 @@ class CpuLimit:
         for procs in self.procs_files():
             procs.write_text(str(pid))
 
-    def usage_s(self) -> float:
-        """CPU time the cgroup's processes used so far, in seconds."""
-        if unified():
-            stat = (directories(self.name)[0] / "cpu.stat").read_text().split()
-            return int(stat[stat.index("usage_usec") + 1]) / 1e6
-        return int((directories(self.name)[-1] / "cpuacct.usage").read_text()) / 1e9
-
     def remove(self) -> None:
         """Remove the cgroup once its processes are gone; RuntimeError if it stays busy."""
         for directory in directories(self.name):
