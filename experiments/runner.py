@@ -584,7 +584,7 @@ class Run:
         self.summary["fidelity"] = measurements.fidelity(
             self.run_dir.path, self.cpu, self.summary.get("wires"),
             self.summary.get("emulator_loss"), self.scenario.document.emulation.emulator_loss,
-            self._delivery(counters))
+            self._delivery(counters) + self._agents_still_starting())
         self.warnings += self.summary["fidelity"]["flags"]
         if self.network is not None:
             if self.network.net is not None:
@@ -633,6 +633,23 @@ class Run:
                              if any(drops.values())}}
         return delivery.delivery_flags(found, hosts, self.summary.get("emulator_loss") or [],
                                        ports)
+
+    def _agents_still_starting(self) -> list[str]:
+        """A flag for the agents the run's SIGTERM ended by its default action: an agent
+        handles SIGTERM from its start-up on (it then writes its tables and exits 0), so one
+        killed by it was still importing, on a machine too slow to start it within the run, and
+        sent or measured nothing."""
+        starting = []
+        for outcome in self.summary.get("processes", []):
+            words = outcome["command"].split()  # python -m agents.<module> ... (catalog)
+            if outcome["stopped"] == "terminated" and outcome["exit_code"] == -signal.SIGTERM \
+                    and words[1:2] == ["-m"] and words[2].startswith("agents."):
+                starting.append(f"{words[2].removeprefix('agents.')} on {outcome['node']}")
+        if not starting:
+            return []
+        return [f"{len(starting)} agents were still starting when the run stopped them, and "
+                f"measured nothing: {', '.join(starting[:5])}"
+                + (" ..." if len(starting) > 5 else "")]
 
     def _write_switch_logs(self) -> None:
         for node in self.scenario.switches:
