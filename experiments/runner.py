@@ -631,8 +631,18 @@ class Run:
             "hosts": {name: figures for name, figures in hosts.items() if any(figures.values())},
             "switch_ports": {port: drops for port, drops in ports.items()
                              if any(drops.values())}}
-        return delivery.delivery_flags(found, hosts, self.summary.get("emulator_loss") or [],
-                                       ports)
+        flags = delivery.delivery_flags(found, hosts, self.summary.get("emulator_loss") or [],
+                                        ports)
+        outages = sorted({event.action for event in self.scenario.schedule
+                          if event.action in ("link_down", "node_down", "controller_down")})
+        if flags and outages:
+            # Datagrams sent while the schedule had a link, a node or the controller down
+            # were lost on purpose, in amounts no configured loss rate describes: the short
+            # flows are reported, as warnings, not held against the machine.
+            self.warnings += [f"{flag} (the schedule has {', '.join(outages)})"
+                              for flag in flags]
+            return []
+        return flags
 
     def _agents_still_starting(self) -> list[str]:
         """A flag for the agents the run's SIGTERM ended by its default action: an agent
