@@ -20,6 +20,12 @@ PERIOD_US = 100_000  # the kernel's default period: a 0.25-core host runs 25 ms 
 REMOVE_TRIES = 20
 
 
+def _set(control: Path, value: str) -> None:
+    """Write a cgroup control file: one write, which the kernel takes or refuses whole."""
+    with open(control, "w") as stream:
+        stream.write(value)
+
+
 def unified() -> bool:
     """Whether the cpu controller is on cgroup v2 (mounted at the root, no v1 hierarchy)."""
     return (ROOT / "cgroup.controllers").exists() and not (ROOT / "cpu").is_dir()
@@ -46,22 +52,22 @@ class CpuLimit:
         if unified():
             control = ROOT / "cgroup.subtree_control"
             if "cpu" not in control.read_text().split():
-                control.write_text("+cpu")
+                _set(control, "+cpu")
         for directory in directories(self.name):
-            directory.mkdir(exist_ok=True)
+            directory.mkdir()  # the name carries a fresh prefix: one found is not ours
         directory = directories(self.name)[0]
         if unified():
-            (directory / "cpu.max").write_text(f"{quota} {PERIOD_US}")
+            _set(directory / "cpu.max", f"{quota} {PERIOD_US}")
         else:
-            (directory / "cpu.cfs_period_us").write_text(str(PERIOD_US))
-            (directory / "cpu.cfs_quota_us").write_text(str(quota))
+            _set(directory / "cpu.cfs_period_us", str(PERIOD_US))
+            _set(directory / "cpu.cfs_quota_us", str(quota))
 
     def procs_files(self) -> list[Path]:
         return [directory / "cgroup.procs" for directory in directories(self.name)]
 
     def add(self, pid: int) -> None:
         for procs in self.procs_files():
-            procs.write_text(str(pid))
+            _set(procs, str(pid))
 
     def remove(self) -> None:
         """Remove the cgroup once its processes are gone; RuntimeError if it stays busy."""
