@@ -106,7 +106,7 @@ def find_leftovers(prefixes: set[str] | None = None) -> dict[str, Leftovers]:
     for pid, prefix in run_processes().items():
         if (b := bucket(prefix)) is not None:
             b.processes.append(pid)
-    for name in cpu_limits.leftover_names("eb"):
+    for name in cpu_limits.top_level_names():
         if (b := bucket(prefix_of(name))) is not None:
             b.cgroups.append(name)
     return found

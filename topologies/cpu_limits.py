@@ -84,11 +84,12 @@ class CpuLimit:
                 raise RuntimeError(f"cgroup {directory} still has processes")
 
 
-def leftover_names(prefix: str) -> list[str]:
-    """Cgroups a run of ``prefix`` left behind."""
+def top_level_names() -> list[str]:
+    """The cgroups directly under the cpu and cpuacct controllers' roots, whoever made them
+    (:func:`topologies.cleanup.find_leftovers` picks a run's by their prefix)."""
     parents = [ROOT] if unified() else [ROOT / "cpu", ROOT / "cpuacct"]
     return sorted({path.name for parent in parents if parent.is_dir()
-                   for path in parent.glob(f"{prefix}-*") if path.is_dir()})
+                   for path in parent.iterdir() if path.is_dir()})
 
 
 class CpuLimitedHost(Host):

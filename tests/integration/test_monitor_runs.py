@@ -11,7 +11,9 @@ import csv
 import json
 import textwrap
 
-from tests.integration.conftest import assert_nothing_left, edgebed, only_run_dir
+from tests.integration.conftest import (assert_nothing_left, edgebed, only_run_dir,
+                                        start_edgebed, wait_for_phase)
+from topologies import cleanup, cpu_limits
 
 # A busy loop that measures its own share of a core: its CPU time over its wall time.
 BUSY = ("import json, sys, time\n"
@@ -62,6 +64,24 @@ def test_a_host_limited_to_a_quarter_core_gets_a_quarter(tmp_path, state_before)
     assert limited >= min(0.22, free - 0.03), (limited, free)
     assert "cpu: 0.25" in (run / "scenario.yaml").read_text()
     assert_nothing_left(state_before, summary["prefix"])
+
+
+def test_a_killed_runners_cgroups_are_removed_by_clean(tmp_path, state_before):
+    path = tmp_path / "scenario.yaml"
+    path.write_text(textwrap.dedent(TWO_HOSTS.format(name="cpu-left", duration="120s",
+                                                     v1=", cpu: 0.5"))
+                    + "  - {agent: command, nodes: [v1], command: sleep 600}\n")
+    runs = tmp_path / "runs"
+    victim = start_edgebed("run", str(path), "--runs-dir", str(runs))
+    run = wait_for_phase(runs, "network up", victim)
+    prefix = json.loads((run / "manifest.json").read_text())["prefix"]
+    victim.kill()
+    victim.wait()
+    assert cleanup.find_leftovers({prefix})[prefix].cgroups == [f"{prefix}-v1"]
+    result = edgebed("clean")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert not any(directory.exists() for directory in cpu_limits.directories(f"{prefix}-v1"))
+    assert_nothing_left(state_before, prefix)
 
 
 def test_a_receiver_that_gets_nothing_flags_the_run_and_says_where(tmp_path, state_before):
