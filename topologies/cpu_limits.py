@@ -17,6 +17,7 @@ from mininet.node import Host
 
 ROOT = Path("/sys/fs/cgroup")
 PERIOD_US = 100_000  # the kernel's default period: a 0.25-core host runs 25 ms of every 100 ms
+MIN_QUOTA_US, LONGEST_PERIOD_US = 1000, 1_000_000  # the kernel's bounds
 REMOVE_TRIES = 20
 
 
@@ -48,7 +49,9 @@ class CpuLimit:
         self.cores = cores
 
     def create(self) -> None:
-        quota = max(1000, round(self.cores * PERIOD_US))  # the kernel's smallest quota is 1 ms
+        # The kernel's smallest quota is 1 ms: a smaller share gets a longer period instead.
+        period = max(PERIOD_US, min(LONGEST_PERIOD_US, round(MIN_QUOTA_US / self.cores)))
+        quota = max(MIN_QUOTA_US, round(self.cores * period))
         if unified():
             control = ROOT / "cgroup.subtree_control"
             if "cpu" not in control.read_text().split():
@@ -57,9 +60,9 @@ class CpuLimit:
             directory.mkdir()  # the name carries a fresh prefix: one found is not ours
         directory = directories(self.name)[0]
         if unified():
-            _set(directory / "cpu.max", f"{quota} {PERIOD_US}")
+            _set(directory / "cpu.max", f"{quota} {period}")
         else:
-            _set(directory / "cpu.cfs_period_us", str(PERIOD_US))
+            _set(directory / "cpu.cfs_period_us", str(period))
             _set(directory / "cpu.cfs_quota_us", str(quota))
 
     def procs_files(self) -> list[Path]:
