@@ -165,6 +165,7 @@ def stream(agent: Agent, params: Params) -> dict:
                 sizes.restart()
                 gop_restarts += 1
             frames += 1
+    agent.row("sent", flow_name(params.stream), params.to, packets, send_errors)
     # The frames' own time, or longer when the sender fell behind its schedule.
     span_s = max(frames / params.fps,
                  (last_send_ns - start_ns) / 1e9 if last_send_ns is not None else 0.0)

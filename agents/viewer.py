@@ -185,6 +185,9 @@ class ChatSender(threading.Thread):
 
     def write(self, agent: Agent) -> dict:
         """The senders' rows of ``sender_lateness``; returns what was sent, by kind."""
+        for source in self.sources:
+            agent.row("sent", chat_flow(source.kind, self.user), self.address[0],
+                      source.sequence - source.send_errors, source.send_errors)
         return {source.kind: {"user": self.user, "sent": source.sequence - source.send_errors,
                               "send_errors": source.send_errors,
                               "lateness": source.pacer.report(agent,

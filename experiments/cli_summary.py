@@ -51,6 +51,11 @@ def print_run_summary(loaded: Scenario, result) -> None:
         console.print("  tables: " + ", ".join(f"{name} ({rows} rows)"
                                                for name, rows in tables.items()))
     _print_emulator_loss(summary.get("emulator_loss"))
+    delivery = summary.get("delivery")
+    if delivery and delivery["flows"]:
+        console.print(f"  delivery: {delivery['received']} of {delivery['sent']} datagrams "
+                      f"sent in {delivery['flows']} flows arrived; {delivery['short']} flows "
+                      "short of what their paths' configured loss allows")
     fidelity = summary.get("fidelity") or {}
     if fidelity.get("cpu_busy_max") is not None:
         verdict = "[green]ok[/green]" if fidelity["ok"] else "[red]flagged[/red]"

@@ -29,7 +29,7 @@ from topologies.scenario import Scenario
 from agents import catalog
 from topologies import commands
 
-from . import measurements, registry
+from . import delivery, measurements, registry
 from .machine_lock import machine_lock
 from .rundir import RunDirectory, edgebed_version, iso, utc_now
 
@@ -426,7 +426,7 @@ class Run:
         origin = self._origin = time.monotonic()
         # The timeline's t = 0 on CLOCK_REALTIME, the clock the agents' tables keep.
         self.summary["timeline_origin_s"] = round(time.time(), 6)
-        self.cpu.sample()
+        self.cpu.start()
         for at, description, action in actions:
             if at > duration:
                 break
@@ -451,11 +451,10 @@ class Run:
         time.sleep(wait)
 
     def _wait_until(self, deadline: float, log: logging.Logger) -> None:
-        """Sleep until ``deadline`` (monotonic), looking at the CPU and the wires' load every
-        second."""
+        """Sleep until ``deadline`` (monotonic), looking at the wires' load and the programs'
+        exits every second."""
         while (remaining := deadline - time.monotonic()) > 0:
             time.sleep(min(remaining, LOAD_CHECK_PERIOD_S))
-            self.cpu.sample()
             for warning in self.links.load_warnings() + self._exit_warnings():
                 log.warning(warning)
                 self.warnings.append(warning)
@@ -555,6 +554,7 @@ class Run:
 
     def _teardown(self, log: logging.Logger) -> None:
         self.options.on_phase("tearing down")
+        self.cpu.stop()
         self.summary["processes"] = self.processes.stop_all(grace_s=AGENT_STOP_GRACE_S)
         if self.controller is not None:
             crashed = self.controller.crashed()
@@ -573,10 +573,12 @@ class Run:
             if self.links.counting_error:
                 log.warning("%s", self.links.counting_error)
                 self.warnings.append(self.links.counting_error)
+        counters = self._drop_counters(log)
         self.summary["tables"] = measurements.merge_tables(self.run_dir.path)
         self.summary["fidelity"] = measurements.fidelity(
             self.run_dir.path, self.cpu, self.summary.get("wires"),
-            self.summary.get("emulator_loss"), self.scenario.document.emulation.emulator_loss)
+            self.summary.get("emulator_loss"), self.scenario.document.emulation.emulator_loss,
+            self._delivery(counters) + self._agents_still_starting())
         self.warnings += self.summary["fidelity"]["flags"]
         if self.network is not None:
             if self.network.net is not None:
@@ -590,6 +592,68 @@ class Run:
         if leftovers:
             log.warning("removed leftovers after stop: %s", leftovers.describe())
         self.summary["leftovers_removed"] = leftovers.describe()
+
+    def _drop_counters(self, log: logging.Logger) -> tuple[dict, dict]:
+        """Per host and per switch port, what their kernels and Open vSwitch dropped, read
+        after the agents stopped; empty (and a warning) when the network is not there to ask."""
+        if self.network is None or self.network.net is None:
+            return {}, {}
+        try:
+            return self.network.host_counters(), self.network.switch_port_drops()
+        except Exception as problem:
+            log.error("reading drop counters failed:\n%s", traceback.format_exc())
+            self.warnings.append(f"no drop counters of hosts and switch ports: "
+                                 f"{type(problem).__name__}: {problem}")
+            return {}, {}
+
+    def _delivery(self, counters: tuple[dict, dict]) -> list[str]:
+        """Every flow's sent against received (:mod:`experiments.delivery`) into the summary's
+        ``delivery``; returns the flags of the flows that arrived short."""
+        hosts, ports = counters
+        configured = {(entry["link"], entry["direction"]): entry["configured_loss"]
+                      for entry in self.summary.get("emulator_loss") or []}
+        addresses = {node.name: [str(address.ip) for address in node.interfaces.values()
+                                 if address is not None] for node in self.scenario.hosts}
+        found = delivery.balances(measurements.read_table(self.run_dir.path, "sent"),
+                                  measurements.read_table(self.run_dir.path, "flows"),
+                                  addresses, self.scenario.links, configured)
+        self.summary["delivery"] = {
+            "flows": len(found), "short": sum(balance.short for balance in found),
+            "sent": sum(balance.sent for balance in found),
+            "received": sum(balance.received for balance in found),
+            "short_flows": [balance.record() for balance in found if balance.short],
+            "hosts": {name: figures for name, figures in hosts.items() if any(figures.values())},
+            "switch_ports": {port: drops for port, drops in ports.items()
+                             if any(drops.values())}}
+        flags = delivery.delivery_flags(found, hosts, self.summary.get("emulator_loss") or [],
+                                        ports)
+        outages = sorted({event.action for event in self.scenario.schedule
+                          if event.action in ("link_down", "node_down", "controller_down")})
+        if flags and outages:
+            # Datagrams sent while the schedule had a link, a node or the controller down
+            # were lost on purpose, in amounts no configured loss rate describes: the short
+            # flows are reported, as warnings, not held against the machine.
+            self.warnings += [f"{flag} (the schedule has {', '.join(outages)})"
+                              for flag in flags]
+            return []
+        return flags
+
+    def _agents_still_starting(self) -> list[str]:
+        """A flag for the agents the run's SIGTERM ended by its default action: an agent
+        handles SIGTERM from its start-up on (it then writes its tables and exits 0), so one
+        killed by it was still importing, on a machine too slow to start it within the run, and
+        sent or measured nothing."""
+        starting = []
+        for outcome in self.summary.get("processes", []):
+            words = outcome["command"].split()  # python -m agents.<module> ... (catalog)
+            if outcome["stopped"] == "terminated" and outcome["exit_code"] == -signal.SIGTERM \
+                    and words[1:2] == ["-m"] and words[2].startswith("agents."):
+                starting.append(f"{words[2].removeprefix('agents.')} on {outcome['node']}")
+        if not starting:
+            return []
+        return [f"{len(starting)} agents were still starting when the run stopped them, and "
+                f"measured nothing: {', '.join(starting[:5])}"
+                + (" ..." if len(starting) > 5 else "")]
 
     def _write_switch_logs(self) -> None:
         for node in self.scenario.switches:

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import cpu_limits
 from .naming import ENVIRONMENT_KEY, prefix_of
 
 PROC = Path("/proc")
@@ -21,14 +22,15 @@ class Leftovers:
     bridges: list[str] = field(default_factory=list)
     links: list[str] = field(default_factory=list)
     processes: list[int] = field(default_factory=list)
+    cgroups: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.bridges or self.links or self.processes)
+        return bool(self.bridges or self.links or self.processes or self.cgroups)
 
     def describe(self) -> str:
         parts = [f"{len(v)} {k}: {' '.join(map(str, v[:8]))}{' ...' if len(v) > 8 else ''}"
                  for k, v in (("bridges", self.bridges), ("links", self.links),
-                              ("processes", self.processes)) if v]
+                              ("processes", self.processes), ("cgroups", self.cgroups)) if v]
         return "; ".join(parts) or "nothing"
 
 
@@ -98,6 +100,9 @@ def find_leftovers(prefixes: set[str] | None = None) -> dict[str, Leftovers]:
     for pid, prefix in run_processes().items():
         if (b := bucket(prefix)) is not None:
             b.processes.append(pid)
+    for name in cpu_limits.top_level_names():
+        if (b := bucket(prefix_of(name))) is not None:
+            b.cgroups.append(name)
     return found
 
 
@@ -140,6 +145,9 @@ def remove(prefix: str, leftovers: Leftovers) -> None:
     for link in leftovers.links:
         assert prefix_of(link) == prefix
         _run(["ip", "link", "del", "dev", link])
+    for name in leftovers.cgroups:  # after the processes, which kept them busy
+        assert prefix_of(name) == prefix
+        cpu_limits.CpuLimit(name, 0).remove()
 
 
 def remove_run_objects(prefix: str) -> Leftovers:

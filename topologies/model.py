@@ -72,6 +72,12 @@ class NodeSettings(StrictModel):
         default_factory=dict, description="free key/values for policies and agents (merged)")
     env: dict[str, str] = Field(default_factory=dict,
                                 description="environment for processes started on the node (merged)")
+    # 0.001 core is 1 ms a second: the kernel's smallest quota in its longest period.
+    cpu: Optional[float] = Field(None, ge=0.001, le=1024,
+                                 description="hosts only: CPU time the host's processes may use "
+                                             "together, in cores of this machine (0.5: half of "
+                                             "one core), enforced with a cgroup; default: no "
+                                             "limit")
 
 
 class InheritableNodeSettings(NodeSettings):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ from mininet.net import Mininet
 from mininet.node import Host, OVSSwitch
 
 from . import switch_sockets
+from .cpu_limits import CpuLimit, CpuLimitedHost
 from .impairments.relay import WIRE_TOWARD_A, WIRE_TOWARD_B
 from .naming import MANAGEMENT_INTERFACE, RunNames, host_mac
 from .scenario import Endpoint, Node, Scenario
@@ -67,13 +69,26 @@ class ScenarioNetwork:
     management: "Management | None" = None
     # Userspace datapath: switch ports whose receive socket kept the kernel's default buffer.
     small_switch_sockets: list[str] = field(default_factory=list)
+    cpu_limits: dict[str, CpuLimit] = field(default_factory=dict)  # host -> its cgroup
 
     def start(self) -> None:
         started = time.monotonic()
+        machine = os.cpu_count() or 1
+        too_large = [f"{node.name} ({node.cpu:g})" for node in self.scenario.hosts
+                     if node.cpu is not None and node.cpu > machine]
+        if too_large:
+            raise RuntimeError(f"cpu limits above this machine's {machine} cores: "
+                               f"{', '.join(too_large)}")
         self.net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
                            autoStaticArp=False, waitConnected=False)
         for node in self.scenario.hosts:
-            self.net.addHost(node.name, cls=Host, ip=str(node.ip) if node.ip else None)
+            if node.cpu is None:
+                self.net.addHost(node.name, cls=Host, ip=str(node.ip) if node.ip else None)
+                continue
+            limit = CpuLimit(self.names.cgroup(node.name), node.cpu)
+            self.cpu_limits[node.name] = limit
+            self.net.addHost(node.name, cls=CpuLimitedHost, limit=limit,
+                             ip=str(node.ip) if node.ip else None)
         standalone = not self.scenario.document.controller.apps
         for index, node in enumerate(self.scenario.switches):
             self._switch_index[node.name] = index
@@ -88,6 +103,8 @@ class ScenarioNetwork:
             self.net.addHost(self.names.controller_namespace(), cls=Host, ip=None)
         self.net.build()
         self._configure_hosts()
+        if standalone:
+            self._pin_neighbours()
         self._configure_wires()
         if managed:
             self.management = Management.build(self, controller.management_subnet)
@@ -159,6 +176,36 @@ class ScenarioNetwork:
         for host in busy:
             host.waitOutput()
 
+    def _pin_neighbours(self) -> None:
+        """Every host knows the MAC of every other host address in its interfaces' subnets
+        (permanent neighbour entries), as edgebed's controller answers ARP for them when it
+        runs. Without either, a standalone (learning) switch floods each ARP request to every
+        port: 200 hosts starting at once sent requests that a userspace switch of 201 ports
+        copied to all of them, fell seconds behind, and the senders' kernels dropped their
+        queued datagrams when resolution failed, with no error to the sender and nothing on a
+        link. Host MACs follow from their addresses (:func:`host_mac`), so the entries are
+        what ARP would have found."""
+        addresses = [address for node in self.scenario.hosts
+                     for address in node.interfaces.values() if address is not None]
+        busy = []
+        for node in self.scenario.hosts:
+            lines = [f"neigh replace {peer.ip} lladdr {host_mac(peer)} dev {name} nud permanent"
+                     for name, address in node.interfaces.items() if address is not None
+                     for peer in addresses
+                     if peer.network == address.network and peer.ip != address.ip]
+            if lines:
+                process = self.net[node.name].popen(
+                    ["ip", "-batch", "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE, text=True)
+                process.stdin.write("\n".join(lines) + "\n")
+                process.stdin.close()
+                busy.append((node.name, process))
+        for name, process in busy:
+            errors = process.stderr.read()
+            process.stdout.read()
+            if process.wait() != 0:
+                raise RuntimeError(f"static neighbours on {name} failed: {errors.strip()}")
+
     def _label_bridges(self) -> None:
         """Record scenario names and the run prefix on the OVS bridges, for people and clean."""
         commands = []
@@ -173,6 +220,42 @@ class ScenarioNetwork:
         """Every switch port of the run: the switch side of its links."""
         return [intf.name for ends in self._links.values() for intf in (ends.a, ends.b)
                 if isinstance(intf.node, OVSSwitch)]
+
+    def host_counters(self) -> dict[str, dict]:
+        """Per host, where its own kernel dropped datagrams: the UDP counters of its namespace
+        (``/proc/net/snmp``: ``RcvbufErrors``, ``SndbufErrors``, ``NoPorts``, ``InErrors``)
+        and its neighbour entries that never resolved (``unresolved_neighbours``: the datagrams
+        queued for them were dropped, silently to the sender)."""
+        started = {node.name: self.net[node.name].popen(
+            ["sh", "-c", "cat /proc/net/snmp; echo; ip neigh show"], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True) for node in self.scenario.hosts}
+        counters = {}
+        for name, process in started.items():
+            output, errors = process.communicate()
+            if process.returncode != 0:
+                raise RuntimeError(f"counters of {name}: {errors.strip()}")
+            udp = [line.split()[1:] for line in output.splitlines() if line.startswith("Udp:")]
+            found = dict(zip(udp[0], map(int, udp[1]))) if len(udp) == 2 else {}
+            counters[name] = {key: found.get(key, 0) for key in
+                              ("RcvbufErrors", "SndbufErrors", "NoPorts", "InErrors")}
+            counters[name]["unresolved_neighbours"] = sum(
+                1 for line in output.splitlines() if line.endswith(("FAILED", "INCOMPLETE")))
+        return counters
+
+    def switch_port_drops(self) -> dict[str, dict]:
+        """Per switch port of the run (by its scenario name, ``s1:eth2``), the frames Open
+        vSwitch dropped there: ``rx_dropped``, ``tx_dropped`` from its interface statistics."""
+        statistics = {row["name"]: dict(row["statistics"][1])
+                      for row in _ovs_table("Interface", "name,statistics")}
+        drops = {}
+        for link in self.scenario.links:
+            for end, intf in zip(link.endpoints(), (self._links[link.index].a,
+                                                    self._links[link.index].b)):
+                if self.scenario.nodes[end.node].is_switch:
+                    found = statistics.get(intf.name, {})
+                    drops[str(end)] = {key: found.get(key, 0)
+                                       for key in ("rx_dropped", "tx_dropped")}
+        return drops
 
     def mininet_node(self, name: str):
         """The Mininet node for a scenario node name (switches are named by their bridge)."""
@@ -222,7 +305,11 @@ class ScenarioNetwork:
             self.net.stop()
         finally:
             self.net = None
-            self.timings.stop_s = time.monotonic() - started
+            try:
+                for limit in self.cpu_limits.values():
+                    limit.remove()
+            finally:
+                self.timings.stop_s = time.monotonic() - started
 
 
 @dataclass

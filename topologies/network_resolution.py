@@ -56,12 +56,17 @@ class NetworkResolution(DocumentChecks):
                 self.origin[name] = path
                 if settings is None:
                     continue
-                role, kind, group, labels, env = settings
+                role, kind, group, labels, env, cpu = settings
                 if spec.ip is not None and len(names) > 1 and name == names[0]:
                     self.problem(path + ("ip",), "a node range cannot share one ip",
                                  "leave ip out to get addresses from topology.subnet")
                 self.nodes[name] = Node(name, role, kind, group, labels, env,
-                                        self.source_map.position(path, key=True), dpid=spec.dpid)
+                                        self.source_map.position(path, key=True), dpid=spec.dpid,
+                                        cpu=cpu)
+                if role is Role.switch and cpu is not None:
+                    self.problem(path + ("cpu",), "switches have no cpu limit",
+                                 "a CPU limit belongs to a host; the switches share "
+                                 "ovs-vswitchd")
                 if role is Role.switch and spec.ip is not None:
                     self.problem(path + ("ip",), "switches have no ip",
                                  "addresses belong to hosts")
@@ -70,7 +75,8 @@ class NetworkResolution(DocumentChecks):
                                  f"this node's role is {role.value}")
 
     def _inherit(self, spec: model.NodeSpec, path: tuple):
-        """Apply defaults < kind < group < node; returns role, kind, group, labels, env."""
+        """Apply defaults < kind < group < node; returns role, kind, group, labels, env,
+        cpu."""
         topology = self.topology
         group = None
         if spec.group is not None:
@@ -102,7 +108,8 @@ class NetworkResolution(DocumentChecks):
         for layer in layers:
             labels.update(layer.labels)
             env.update(layer.env)
-        return role, kind_name, spec.group, labels, env
+        cpu = next((s.cpu for s in reversed(layers) if s.cpu is not None), None)
+        return role, kind_name, spec.group, labels, env, cpu
 
     def _parse_endpoint(self, text: str, path: tuple) -> list[Endpoint] | None:
         node_text, sep, interface_text = text.partition(":")

@@ -40,6 +40,7 @@ class Node:
     dpid: int | None = None
     interfaces: dict[str, ipaddress.IPv4Interface | None] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)  # switch interface -> OpenFlow port
+    cpu: float | None = None  # cores the host may use (topologies.cpu_limits); None: no limit
 
     @property
     def is_switch(self) -> bool:
@@ -187,7 +188,8 @@ class Scenario:
             "nodes": {n.name: {"role": n.role.value, "kind": n.kind, "group": n.group,
                                "labels": n.labels, "env": n.env,
                                **({"dpid": f"0x{n.dpid:016x}", "ports": n.ports} if n.is_switch
-                                  else {"interfaces": {i: str(a) for i, a in n.interfaces.items()}})}
+                                  else {"interfaces": {i: str(a) for i, a in n.interfaces.items()},
+                                        **({"cpu": n.cpu} if n.cpu is not None else {})})}
                       for n in self.nodes.values()},
             "links": [{"endpoints": [str(link.a), str(link.b)],
                        "forward": link.forward.model_dump(exclude_none=True),

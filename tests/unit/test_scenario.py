@@ -135,3 +135,23 @@ def test_big_example_has_more_than_100_hosts():
 def test_shipped_schema_is_current():
     shipped = json.loads((ROOT / "topologies" / "schema" / "scenario.schema.json").read_text())
     assert shipped == json_schema(), "regenerate with: make schema"
+
+
+def test_a_cpu_limit_is_inherited_and_recorded():
+    loaded = scenarios.loads("""
+name: t
+topology:
+  kinds:
+    small: {role: edge, cpu: 0.5}
+  nodes:
+    e1: {kind: small}
+    e2: {kind: small, cpu: 1.5}
+    v1: {role: viewer}
+    s1: {role: switch}
+  links:
+    - endpoints: ["e[1-2]:eth1", "s1:eth[1-2]"]
+    - endpoints: ["v1:eth1", "s1:eth3"]
+""", "t.yaml")
+    assert [loaded.nodes[name].cpu for name in ("e1", "e2", "v1")] == [0.5, 1.5, None]
+    nodes = loaded.resolved()["topology"]["nodes"]
+    assert nodes["e1"]["cpu"] == 0.5 and "cpu" not in nodes["v1"]
