@@ -59,6 +59,9 @@ TABLES = {
                      "delay_mean_ms", "jitter_ms", "time_s"),
     "sender_lateness": ("node", "agent", "flow", "packets", "late_p50_us", "late_p99_us",
                         "late_max_us", "late_over_1ms_fraction"),
+    # Per flow a receiver measures (its flows row has the same flow name): where it went and
+    # how many datagrams the socket took, so the runner can balance sent against received.
+    "sent": ("node", "agent", "flow", "to", "datagrams", "send_errors"),
     "malformed": ("node", "agent", "port", "count", "first_seen_ns", "example_hex"),
 }
 """The tables every agent may write (through :class:`FlowStats`, :class:`Pacer` and

@@ -4,8 +4,9 @@ kept up (the fidelity monitor)."""
 from __future__ import annotations
 
 import csv
+import math
+import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgebed.files import atomic_output
@@ -22,6 +23,10 @@ SPARSE_FLOW_PACKETS = 100
 SPARSE_LATE_MAX_US = 10_000.0
 # The machine saturated when a whole second was at least this busy, twice in a row.
 CPU_BUSY_LIMIT = 0.95
+CPU_SAMPLE_PERIOD_S = 1.0
+# A thread that only sleeps and reads /proc/stat wakes within milliseconds on a machine that
+# keeps up; three periods without a sample means it stalled.
+CPU_SAMPLE_GAP_LIMIT = 3
 
 
 def merge_tables(run_dir: Path) -> dict[str, int]:
@@ -76,28 +81,65 @@ def _cpu_times() -> tuple[int, int]:
     return sum(fields) - idle, sum(fields)
 
 
-@dataclass
 class CpuMonitor:
-    """The machine's CPU use, one sample per call to :meth:`sample` (the runner calls it once a
-    second); the fractions are of all CPUs together."""
+    """The machine's CPU use, sampled every ``period_s`` by a thread of its own from
+    :meth:`start` to :meth:`stop`, on absolute deadlines: whatever the runner is doing (starting
+    200 agents, waiting on a switch), the samples keep coming. The fractions are of all CPUs
+    together. A sample that came more than :data:`CPU_SAMPLE_GAP_LIMIT` periods after the one
+    before says the machine could not even wake this thread: :meth:`stalled_at`."""
 
-    samples: list[tuple[float, float]] = field(default_factory=list)  # (seconds, busy fraction)
-    _last: tuple[int, int] | None = None
-    _origin: float = field(default_factory=time.monotonic)
+    def __init__(self, period_s: float = CPU_SAMPLE_PERIOD_S):
+        self.period_s = period_s
+        self.samples: list[tuple[float, float]] = []  # (seconds since start, busy fraction)
+        self._origin = time.monotonic()
+        self._last: tuple[int, int] | None = None
+        self._last_at = self._origin
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.longest_gap_s = 0.0
+        self._gap_at: float | None = None
+
+    def start(self) -> None:
+        self._origin = self._last_at = time.monotonic()
+        self._last = _cpu_times()
+        self._thread = threading.Thread(target=self._run, name="cpu-monitor", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+            self.sample()
+
+    def _run(self) -> None:
+        due = self._origin + self.period_s
+        while not self._stop.wait(max(0.0, due - time.monotonic())):
+            self.sample()
+            # The next deadline after now: a stall skips deadlines rather than bunching samples.
+            due += self.period_s * max(1, math.ceil((time.monotonic() - due) / self.period_s))
 
     def sample(self) -> None:
-        now = _cpu_times()
+        now, at = _cpu_times(), time.monotonic()
         if self._last is not None:
             busy, total = now[0] - self._last[0], now[1] - self._last[1]
             if total > 0:
-                self.samples.append((round(time.monotonic() - self._origin, 1), busy / total))
-        self._last = now
+                self.samples.append((round(at - self._origin, 1), busy / total))
+            if at - self._last_at > self.longest_gap_s:
+                self.longest_gap_s, self._gap_at = at - self._last_at, self._last_at - self._origin
+        self._last, self._last_at = now, at
 
     def saturated_at(self) -> float | None:
         """The time of the first of two consecutive saturated samples, if any."""
         for (first, busy), (_, next_busy) in zip(self.samples, self.samples[1:]):
             if busy >= CPU_BUSY_LIMIT and next_busy >= CPU_BUSY_LIMIT:
                 return first
+        return None
+
+    def stalled_at(self) -> float | None:
+        """When the longest wait between two samples began, if it passed the limit."""
+        if self.longest_gap_s > CPU_SAMPLE_GAP_LIMIT * self.period_s:
+            return round(self._gap_at, 1)
         return None
 
 
@@ -155,12 +197,15 @@ def network_kept_up(summary: dict) -> bool:
 
 def fidelity(run_dir: Path, cpu: CpuMonitor, wires: dict | None = None,
              losses: list[dict] | None = None,
-             loss_limit: EmulatorLossLimit | None = None) -> dict:
+             loss_limit: EmulatorLossLimit | None = None,
+             delivery_flags: list[str] | None = None) -> dict:
     """``{"ok": bool, "flags": [...], "cpu_busy_max": ...}`` for the run's summary; ``wires``
     are the relays' final statistics by link (the fallback impairment backend), ``losses``
     the links' drops by cause (:meth:`LinkControl.losses`): emulator-made loss past
-    ``loss_limit`` makes the run invalid, as a saturated CPU does."""
-    flags = (emulator_loss_flags(losses or [], loss_limit or EmulatorLossLimit())
+    ``loss_limit`` makes the run invalid, as a saturated CPU does, and as flows that arrived
+    short of what was sent do (``delivery_flags``, :mod:`experiments.delivery`)."""
+    flags = (list(delivery_flags or [])
+             + emulator_loss_flags(losses or [], loss_limit or EmulatorLossLimit())
              + wire_lateness_flags(wires))
     for row in read_table(run_dir, "sender_lateness"):
         late_fraction = float(row["late_over_1ms_fraction"] or 0)
@@ -174,6 +219,10 @@ def fidelity(run_dir: Path, cpu: CpuMonitor, wires: dict | None = None,
     if saturated is not None:
         flags.append(f"the CPU was saturated (>= {CPU_BUSY_LIMIT:.0%} busy for two seconds) "
                      f"from t={saturated:g}s")
+    stalled = cpu.stalled_at()
+    if stalled is not None:
+        flags.append(f"the machine stalled: the CPU monitor's thread got no sample for "
+                     f"{cpu.longest_gap_s:.1f}s from t={stalled:g}s")
     return {"ok": not flags, "flags": flags,
             "cpu_busy_max": max((busy for _, busy in cpu.samples), default=None),
             "cpu_samples": cpu.samples}

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 PREFIX_PATTERN = re.compile(r"^eb[0-9a-f]{4}$")
-OBJECT_PATTERN = re.compile(r"^(eb[0-9a-f]{4})(s\d+(p\d+)?|m\d*)$")
+OBJECT_PATTERN = re.compile(r"^(eb[0-9a-f]{4})(s\d+(p\d+)?|m\d*|-[A-Za-z][\w-]*)$")
 ENVIRONMENT_KEY = "EDGEBED_RUN"
 MAX_SWITCHES = 999
 MAX_PORT = 4095  # keeps <prefix>s<999>p<4095> within Linux's 15-character interface names
@@ -41,6 +41,10 @@ class RunNames:
     def wire(self, link_index: int) -> str:
         """The Mininet node (namespace) spliced into a link for the user-space relay."""
         return f"{self.prefix}w{link_index}"
+
+    def cgroup(self, host: str) -> str:
+        """The cgroup of a host with a CPU limit (:mod:`topologies.cpu_limits`)."""
+        return f"{self.prefix}-{host}"
 
     def management_bridge(self) -> str:
         return f"{self.prefix}m"
