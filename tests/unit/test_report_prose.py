@@ -3,11 +3,12 @@ number in its prose comes from its data, its configuration or the paper's cited 
 
 Rounding rule: a number written with d decimals (``0.34``, ``-84``, ``1.5``) stands for a data
 value v when |v - x| <= 0.5 * 10^-d, i.e. v printed to d decimals could read x (its sign
-ignored, as prose says "84% below" of a change of -84%). Numbers in markdown tables count as
+ignored, as prose says "84% below" of a change of -84%); followed by a percent sign it may
+also stand for 100·v (a share of 0.105 written 10.5%). Numbers in markdown tables count as
 data: the tables are built from the rows. Computed from the rows too: the row and cell counts,
-each policy's mean of a metric over all rows, and the difference of two policies' means at one
-sweep value (summary.csv). The 95 of the 95% intervals is the report's confidence level. Prose
-is every other line.
+each policy's mean of a metric over all rows, each cell's mean over its periods, and the
+difference of two policies' means at one sweep value (summary.csv). The 95 of the 95% intervals
+is the report's confidence level. Prose is every other line.
 """
 
 from __future__ import annotations
@@ -43,6 +44,12 @@ STALE_PROSE = {
 
 def _numbers(text: str) -> list[str]:
     return [token.replace(",", "") for token in NUMBER.findall(text)]
+
+
+def _numbers_and_percents(text: str) -> list[tuple[str, bool]]:
+    """Each number of ``text`` and whether a percent sign follows it (a share in percent)."""
+    return [(match.group().replace(",", ""), text.startswith("%", match.end()))
+            for match in NUMBER.finditer(text)]
 
 
 def _values(text: str) -> set[float]:
@@ -82,9 +89,11 @@ def _computed(out: Path) -> set[float]:
     results = pd.read_csv(out / "results.csv")
     summary = pd.read_csv(out / "summary.csv")
     metrics = summary["metric"].unique()
-    pooled = results.groupby("policy")[[m for m in metrics if m in results]].mean()
+    measured = [m for m in metrics if m in results]
+    pooled = results.groupby("policy")[measured].mean()
+    per_cell = results.groupby("cell")[measured].mean()
     values = {len(results), results["cell"].nunique(), report.CONFIDENCE * 100,
-              *pooled.to_numpy().ravel()}
+              *pooled.to_numpy().ravel(), *per_cell.to_numpy().ravel()}
     for _, same in summary.groupby(["sweep", "value", "metric"]):
         means = same["mean"].to_numpy()
         values |= {a - b for a in means for b in means}
@@ -128,8 +137,10 @@ def test_every_number_in_the_prose_comes_from_data_configuration_or_paper(path, 
                *_scenarios(experiment)]
     values = (set().union(*map(_values, sources)) | _cells(out / "results.csv")
               | _cells(out / "summary.csv") | _computed(out))
-    unexplained = sorted({token for token in _numbers(_prose(rendered))
-                          if not _stands_for(token, values)}, key=float)
+    shares = {100 * v for v in values}
+    unexplained = sorted({token for token, percent in _numbers_and_percents(_prose(rendered))
+                          if not _stands_for(token, values)
+                          and not (percent and _stands_for(token, shares))}, key=float)
     assert not unexplained, f"numbers in {experiment.name}'s prose from nowhere: {unexplained}"
 
 
@@ -139,6 +150,7 @@ def test_the_checker_catches_a_number_from_nowhere():
     assert _stands_for("0.3", values)
     assert not _stands_for("0.57", values)
     assert not _numbers("the 99th percentile")
+    assert _numbers_and_percents("10.5% of 3") == [("10.5", True), ("3", False)]
 
 
 def test_a_csv_cell_is_read_whole(tmp_path):
