@@ -35,9 +35,9 @@ NUMBER = re.compile(r"(?:(?<![\w.])\d{1,3}(?:,\d{3})+(?:\.\d+)?|(?<![\w.,])\d+(?
 # delay G·(R − R_v)): the number check is expected to fail on them until that prose is reduced
 # to the experiment's design or its numbers are computed in the report.
 STALE_PROSE = {
-    "bloom_cdn-high", "bloom_cdn-low", "dispatch-failover", "dispatch-lookup", "dispatch-model",
-    "dispatch-probing", "dispatch-relay", "dispatch-rooms", "dispatch-transcoding",
-    "live_edge-capacity", "live_edge-emulation", "surveillance-large",
+    "dispatch-failover", "dispatch-lookup", "dispatch-model", "dispatch-probing", "dispatch-relay",
+    "dispatch-rooms", "dispatch-transcoding", "live_edge-capacity", "live_edge-emulation",
+    "surveillance-large",
 }
 
 
