@@ -37,7 +37,6 @@ NUMBER = re.compile(r"(?:(?<![\w.])\d{1,3}(?:,\d{3})+(?:\.\d+)?|(?<![\w.,])\d+(?
 STALE_PROSE = {
     "dispatch-failover", "dispatch-lookup", "dispatch-model", "dispatch-probing", "dispatch-relay",
     "dispatch-rooms", "dispatch-transcoding", "live_edge-capacity", "live_edge-emulation",
-    "surveillance-large",
 }
 
 
