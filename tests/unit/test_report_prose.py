@@ -35,8 +35,8 @@ NUMBER = re.compile(r"(?:(?<![\w.])\d{1,3}(?:,\d{3})+(?:\.\d+)?|(?<![\w.,])\d+(?
 # delay G·(R − R_v)): the number check is expected to fail on them until that prose is reduced
 # to the experiment's design or its numbers are computed in the report.
 STALE_PROSE = {
-    "dispatch-failover", "dispatch-lookup", "dispatch-model", "dispatch-probing", "dispatch-relay",
-    "dispatch-rooms", "dispatch-transcoding", "live_edge-capacity", "live_edge-emulation",
+    "dispatch-failover", "dispatch-probing", "dispatch-relay", "dispatch-rooms",
+    "dispatch-transcoding", "live_edge-capacity", "live_edge-emulation",
 }
 
 
