@@ -30,10 +30,12 @@ EXPERIMENTS = sorted((ROOT / "experiments").glob("*.yaml"))
 NUMBER = re.compile(r"(?:(?<![\w.])\d{1,3}(?:,\d{3})+(?:\.\d+)?|(?<![\w.,])\d+(?:\.\d+)?)"
                     r"(?!\d|st\b|nd\b|rd\b|th\b)")
 
-# Reports whose prose still cites figures of earlier runs (the kinds' ABOUT and remark texts)
-# or numbers this checker cannot trace (derived from the configuration, such as a transcoding
-# delay G·(R − R_v)): the number check is expected to fail on them until that prose is reduced
-# to the experiment's design or its numbers are computed in the report.
+# Reports whose prose holds numbers this checker cannot trace though the report computes them:
+# the dispatch emulation's design constants (the frame interval, the failover validity
+# threshold, LiveNet's anchors, the playout delay) and its goals' Clopper-Pearson intervals;
+# the transcoder's model seconds on the configured timeline; the live_edge emulation's media rate
+# per edge (from the runs' placements) and its measured-minus-model latencies. The number check
+# is expected to fail on them until those figures are tabulated or traced.
 STALE_PROSE = {
     "dispatch-failover", "dispatch-probing", "dispatch-relay", "dispatch-rooms",
     "dispatch-transcoding", "live_edge-capacity", "live_edge-emulation",
