@@ -115,11 +115,17 @@ def _tables(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if line.startswith("|"))
 
 
+def _without_figures_over_time(text: str) -> str:
+    """``text`` without its section of figures over time (up to the next section)."""
+    return re.sub(r"## Over time\n.*?(?=^## )", "", text, count=1, flags=re.S | re.M)
+
+
 @pytest.mark.parametrize("path", EXPERIMENTS, ids=[path.stem for path in EXPERIMENTS])
 def test_the_shipped_report_is_its_results_rendered(path, tmp_path):
     shipped, rendered, experiment = _render(path, tmp_path / "report")
     if "## Over time" in shipped and "## Over time" not in rendered:
-        pytest.skip(f"{experiment.name}'s figures over time need its runs, not on this machine")
+        # Its figures over time need its runs, not on this machine: the rest must still agree.
+        shipped = _without_figures_over_time(shipped)
     assert rendered == shipped, f"reports/{experiment.name}/report.md is stale: rerender it " \
                                 f"with edgebed experiment {path.name} --report-only"
 
