@@ -163,6 +163,22 @@ _COMPUTE = ("The response time here is computation only, on this machine: least 
             "matchings over numpy and scipy calls. The paper's least connections must pay "
             "something per request that this one does not (its implementation is not "
             "described).")
+
+
+def _nothing_moved(experiment, cells: pd.DataFrame) -> str:
+    """The sweep's values at which improved ADGA with migration migrated nothing, and why
+    migration stays idle there; "" when it migrated at every value."""
+    policy = "ai_adga_grouped" + MIGRATING
+    migrations = cells[cells["policy"] == policy].groupby("value", sort=False)["migrations"]
+    idle = [str(value) for value, total in migrations.sum().items() if total == 0]
+    if not idle:
+        return ""
+    return (f"{policy} migrated nothing at {cells['parameter'].iloc[0]} = {', '.join(idle)}: "
+            "migration triggers only when the forecasts' standard deviation passes theta, so "
+            "where the loads stay close (all light, or all near their limits) it changes "
+            "nothing, whatever the loss.")
+
+
 CLAIMS = {
     "response_lc_vs_adga": Claim(
         "least connections' access response time against ADGA's", "response_ms", "ai_lc",
@@ -174,25 +190,12 @@ CLAIMS = {
     "migration_loss": Claim(
         "loss with migration against without (improved ADGA)", "loss",
         "ai_adga_grouped" + MIGRATING, "ai_adga_grouped", relative=True,
-        why=lambda experiment, cells: _nothing_moved(cells, "ai_adga_grouped" + MIGRATING)),
+        why=_nothing_moved),
     "migration_load_cv": Claim(
         "CV of server load with migration against without (improved ADGA)", "load_cv",
         "ai_adga_grouped" + MIGRATING, "ai_adga_grouped", relative=True,
-        why=lambda experiment, cells: _nothing_moved(cells, "ai_adga_grouped" + MIGRATING)),
+        why=_nothing_moved),
 }
-
-
-def _nothing_moved(cells: pd.DataFrame, policy: str) -> str:
-    """The sweep's values at which ``policy`` migrated nothing, and why migration stays idle
-    there; "" when it migrated at every value."""
-    migrations = cells[cells["policy"] == policy].groupby("value", sort=False)["migrations"]
-    idle = [str(value) for value, total in migrations.sum().items() if total == 0]
-    if not idle:
-        return ""
-    return (f"{policy} migrated nothing at {cells['parameter'].iloc[0]} = {', '.join(idle)}: "
-            "migration triggers only when the forecasts' standard deviation passes theta, so "
-            "where the loads stay close (all light, or all near their limits) it changes "
-            "nothing, whatever the loss.")
 
 ABOUT = """\
 **A fluid model, a reconstruction.** The paper's equations and its Table 1 were lost in
