@@ -261,9 +261,10 @@ def report_markdown(model: tuple[Experiment, pd.DataFrame],
         "# live_edge-fit: seed 000's unknowns fitted to the paper's own figures", "",
         "The paper (Liu et al., JCRD 60(8), 2023) lost its equations and its bitrate ladder "
         "(Table 2), so the QoE model is a **reconstruction** with unknowns. This report puts "
-        "two reconstructions beside the paper: the spec's (the stand-in ladder 1-8 Mbps and "
-        "the project's guesses) and one **fitted** to the paper's own figures by a seeded "
-        "search (`experiments/live_edge_fit.py`). The fitted one is a fit, not the paper's "
+        "two reconstructions beside the paper: the spec's (the stand-in ladder "
+        f"{min(spec.ladder):g}-{max(spec.ladder):g} Mbps and the project's guesses) and one "
+        "**fitted** to the paper's own figures by a seeded search "
+        "(`experiments/live_edge_fit.py`). The fitted one is a fit, not the paper's "
         "model: it was chosen for coming close to these very figures, on instances apart from "
         "the reported ones, and meeting a figure here is no evidence for the paper's model "
         "beyond that. Regenerate with `python -m experiments.live_edge_fit` "
@@ -334,10 +335,10 @@ def report_markdown(model: tuple[Experiment, pd.DataFrame],
               _number(fitted_figures[key].ours, fitted_figures[key].unit),
               _verdict(fitted_figures[key])]
              for key, entry in model_experiment.paper.items()]), "",
-        "Why the fitted reconstruction misses what it misses, read off the model (the "
-        "claims' reasons in `experiments/kinds/live_edge.py`):", "",
-        *[f"- **{claims[key].label}** ({model_experiment.paper[key].sweep}): "
-          f"{claims[key].why}" for key, figure in fitted_figures.items() if not figure.met],
+        "Why the fitted reconstruction misses what it misses, read off the model at the "
+        "fitted values and its cells (the claims' reasons in "
+        "`experiments/kinds/live_edge.py`, said only where their condition holds):", "",
+        *_reasons(fitted_experiment, fitted_cells, fitted_figures),
         "",
         f"Figures met: spec {sum(f.met for f in spec_figures.values())} of "
         f"{len(spec_figures)}, fitted {sum(f.met for f in fitted_figures.values())} of "
@@ -370,6 +371,22 @@ def report_markdown(model: tuple[Experiment, pd.DataFrame],
     if trials is not None and len(trials) > 1:
         parts += _trial_sensitivity(trials)
     return "\n".join(parts)
+
+
+def _reasons(experiment: Experiment, cells: pd.DataFrame,
+             found: dict[str, Figure]) -> list[str]:
+    """Each missed figure's reason, worded from ``experiment``'s configuration and the cells
+    of the figure's sweep."""
+    lines = []
+    for key, figure in found.items():
+        if figure.met:
+            continue
+        sweep = experiment.paper[key].sweep
+        claim = experiment.kind.claims[key]
+        reason = claim.reason(experiment, cells[cells["sweep"] == sweep])
+        if reason:
+            lines.append(f"- **{claim.label}** ({sweep}): {reason}")
+    return lines
 
 
 def _trial_sensitivity(trials: pd.DataFrame) -> list[str]:

@@ -137,10 +137,12 @@ def measure(claim: Claim, cells: pd.DataFrame, sweep: Sweep) -> Measure:
 
 def agreement(ours: float, paper: PaperEntry) -> str:
     """Whether ours goes the paper's way: within its range, the same direction (stronger or
-    weaker), or the opposite one."""
+    weaker), the opposite one, or no difference where the paper has one."""
     low, high = paper.range
     if math.isnan(ours):
         return "not measured"
+    if ours == 0 and not low <= 0 <= high:
+        return "no difference"
     if low <= ours <= high:
         return "within the paper's range" if low < high else "as the paper"
     if np.sign(ours) == np.sign(low) == np.sign(high):

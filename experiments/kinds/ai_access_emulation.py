@@ -321,12 +321,10 @@ Access response time is measured at the terminals: each flow's join request (sen
 side-band control network) to the grant that answers it, on the terminal's monotonic clock (the
 round trip, the controller's policy call for the requests decided with it and its rule sending,
 and any retransmission of the request). The median and the slowest join per run are tabulated
-below; in each of the six runs of `ai_access-emulation` the slowest join is one that waited on a
-slow rule installation, its own or that of the join decided just before it (the controller takes
-one call at a time; least connections without migration: its first join, 23.2 ms, of which the
-controller's decisions table gives 22.0 ms to installing its rules; grouped ADGA without
-migration: its eleventh, 29.8 ms, 28.2 ms installing). The figure is the per-request cost at the
-emulated scale, not the paper's batches of 100-500 requests, which the model-level report times.
+below; a slow join can be one that waited on a slow rule installation, its own or that of the
+join decided just before it (the controller takes one call at a time; the controller's decisions
+table gives each decision's installing time). The figure is the per-request cost at the
+emulated scale, not at the paper's batches of requests, which the model-level report times.
 
 **The cluster manager.** ar1 doubles as the cluster manager: every access server asks it on
 the side band (the management network) which GPU server takes a unit it completed, and it
@@ -341,15 +339,12 @@ the rotation.
 reports) against the L_i of the server's next report, as a mean absolute error
 (`prediction_errors`), beside the error of taking the last measured L_i as the forecast; each
 cell's figures give both over the same window as the other figures (results columns
-`prediction_error` and `persistence_error`). Over the concurrency report's 24 runs of 2 December
-2026 (6 s to a second before the end): 0.006-0.010 at 6 flows, 0.009-0.012 at 12, 0.014-0.017 at
-18 and 0.016-0.018 at 24, without and with migration alike, against 0.000-0.002 for the last
-value: on these loads, steady once the flows have joined and moved, the trend term turns the
-reports' small fluctuations into forecast error, and the smoothing forecasts worse than no
-forecast at all.
+`prediction_error` and `persistence_error`). On loads that hold steady once the flows have
+joined and moved, the trend term can turn the reports' small fluctuations into forecast error:
+the two columns side by side show whether the smoothing forecasts better than no forecast.
 
 Not reproduced here: response time at the paper's request counts (model level) and the
-paper's scale of 100-500 flows (above).
+paper's scale of hundreds of flows (above).
 """
 
 def over_repetitions(cells, metric: str, form: str) -> str:

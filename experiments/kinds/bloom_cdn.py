@@ -151,13 +151,13 @@ CLAIMS = {
     "parallel_vs_linear_theory": Claim(
         "parallel against linear (nominal model)", "theory_nominal_ms", "parallel", "linear",
         relative=True,
-        why="with the paper's rates the per-node response queue, 1/(60 - 2) s, is most of "
-            "linear's delay and parallel skips routing and lookup on a miss; no reading of the "
-            "text gives -23.6 % (controller/policies/bloom_cdn/model.py)"),
+        why="with the paper's rates the per-node response queue (mu_r) is most of linear's "
+            "delay and parallel skips routing and lookup on a miss; no reading of the text "
+            "gives the paper's figure (controller/policies/bloom_cdn/model.py)"),
     "cut_through_vs_linear_theory": Claim(
         "cut-through against linear (nominal model)", "theory_nominal_ms", "cut_through",
         "linear", relative=True,
-        why="a cut-through miss waits only for the DC's fetch queue (1/1100 s) and its link"),
+        why="a cut-through miss waits only for the DC's fetch queue (mu_o) and its link"),
     "parallel_vs_linear_sim": Claim(
         "parallel against linear (simulated)", "response_ms", "parallel", "linear",
         relative=True),
@@ -167,24 +167,24 @@ CLAIMS = {
 }
 
 ABOUT = """\
-**A cell is one simulation at the paper's scale** (N = 50 nodes on a Chord ring, 50,000 items,
-~5 GB, Zipf s = 0.79, 100 user groups, Poisson 100 req/s) with one strategy at one target hit
-rate, and the analytic model beside it twice: *nominal* (the paper's curve: homogeneous nodes,
-the target hit rate, an exact filter) and *measured* (the run's own hit rate, filter errors,
-hops, per-node loads and DC item sizes: the queueing model's check). The hit rate is set by the
-per-node LRU capacity (Che's approximation) with caches starting full, as the paper set it by
-the initial state; the paper's 2 % caches are the 100 % end. Intervals: 95 % Student-t over
-repetitions (independent seeds); the per-run batch-means interval is in the results. An
-unstable model point is left empty (`theory_unstable` = 1), never given a finite mean. The
-theory parameters are the paper's (mu_t, mu_l, mu_o, mu_r per setting); the high-traffic
-request rate, not given, is 100 req/s; item sizes are log-normal (sigma = 1), ordered against
-popularity in low traffic and with it in high traffic; the DC's output link (100 MB/s) is a
-FIFO in both the simulation and the model."""
+**A cell is one simulation at the paper's scale** (N = 50 nodes on a Chord ring, the paper's
+catalogue of Zipf-popular items, 100 user groups, Poisson requests) with one strategy at one
+target hit rate, and the analytic model beside it twice: *nominal* (the paper's curve:
+homogeneous nodes, the target hit rate, an exact filter) and *measured* (the run's own hit
+rate, filter errors, hops, per-node loads and DC item sizes: the queueing model's check). The
+hit rate is set by the per-node LRU capacity (Che's approximation) with caches starting full,
+as the paper set it by the initial state; the paper's 2 % caches are the 100 % end. Intervals:
+95 % Student-t over repetitions (independent seeds); the per-run batch-means interval is in the
+results. An unstable model point is left empty (`theory_unstable` = 1), never given a finite
+mean. The theory parameters are the paper's (mu_t, mu_l, mu_o, mu_r per setting); the
+high-traffic request rate, not given, is 100 req/s; item sizes are log-normal (sigma = 1),
+ordered against popularity in low traffic and with it in high traffic; the DC's output link
+(100 MB/s) is a FIFO in both the simulation and the model."""
 
 
 def remarks(results: pd.DataFrame) -> list[str]:
-    """Model against simulation, and the filter's cost per request (Summary Cache's
-    measure)."""
+    """Model against simulation, and each filtering strategy's filter cost per request
+    (Summary Cache's measure)."""
     found = []
     errors = results["theory_error_pct"].dropna()
     stable = results[(results["theory_unstable"] == 0) & (results["sim_unstable"] == 0)]
@@ -196,13 +196,13 @@ def remarks(results: pd.DataFrame) -> list[str]:
     if len(errors) < len(results):
         found.append(f"{len(results) - len(errors)} cells the model calls unstable.")
     filtered = results[results["policy"] != "linear"]
-    if len(filtered):
-        found.append(f"Filter synchronisation: {filtered['sync_messages_per_request'].mean():.3f}"
-                     f" messages and {filtered['sync_bytes_per_request'].mean():.0f} B per "
-                     f"request (whole filters would be "
-                     f"{filtered['sync_full_bytes_per_request'].mean():.0f} B); measured fp "
-                     f"{filtered['fp'].mean():.2%} (Bloom collisions "
-                     f"{filtered['fp_bloom'].mean():.4%}), fn {filtered['fn'].mean():.2%}.")
+    for policy, rows in filtered.groupby("policy", sort=False):
+        found.append(f"Filter synchronisation, {policy}: "
+                     f"{rows['sync_messages_per_request'].mean():.3f} messages and "
+                     f"{rows['sync_bytes_per_request'].mean():.0f} B per request (whole "
+                     f"filters would be {rows['sync_full_bytes_per_request'].mean():.0f} B); "
+                     f"measured fp {rows['fp'].mean():.2%} (Bloom collisions "
+                     f"{rows['fp_bloom'].mean():.4%}), fn {rows['fn'].mean():.2%}.")
     return found
 
 

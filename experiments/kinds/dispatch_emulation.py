@@ -398,9 +398,9 @@ fast-failover groups have moved the traffic already.
 
 A run measures failover only if euv1 was receiving normally in the second before the cut and
 cn0, upstream of the cut and untouched by it, from then to the window's end: no wait for a
-whole frame over 250 ms at either (a clean run's are 40-150 ms). Otherwise the emulator
-stalled on the loaded machine (its relays then deliver frames late by up to seconds) and the
-gap measures the stall. Such a run is flagged (`failover_valid` 0): it stays in `results.csv`
+whole frame over 250 ms at either (a clean run's waits are a few frame intervals). Otherwise
+the emulator stalled on the loaded machine (its relays then deliver frames late by up to
+seconds) and the gap measures the stall. Such a run is flagged (`failover_valid` 0): it stays in `results.csv`
 with its figures under `failover_measured_*` and its longest waits, the remarks list it with
 the reason, and it is left out of `failover_gap_ms` and `failover_frames_lost`, whose means
 count the valid runs only.
@@ -427,11 +427,11 @@ mid-GOP waits for the next; with one it gets the latest at once) and the 0.5 s o
 delay;
 `first_frame_mean_ms` is the part up to the first whole frame of any kind. The anchors are
 LiveNet's 98% stall-free views and 95% of startups under 1 s; the remarks give each policy's
-shares against them with the number of views and a 95% interval (at six views a run, a share
-of 98% cannot be shown: 6 of 6 has an interval down to 54%), and split the mean startup into
-its parts.
+shares against them with the number of views and a 95% Clopper-Pearson interval (a goal is
+met when the share of views reaches it; at six views a run the interval says how little a few
+runs can show), and split the mean startup into its parts.
 
-Startup with a GOP cache and parallel probes (`gop_cache`, `parallel_probes`; #10): every
+Startup with a GOP cache and parallel probes (`gop_cache`, `parallel_probes`): every
 media node keeps each stream's frames since its latest I frame and sends them to a viewer's
 new session first, paced at 4 times its bitrate (the live frames completed meanwhile queue
 behind them), so the player starts on the cached I frame instead of waiting for the next;
@@ -439,9 +439,8 @@ and viewers probe their three candidates all at once (five ICMP echoes 20 ms apa
 an answer later than 0.5 s after the last request lost) and stop as soon as no answer still to
 come could change their choice (`agents.follower.probes_settled`), so probing takes about the
 best candidate's round trip after the last request: neither the farthest candidate's nor, when
-a far candidate loses an echo, the 0.5 s timeout (which the first parallel design, 3 December
-2026, waited out: 15 and 12 of 18 views started within 1 s at border loss p 1.5%, direct and
-relayed). A lost echo of the candidate that would win still waits it out.
+a far candidate loses an echo, the 0.5 s timeout. A lost echo of the candidate that would win
+still waits it out.
 What the cache costs: `cached_kbytes`, the bytes sent from the caches (the burst: up to a
 GOP, about 250 kB at 1 Mbit/s, per viewer), `catch_up_max_ms`, the longest time from a
 session's admission to its backlog drained, `early_stall_viewers`, views whose first stall

@@ -545,14 +545,13 @@ period. Two scenarios use this kind:
   viewers. The scale is a machine's, not the paper's: 6 viewers on 3 edges, not 50-125 on
   2-12, so capacities (the paper's 40 Mbit/s and 15 vCPU) do not bind and the allocation is
   driven by latency, interaction demand and preferences.
-- `topologies/live_edge-capacity.yaml` (experiment `live_edge-capacity`):
-  thirty viewers on the same three edges with every rate 1/8 of the paper's (source R =
-  1 Mbit/s, ladder 0.125/0.3125/0.625/1 Mbit/s, C_m = 1.875 vCPU at H = 0.5 vCPU per Mbit/s,
+- `topologies/live_edge-capacity.yaml` (experiment `live_edge-capacity`): thirty viewers on
+  the same three edges with every rate 1/8 of the paper's (the source, the ladder, C_m and H;
   G x8 so that G·(R−R_v) is the paper's delay for the same rung). The edges' uplinks D_m are
-  6.25 Mbit/s, set by hand and not 40/8 = 5: at 5 Mbit/s the first period's fifteen viewers at
-  1 Mbit/s filled every edge, so no later viewer could be served by any policy. The viewers'
-  preferred rungs add up to 22.8 Mbit/s against 18.75 Mbit/s of uplinks: capacity binds, and
-  the policies choose whom to serve, where and at which rung.
+  set a little above the paper's D_m/8, so that the first period's viewers at the top rung do
+  not fill every edge and later viewers can still be served; the viewers' preferred rungs add
+  up to more than the uplinks: capacity binds, and the policies choose whom to serve, where
+  and at which rung.
 
 Per run the QoE is computed twice over the viewers' last decisions: as the policy's model
 predicted it (its network delays plus G·(R−R_v)) and with what the viewers' agents measured
@@ -573,14 +572,9 @@ the edges and from them; a frame with a lost fragment is transcoded only when th
 The delay's 99th percentile and the loss of the viewers' streams are measured to show how much
 of the gap each explains.
 
-At six viewers: the measured latency exceeds the model's by about 50 ms for every policy,
-which lowers the measured QoE of everyone alike. LUA and DF decide alike there: with capacity
-to spare both keep every viewer's preferred rung and its nearest covering edge; the differences
-the paper reports need binding capacity, which the model-level report
-(`reports/live_edge-model/`) and `live_edge-capacity` show. MHCP serves every viewer the
-untranscoded top rung, so at G = 50 ms/Mbps it has the lowest latency and the highest QoE,
-predicted and measured, as in the model-level ablation.
-
+At six viewers capacity does not bind, so the policies differ only in how they weigh latency,
+interaction demand and preferences; the differences the paper reports need binding capacity,
+which the model-level report (`reports/live_edge-model/`) and `live_edge-capacity` show.
 """
 
 KIND = Kind(name="live_edge_emulation", parameters=Parameters,

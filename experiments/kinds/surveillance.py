@@ -77,8 +77,8 @@ algorithm may hand it to a helper fed by a cascade. See
 `controller/policies/surveillance/model.py` for the resource model and its parameters.
 
 **What is ours, not the paper's.** The paper's Table 1 (the nodes' hardware) and eq. 4 are
-lost: the nodes are ~1x/2x/4x (CPU 4.8/11.2/25.6 GHz, memory 4/8/16 GB, links 100/200/400
-Mbit/s, disk 0.5/1/2 TB) and MAXL is the R-weighted sum of z-scores shifted so the weakest node
+lost: the node classes are ~1x/2x/4x in CPU, memory, links and disk (the values are in the
+model's node table) and MAXL is the R-weighted sum of z-scores shifted so the weakest node
 sits at 1. The paper does not give session lengths, a report period or the CPU cost of a
 stream: sessions are exponential (swept), the period 5 s, the CPU 0.04 GHz per Mbit/s (so CPU
 and bandwidth are of the same order, as in the paper's Fig. 3). Disk is no indicator (nothing
