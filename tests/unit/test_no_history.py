@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 import subprocess
 
-import pytest
 
 from tests.conftest import ROOT
 
@@ -40,9 +39,6 @@ def checked_files() -> list[str]:
             and "changelog" not in path.lower()]
 
 
-@pytest.mark.xfail(strict=True, reason="the dispatch kinds' report prose cites an issue "
-                   "(experiments/kinds/dispatch_emulation.py); its rewrite regenerates the "
-                   "dispatch reports")
 def test_no_dates_or_issue_references_in_code_docs_or_readme():
     found = []
     for path in checked_files():
