@@ -8,6 +8,8 @@ Layout::
     runner.log         the runner's own log (Mininet's included)
     logs/<node>.log    per node: addresses and routes, agent output; switches: ports and flows
     pcap/<node>-<interface>.pcap   captures asked for in the scenario
+    controller/        the controller's config, logs (a user's app: <app>.log), state, status
+    switch_flows/<switch>.txt      flow dumps while a controller runs the switches
 
 Every file is written atomically (:func:`edgebed.files.atomic_write`), so a reader never sees half a
 file. ``manifest.json`` says ``"status": "running"`` until the run ends; a run that died

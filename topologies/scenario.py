@@ -241,6 +241,8 @@ class Scenario:
         return document
 
 
+# OVS's active TCP controller target: an IPv4 address or a host name, and a port.
+REMOTE_TARGET = re.compile(r"^tcp:[A-Za-z0-9][A-Za-z0-9.-]*:[0-9]{1,5}$")
 DOTTED_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 APP_FORMS = ("an app is edgebed, none, a Python file (.py, relative to the scenario's "
              "directory) or an importable module name")
@@ -684,7 +686,7 @@ class _Resolver:
             if node.name not in self.linked and not node.is_switch and not self.unknown_endpoint:
                 self.problem(self.origin[node.name], f"{node.name} is not connected to anything",
                              "add a link with an endpoint on it, or remove the node", key=True)
-        if not self.document.controller.apps:
+        if not self.document.controller.controls_switches:
             switches = nx.MultiGraph()
             switches.add_nodes_from(n.name for n in self.nodes.values() if n.is_switch)
             switches.add_edges_from((l.a.node, l.b.node) for l in links
@@ -827,7 +829,12 @@ class _Resolver:
                                              f"(duration {self.document.duration:g}s)",
                              "raise duration or move the event earlier")
             if spec.action.startswith("controller_"):
-                if not self.document.controller.apps:
+                if self.document.controller.remotes:
+                    self.problem(path + ("action",), f"{spec.action} needs a controller "
+                                                     "edgebed starts, and remote is one it "
+                                                     "does not",
+                                 "stop and start a remote controller outside the run")
+                elif not self.document.controller.apps:
                     self.problem(path + ("action",), f"{spec.action} needs a controller",
                                  "set controller: {app: edgebed}")
                 events.append(Event(spec.at, spec.action))
@@ -881,11 +888,32 @@ class _Resolver:
                 self.problem(path, f"controller app {name!r} is not an importable module",
                              APP_FORMS)
 
+    def _check_controller_remote(self) -> None:
+        """Each remote target is ``tcp:HOST:PORT``, named once, and no app runs beside them
+        (edgebed starts no controller for a remote one)."""
+        controller = self.document.controller
+        remote = controller.remote
+        paths = [("controller", "remote")] if isinstance(remote, str) else [
+            ("controller", "remote", index) for index in range(len(remote))]
+        targets = controller.remotes
+        for target, path in zip(targets, paths):
+            if not REMOTE_TARGET.match(target) or not 1 <= int(target.rsplit(":", 1)[1]) <= 65535:
+                self.problem(path, f"remote controller {target!r} is not tcp:HOST:PORT",
+                             "e.g. tcp:127.0.0.1:6653 (port 1-65535)")
+            elif targets.count(target) > 1 and path != paths[targets.index(target)]:
+                self.problem(path, f"remote controller {target!r} is listed twice",
+                             "list each controller once")
+        if targets and controller.apps:
+            self.problem(("controller", "app"), "app is set beside a remote controller",
+                         "edgebed starts no controller when remote is set: write app: none "
+                         "(or leave it out), or drop remote", key=True)
+
     def _resolve_controller(self) -> dict[str, Service]:
         """Services, the policy and the management network, checked against the nodes."""
         controller = self.document.controller
         path = ("controller",)
         self._check_controller_apps()
+        self._check_controller_remote()
         if not controller.runs_edgebed:
             for name in ("services", "policy", "policy_params", "period", "control_network",
                          "control_host"):
