@@ -143,13 +143,14 @@ class ControllerProcess:
         return (self.process is not None and self.process.poll() is not None
                 and len(self.exits) < self.starts)
 
-    def app_errors(self) -> str:
-        """What the apps' event handlers raised during the run (each with its traceback);
-        empty when nothing did."""
+    def app_errors(self) -> list[dict]:
+        """What the apps' event handlers raised, in order: each an ``app`` and a ``text`` with
+        its traceback."""
         try:
-            return (self.directory / APP_ERRORS).read_text(errors="replace").rstrip()
+            lines = (self.directory / APP_ERRORS).read_text(errors="replace").splitlines()
         except FileNotFoundError:
-            return ""
+            return []
+        return [json.loads(line) for line in lines]
 
     def wait_connected(self, unconnected, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Wait until ``unconnected()`` (the switches not connected to this controller) is

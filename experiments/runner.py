@@ -604,8 +604,11 @@ class Run:
                 self.controller_failure = (f"the controller exited "
                                            f"({self.controller.process.returncode}) during the "
                                            f"run{self.controller.last_traceback()}")
-            elif app_errors := self.controller.app_errors():
-                self.controller_failure = f"a controller app's event handler raised:\n{app_errors}"
+            elif errors := self.controller.app_errors():
+                self.controller_failure = (f"a handler of controller app {errors[0]['app']} "
+                                           f"raised ({len(errors)} exception(s) in all, every "
+                                           f"one in controller/app_errors.jsonl); the "
+                                           f"first:\n{errors[0]['text']}")
         if self.links is not None:
             self.summary["links"] = self.links.applied()
             self.summary["wires"] = self.links.stop()
