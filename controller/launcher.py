@@ -1,8 +1,8 @@
 """Starting, stopping and killing the controller process of a run, and its entry point.
 
-``python -m controller --config FILE`` runs :mod:`controller.app` with os-ken's
-``AppManager.run_apps`` (os-ken 4.x has no manager command; Neutron launches its apps the same
-way), OpenFlow on ``127.0.0.1`` at the configured port. Under Ryu the same app loads with
+``python -m controller --config FILE`` runs the configured apps (:mod:`controller.app` is
+edgebed's) with os-ken's ``AppManager`` as its ``run_apps`` does (os-ken 4.x has no manager
+command; Neutron launches its apps the same way), OpenFlow on ``127.0.0.1`` at the configured port. Under Ryu the same app loads with
 ``EDGEBED_CONTROLLER_CONFIG=FILE ryu-manager --ofp-tcp-listen-port PORT controller/app.py``.
 
 :class:`ControllerProcess` is what the runner uses: it writes the configuration, starts the
@@ -239,7 +239,8 @@ def _serve(config_path: Path) -> None:
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     logging.getLogger("edgebed.controller").info("%s, OpenFlow on %s:%d", FRAMEWORK,
                                                  config.openflow_host, config.openflow_port)
-    # What AppManager.run_apps does, one app at a time, so each user's app logs to its file.
+    # What AppManager.run_apps does, an app at a time: each user's app logs to its own file,
+    # and every app's event handlers are watched (controller.app_logs).
     manager = app_manager.AppManager.get_instance()
     logs = AppLogs(config.out, manager)
     for app in config.apps:

@@ -155,7 +155,8 @@ class Run:
         self.network = None
         self.links: LinkControl | None = None
         self.controller = None  # controller.launcher.ControllerProcess, when the scenario has one
-        self.controller_failure: str | None = None  # why the controller ended by itself
+        # Why the controller failed: it ended by itself, or an app's event handler raised.
+        self.controller_failure: str | None = None
         self.flow_dumps: FlowDumps | None = None  # when a controller runs the switches
         self.cpu = measurements.CpuMonitor()
         self._agent_count = 0
