@@ -89,3 +89,24 @@ def test_the_schedule_cannot_stop_a_remote_controller(scenario, capsys):
     error = " ".join(capsys.readouterr().err.split())
     assert f"{path}:14:" in error and "controller_down needs a controller edgebed starts" \
         in error, error
+
+
+def test_waiting_for_a_remote_controller_names_the_switches_it_lacks():
+    from controller.launcher import wait_remote_connected
+
+    wait_remote_connected(lambda: [], ["tcp:127.0.0.1:6653"])  # all connected: no wait
+    with pytest.raises(RuntimeError) as raised:
+        wait_remote_connected(lambda: ["s2", "s3"], ["tcp:127.0.0.1:6653"], timeout_s=-1)
+    assert "tcp:127.0.0.1:6653" in str(raised.value)
+    assert "not connected: s2, s3" in str(raised.value)
+
+
+def test_a_flow_dump_is_counted_per_table():
+    from experiments.flow_dumps import table_counts
+
+    dump = """OFPST_FLOW reply (OF1.3) (xid=0x2):
+ cookie=0x100000000000000, duration=3.1s, table=0, n_packets=5, n_bytes=420, priority=1,in_port="eth1",dl_dst=00:00:00:00:00:02 actions=output:"eth2"
+ cookie=0x100000000000000, duration=3.2s, table=0, n_packets=7, n_bytes=600, priority=0 actions=CONTROLLER:65535
+ cookie=0xeb00000000000002, duration=1s, table=1, n_packets=0, n_bytes=0, priority=100,dl_dst=00:00:00:00:00:01 actions=output:1
+"""
+    assert table_counts(dump) == {0: [2, 12, 1020], 1: [1, 0, 0]}
