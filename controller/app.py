@@ -18,64 +18,32 @@ rules it no longer wants are deleted), so traffic keeps flowing through a restar
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgebed.tables import TableWriter
-from edgebed.files import atomic_write
-
-from edgebed import protocol
 
 from . import netns, openflow, policies, rules
 from .config import ControllerConfig
+from .control_handlers import ControlHandlers
 from .control_server import ControlServer
-from .core import TRACE_COLUMNS, ControllerCore, Outcome
+from .core import ControllerCore, Outcome
 from .launcher import CONFIG_ENVIRONMENT
+from .records import TABLES, PendingInstall, Records
 from .ryu_api import (DEAD_DISPATCHER, MAIN_DISPATCHER, App, arp, ethernet,
                       ipv4, ofp_event, ofproto_v1_3, packet, set_ev_cls)
 from .view import NetworkView
 
-TABLES = {
-    # One row per decision carried out: from the policy's answer to the switches' barriers.
-    # Joins decided together (one policy call, one barrier per switch) have a row each, with
-    # the batch's figures; ``together`` counts the flows decided in that pass. ``attributes``:
-    # a placed or moved flow's decision attributes as JSON (what the policy told its hosts,
-    # seed 001's transcoder_started say), ``{}`` for other rows.
-    "decisions": ("node", "agent", "time", "kind", "flow", "server", "switches", "messages",
-                  "policy_ms", "send_ms", "install_ms", "together", "attributes"),
-    # One row per policy call: what it was given, what it answered, how long it took.
-    "policy_trace": ("node", "agent", "time", *TRACE_COLUMNS),
-    # One row per load report that arrived, kept or not: its age is arrival minus the sender's
-    # clock (the hosts of a run share CLOCK_REALTIME), gaps in seq are reports lost on the way.
-    "load_reports": ("node", "agent", "time", "server", "service", "seq", "urgent", "load",
-                     "age_ms", "kept", "metrics"),
-}
-"""The tables the controller writes, as ``records/<table>/controller-controller.csv`` beside the
-agents' (:class:`edgebed.tables.TableWriter`), merged with theirs after the run."""
 LOG = logging.getLogger("edgebed.controller")
 
 
-@dataclass
-class PendingInstall:
-    """A decision whose rules are on their way: done when every switch answered its barrier."""
-
-    kind: str
-    placed: dict[str, str]  # flow -> server
-    decided_ns: int
-    policy_ms: float
-    switches: set[str]
-    messages: int
-    sent_ns: int  # when the last message was handed to the switch connections
-    waiting: set[int] = field(default_factory=set)  # barrier xids
-
-
-class EdgebedController(App):
-    """The controller app; one instance per controller process."""
+class EdgebedController(ControlHandlers, Records, App):
+    """The controller app; one instance per controller process. Its control-protocol handlers
+    are :class:`controller.control_handlers.ControlHandlers`, its records
+    :class:`controller.records.Records`."""
 
     OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
 
@@ -130,15 +98,6 @@ class EdgebedController(App):
 
     # lifecycle
 
-    def _restore(self) -> None:
-        state = self.out / "state.json"
-        if state.exists():
-            self.core.restore(json.loads(state.read_text()))
-            LOG.info("took over %d placed flows from %s", len(self.core.flows), state)
-
-    def _save(self) -> None:
-        atomic_write(self.out / "state.json", json.dumps(self.core.snapshot()))
-
     def _control_sockets(self) -> list:
         """The control protocol listens on loopback (at a port of its own per run, as runs share
         the root namespace) and at the hosts' control endpoint, inside its namespace: the
@@ -159,14 +118,6 @@ class EdgebedController(App):
             for table in self.tables.values():
                 table.close()
             self._write_status(stopped=True)
-
-    def _write_status(self, stopped: bool = False) -> None:
-        status = {"pid": os.getpid(), "stopped": stopped,
-                  "connected": sorted(self.datapaths), "synced": sorted(self.synced),
-                  "flows": len(self.core.flows), "links_down": sorted(self.core.down),
-                  "control": self.control.counters(), "load_reports": dict(self.core.load_counts),
-                  "period_origin": self.period_origin}
-        atomic_write(self.out / "status.json", json.dumps(status))
 
     # switches
 
@@ -383,186 +334,3 @@ class EdgebedController(App):
         xid = openflow.send(datapath, openflow.messages(datapath, changes))
         installed.apply(changes)
         return changes.count(), xid
-
-    def _record(self, pending: PendingInstall, done_ns: int) -> None:
-        """The decision's ``decisions`` row: one per flow for placements (each join is a
-        decision of its own to the host that asked), one for the others."""
-        placed = pending.placed
-        if pending.kind == "place" and placed:
-            rows = [(flow, server) for flow, server in sorted(placed.items())]
-        else:
-            rows = [(",".join(sorted(placed)) or "-", ",".join(sorted(set(placed.values())))
-                     or "-")]
-        stamp = f"{time.time():.6f}"
-        for flow, server in rows:
-            record = self.core.flows.get(flow) if pending.kind != "leave" else None
-            attributes = dict(record.placement.attributes) if record is not None else {}
-            self.tables["decisions"].row(
-                "controller", "controller", stamp, pending.kind, flow, server,
-                len(pending.switches), pending.messages, f"{pending.policy_ms:.3f}",
-                f"{(pending.sent_ns - pending.decided_ns) / 1e6:.3f}",
-                f"{(done_ns - pending.decided_ns) / 1e6:.3f}", max(1, len(placed)),
-                json.dumps(attributes, sort_keys=True, separators=(",", ":")))
-
-    def _write_traces(self) -> None:
-        """A ``policy_trace`` row for each policy call the core made since the last."""
-        stamp = f"{time.time():.6f}"
-        for trace in self.core.take_traces():
-            self.tables["policy_trace"].row("controller", "controller", stamp, *trace.row())
-
-    # control protocol
-
-    def handle_control(self, message, reply, source) -> None:
-        """One control-protocol message (from :class:`ControlServer`'s thread)."""
-        with self.lock:
-            getattr(self, f"_on_{message.type}")(message, reply, source)
-
-    def _on_load(self, message, reply, source) -> None:
-        """A load report: recorded in the ``load_reports`` table with its age, kept in the
-        server's history unless stale (counted in the status), then whatever the policy's
-        ``on_load`` asks for (least_loaded rebalances, a policy that redecides places every
-        flow again, most only keep it for their next decision)."""
-        now = time.monotonic() - self.started
-        arrived = time.time()
-        kept = self.core.report_load(message.node, message.load, metrics=message.metrics,
-                                     now=now, sent=message.ts, urgent=message.urgent,
-                                     wall_clock=arrived)
-        self.tables["load_reports"].row(
-            "controller", "controller", f"{arrived:.6f}", message.node, message.service,
-            message.seq, int(message.urgent), f"{message.load:g}",
-            f"{(arrived - message.ts) * 1e3:.3f}", int(kept),
-            json.dumps(message.metrics, sort_keys=True, separators=(",", ":")))
-        if not kept:
-            return
-        started = time.perf_counter_ns()
-        outcome = self.core.react_to_load(now)
-        self._write_traces()
-        if outcome.placed:
-            self._carry_out(outcome, "migrate" if self.core.on_load == "rebalance"
-                            else "redecide", started)
-
-    def _on_join(self, message, reply, source) -> None:
-        try:
-            request = self.core.request_for(message.node, message.service, message.demand,
-                                            tuple(message.bitrates), message.flow, message.port)
-        except KeyError as error:
-            reply(protocol.Rejected(id=message.id, flow=message.flow, reason=_reason(error)))
-            return
-        if message.node not in self.view.roles:
-            reply(protocol.Rejected(id=message.id, flow=message.flow,
-                                    reason=_reason(f"unknown node {message.node}")))
-            return
-        self.joins.append((message, request, reply))
-
-    def decide_joins(self) -> None:
-        """Decide the joins that arrived together (:meth:`ControlServer` calls this once it
-        has drained them) in one policy call, installed with one barrier per switch and one
-        save of the state, then answer each. One pass per burst instead of one per join: a
-        burst costs a policy call and a sync per switch, not one per flow."""
-        if not self.joins:
-            # Without the lock: only this thread adds joins, and a shutdown holding the lock
-            # waits for this thread to end.
-            return
-        with self.lock:
-            joins, self.joins = self.joins, []
-            try:
-                waiting = [request for _, request, _ in joins
-                           if request.flow not in self.core.flows]
-                rejected = {}
-                if waiting:
-                    outcome = self._place(waiting)
-                    rejected = {r.flow: r.reason for r in outcome.decision.rejections}
-            except Exception:
-                LOG.exception("joins of %s failed", ", ".join(r.flow for _, r, _ in joins))
-                for message, _, reply in joins:
-                    reply(protocol.Error(id=message.id,
-                                         reason="the controller failed to handle join"))
-                return
-            for message, request, reply in joins:
-                if request.flow in rejected:
-                    reply(protocol.Rejected(id=message.id, flow=request.flow,
-                                            reason=_reason(rejected[request.flow])))
-                elif request.flow in self.core.flows:
-                    reply(self.core.decision_message(message.id, request.flow, migrated=False))
-                else:
-                    reply(protocol.Error(id=message.id, reason=_reason(
-                        f"the policy neither placed nor rejected {request.flow}")))
-
-    def _on_leave(self, message, reply, source) -> None:
-        started = time.perf_counter_ns()
-        outcome = self.core.leave(message.flow)
-        self._install(outcome, "leave", started, 0.0)
-        self._save()
-        reply(protocol.Ack(id=message.id))
-
-    def _on_steer(self, message, reply, source) -> None:
-        started = time.perf_counter_ns()
-        try:
-            outcome = self.core.steer(message.flow, message.server,
-                                      now=time.monotonic() - self.started)
-        except (KeyError, ValueError) as error:
-            reply(protocol.Rejected(id=message.id, flow=message.flow, reason=_reason(error)))
-            return
-        self._carry_out(outcome, "migrate", started)
-        reply(self.core.decision_message(message.id, message.flow, migrated=True))
-
-    def _on_link(self, message, reply, source) -> None:
-        """A link's delay changed: the view follows (the policy sees it at its next decision)
-        and the switches get the forwarding that follows the new delays."""
-        try:
-            switches = self.core.link_delay_changed(message.link, message.delay_forward,
-                                                    message.delay_reverse)
-        except KeyError as error:
-            reply(protocol.Error(id=message.id, reason=_reason(error)))
-            return
-        LOG.info("link %d delay now %s / %s s (announced)", message.link,
-                 message.delay_forward, message.delay_reverse)
-        self._install(Outcome(switches=switches), "link", time.perf_counter_ns(), 0.0)
-        self._save()
-        reply(protocol.Ack(id=message.id))
-
-    def _on_path(self, message, reply, source) -> None:
-        started = time.perf_counter_ns()
-        try:
-            outcome = self.core.pin(message.flow, tuple(message.via))
-        except (KeyError, ValueError) as error:
-            reply(protocol.Rejected(id=message.id, flow=message.flow, reason=_reason(error)))
-            return
-        self._install(outcome, "pin", started, 0.0)
-        self._save()
-        reply(protocol.Ack(id=message.id))
-
-    def _on_subscribe(self, message, reply, source) -> None:
-        self.subscribers[message.node] = source
-        reply(protocol.Ack(id=message.id))
-
-    def _on_query(self, message, reply, source) -> None:
-        snapshot = self.core.snapshot()
-        servers = [{"name": s.name, "service": s.service, "capacity": s.capacity
-                    if s.capacity != float("inf") else None, "load": s.load}
-                   for s in self.core.servers()]
-        # Entries are flat: what a flow asked for and its attribute map stay out.
-        placements = [{key: value for key, value in flow.items()
-                       if key not in ("bitrates", "attributes")}
-                      for flow in snapshot["flows"]]
-        for part in protocol.state_replies(message.id, placements, servers):
-            reply(part)
-
-    def _notify(self, flow: str, migrated: bool) -> None:
-        record = self.core.flows.get(flow)
-        if record is None:
-            return
-        placement = record.placement
-        # The client, the server and every relay on the way follow the decision.
-        for node in dict.fromkeys((placement.request.client, placement.server,
-                                   *placement.via)):
-            if node in self.subscribers:
-                self.control.push(self.subscribers[node], self.core.decision_message(0, flow,
-                                                                                migrated))
-
-
-
-def _reason(problem) -> str:
-    """A rejection reason the protocol accepts: short, printable."""
-    text = str(problem.args[0]) if isinstance(problem, KeyError) and problem.args else str(problem)
-    return protocol.clip("".join(c if c.isprintable() else " " for c in text), protocol.MAX_REASON)

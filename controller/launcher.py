@@ -17,12 +17,14 @@ from pathlib import Path
 from topologies.model import EDGEBED_APP_MODULE
 from topologies.naming import ENVIRONMENT_KEY
 
+from .app_logs import APP_ERRORS, AppLogs
 from .config import ControllerConfig, ControlEndpoint
 
 CONFIG_ENVIRONMENT = "EDGEBED_CONTROLLER_CONFIG"
 READY_TIMEOUT_S = 30.0
 STOP_GRACE_S = 5.0
 SWITCH_INTERVAL_S = 0.0005
+REMOTE_POLL_S = 0.2  # each look at the switches' connections runs ovs-vsctl twice
 
 
 def free_port(kind: int = socket.SOCK_STREAM) -> int:
@@ -130,6 +132,15 @@ class ControllerProcess:
         return (self.process is not None and self.process.poll() is not None
                 and len(self.exits) < self.starts)
 
+    def app_errors(self) -> list[dict]:
+        """What the apps' event handlers raised, in order: each an ``app`` and a ``text`` with
+        its traceback."""
+        try:
+            lines = (self.directory / APP_ERRORS).read_text(errors="replace").splitlines()
+        except FileNotFoundError:
+            return []
+        return [json.loads(line) for line in lines]
+
     def wait_connected(self, unconnected, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Wait until ``unconnected()`` (the switches not connected to this controller) is
         empty; raises naming them when time runs out, or if the process dies."""
@@ -161,6 +172,20 @@ class ControllerProcess:
             self.kill()
 
 
+def wait_remote_connected(unconnected, targets: list[str],
+                          timeout_s: float = READY_TIMEOUT_S) -> None:
+    """Wait until ``unconnected()`` (the switches not connected to a controller) is empty;
+    raises naming them when time runs out (the remote controllers ``targets`` are not
+    edgebed's to start)."""
+    deadline = time.monotonic() + timeout_s
+    while missing := unconnected():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"not every switch connected to the remote controller "
+                               f"{', '.join(targets)} within {timeout_s:g}s; not connected: "
+                               f"{', '.join(missing)}")
+        time.sleep(REMOTE_POLL_S)
+
+
 def _listening(port: int) -> bool:
     """Whether something listens on TCP ``port`` in this network namespace (from
     /proc/net/tcp: local address, state 0A = LISTEN), without connecting to it."""
@@ -171,7 +196,7 @@ def _listening(port: int) -> bool:
 
 
 def _serve(config_path: Path) -> None:
-    from .ryu_api import FRAMEWORK, app_manager, cfg
+    from .ryu_api import FRAMEWORK, app_manager, cfg, hub
 
     config = ControllerConfig.read(config_path)
     if FRAMEWORK == "os-ken":
@@ -203,7 +228,14 @@ def _serve(config_path: Path) -> None:
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     logging.getLogger("edgebed.controller").info("%s, OpenFlow on %s:%d", FRAMEWORK,
                                                  config.openflow_host, config.openflow_port)
-    app_manager.AppManager.run_apps(config.apps)
+    # What AppManager.run_apps does, an app at a time: each user's app logs to its own file,
+    # and every app's event handlers are watched (controller.app_logs).
+    manager = app_manager.AppManager.get_instance()
+    logs = AppLogs(config.out, manager)
+    for app in config.apps:
+        logs.load(app)
+    services = manager.instantiate_apps(**manager.create_contexts())
+    hub.joinall(services)
 
 
 def standalone_config(scenario_path: Path, out: Path, management_address: str | None,

@@ -14,6 +14,7 @@ try:
     from os_ken.controller import ofp_event
     from os_ken.controller.handler import (CONFIG_DISPATCHER, DEAD_DISPATCHER,
                                            MAIN_DISPATCHER, set_ev_cls)
+    from os_ken.lib import hub
     from os_ken.lib.packet import arp, ethernet, ipv4, packet
     from os_ken.ofproto import ofproto_v1_3
 
@@ -25,11 +26,12 @@ except ImportError:  # pragma: no cover - exercised only where Ryu is installed 
     from ryu.controller import ofp_event
     from ryu.controller.handler import (CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER,
                                         set_ev_cls)
+    from ryu.lib import hub
     from ryu.lib.packet import arp, ethernet, ipv4, packet
     from ryu.ofproto import ofproto_v1_3
 
     FRAMEWORK = "ryu"
 
 __all__ = ["App", "CONFIG_DISPATCHER", "DEAD_DISPATCHER", "FRAMEWORK", "MAIN_DISPATCHER",
-           "app_manager", "arp", "cfg", "ethernet", "ipv4", "ofp_event", "ofproto_v1_3", "packet",
-           "set_ev_cls"]
+           "app_manager", "arp", "cfg", "ethernet", "hub", "ipv4", "ofp_event", "ofproto_v1_3",
+           "packet", "set_ev_cls"]

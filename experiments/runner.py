@@ -30,6 +30,7 @@ from agents import catalog
 from topologies import commands
 
 from . import delivery, measurements, registry
+from .flow_dumps import FlowDumps
 from .machine_lock import machine_lock
 from .rundir import RunDirectory, edgebed_version, iso, utc_now
 
@@ -148,7 +149,9 @@ class Run:
         self.network = None
         self.links: LinkControl | None = None
         self.controller = None  # controller.launcher.ControllerProcess, when the scenario has one
-        self.controller_failure: str | None = None  # why the controller ended by itself
+        # Why the controller failed: it ended by itself, or an app's event handler raised.
+        self.controller_failure: str | None = None
+        self.flow_dumps: FlowDumps | None = None  # when a controller runs the switches
         self.cpu = measurements.CpuMonitor()
         self._agent_count = 0
         self._origin = time.monotonic()  # of the timeline, once it starts
@@ -263,9 +266,16 @@ class Run:
             self._report_switch_sockets()
         self.links = LinkControl(self.scenario, self.network, backend, self.run_dir.path / "logs")
         self.links.start()
-        if self.scenario.document.controller.apps:
+        controller = self.scenario.document.controller
+        if controller.apps:
             self.options.on_phase("starting the controller")
             self._start_controller()
+        elif controller.remotes:
+            self.options.on_phase("waiting for the remote controller")
+            self._connect_remote_controller()
+        if controller.controls_switches:
+            self.flow_dumps = FlowDumps(self.run_dir.path, {
+                node.name: self.network.bridge_of(node) for node in self.scenario.switches})
         timings = self.network.timings
         self.summary["bringup_s"] = round(timings.build_s + timings.start_s, 3)
         self.run_dir.update_manifest(phase="network up", network_up=iso(utc_now()),
@@ -322,11 +332,21 @@ class Run:
         (or, with only users' apps, until every switch is connected)."""
         self.controller.start()
         self.controller.wait_listening()
-        self.network.use_controller(self.controller.openflow_target)
+        self.network.use_controller([self.controller.openflow_target])
         if self.controller.runs_edgebed:
             self.controller.wait_synced(len(self.scenario.switches))
         else:
             self.controller.wait_connected(self.network.unconnected_switches)
+
+    def _connect_remote_controller(self) -> None:
+        """Point the switches at the scenario's remote controllers, which edgebed does not
+        start, and wait until every switch is connected to one."""
+        from controller.launcher import wait_remote_connected
+
+        targets = self.scenario.document.controller.remotes
+        self.run_dir.update_manifest(controller={"remote": targets})
+        self.network.use_controller(targets)
+        wait_remote_connected(self.network.unconnected_switches, targets)
 
     @property
     def _policy_controller(self):
@@ -455,7 +475,8 @@ class Run:
         exits every second."""
         while (remaining := deadline - time.monotonic()) > 0:
             time.sleep(min(remaining, LOAD_CHECK_PERIOD_S))
-            for warning in self.links.load_warnings() + self._exit_warnings():
+            for warning in (self.links.load_warnings() + self._exit_warnings()
+                            + self._dump_flows(final=False)):
                 log.warning(warning)
                 self.warnings.append(warning)
                 self.options.on_warning(warning)
@@ -467,6 +488,13 @@ class Run:
                 f"{time.monotonic() - self._origin:.1f}s"
                 + (" (may_fail)" if item.may_fail else "")
                 for item in self.processes.newly_exited() if item.process.returncode != 0]
+
+    def _dump_flows(self, final: bool) -> list[str]:
+        """The switches' flows recorded when due (``final``: now, the last time); what could
+        not be recorded, as warnings."""
+        if self.flow_dumps is None or not (final or self.flow_dumps.due()):
+            return []
+        return self.flow_dumps.record(time.monotonic() - self._origin, final)
 
     def _describe(self, event) -> str:
         if event.action.startswith("controller_"):
@@ -556,6 +584,11 @@ class Run:
         self.options.on_phase("tearing down")
         self.cpu.stop()
         self.summary["processes"] = self.processes.stop_all(grace_s=AGENT_STOP_GRACE_S)
+        if self.flow_dumps is not None and self.network is not None and self.network.net:
+            for warning in self._dump_flows(final=True):
+                log.warning("%s", warning)
+                self.warnings.append(warning)
+            self.summary["switch_flows"] = self.flow_dumps.counts
         if self.controller is not None:
             crashed = self.controller.crashed()
             self.controller.stop()
@@ -566,6 +599,11 @@ class Run:
                 self.controller_failure = (f"the controller exited "
                                            f"({self.controller.process.returncode}) during the "
                                            f"run{self.controller.last_traceback()}")
+            elif errors := self.controller.app_errors():
+                self.controller_failure = (f"a handler of controller app {errors[0]['app']} "
+                                           f"raised ({len(errors)} exception(s) in all, every "
+                                           f"one in controller/app_errors.jsonl); the "
+                                           f"first:\n{errors[0]['text']}")
         if self.links is not None:
             self.summary["links"] = self.links.applied()
             self.summary["wires"] = self.links.stop()

@@ -17,6 +17,8 @@ from .document_checks import DocumentChecks
 from .problems import did_you_mean, fields_at, validation_problems
 from .resolved import Node, Service, app_file
 
+# OVS's active TCP controller target: an IPv4 address or a host name, and a port.
+REMOTE_TARGET = re.compile(r"^tcp:[A-Za-z0-9][A-Za-z0-9.-]*:[0-9]{1,5}$")
 DOTTED_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 APP_FORMS = ("an app is edgebed, none, a Python file (.py, relative to the scenario's "
              "directory) or an importable module name")
@@ -62,11 +64,32 @@ class ControllerResolution(DocumentChecks):
                 self.problem(path, f"controller app {name!r} is not an importable module",
                              APP_FORMS)
 
+    def _check_controller_remote(self) -> None:
+        """Each remote target is ``tcp:HOST:PORT``, named once, and no app runs beside them
+        (edgebed starts no controller for a remote one)."""
+        controller = self.document.controller
+        remote = controller.remote
+        paths = [("controller", "remote")] if isinstance(remote, str) else [
+            ("controller", "remote", index) for index in range(len(remote))]
+        targets = controller.remotes
+        for target, path in zip(targets, paths):
+            if not REMOTE_TARGET.match(target) or not 1 <= int(target.rsplit(":", 1)[1]) <= 65535:
+                self.problem(path, f"remote controller {target!r} is not tcp:HOST:PORT",
+                             "e.g. tcp:127.0.0.1:6653 (port 1-65535)")
+            elif targets.count(target) > 1 and path != paths[targets.index(target)]:
+                self.problem(path, f"remote controller {target!r} is listed twice",
+                             "list each controller once")
+        if targets and controller.apps:
+            self.problem(("controller", "app"), "app is set beside a remote controller",
+                         "edgebed starts no controller when remote is set: write app: none "
+                         "(or leave it out), or drop remote", key=True)
+
     def _resolve_controller(self) -> dict[str, Service]:
         """Services, the policy and the management network, checked against the nodes."""
         controller = self.document.controller
         path = ("controller",)
         self._check_controller_apps()
+        self._check_controller_remote()
         if not controller.runs_edgebed:
             for name in ("services", "policy", "policy_params", "period", "control_network",
                          "control_host"):

@@ -223,7 +223,8 @@ EDGEBED_APP_MODULE = "controller.app"  # the module os-ken loads for edgebed
 class Controller(StrictModel):
     """Which controller apps run the switches; ``none`` leaves them standalone learning
     switches, ``edgebed`` runs edgebed's SDN controller (:mod:`controller.app`), anything else
-    is a user's Ryu-API app, run on os-ken in the same controller process."""
+    is a user's Ryu-API app, run on os-ken in the same controller process. ``remote`` points
+    the switches at a controller edgebed does not start."""
 
     app: Union[str, list[str]] = Field(
         NO_APP, description="'none': standalone switches; 'edgebed': the SDN controller "
@@ -231,6 +232,11 @@ class Controller(StrictModel):
                             "Ryu-API app as a Python file (relative to the scenario) or a "
                             "module name; or a list of apps run together, e.g. "
                             "[edgebed, monitor.py]")
+    remote: Union[str, list[str]] = Field(
+        default_factory=list, description="a controller edgebed does not start, as "
+                                          "tcp:HOST:PORT (or a list of them, every switch "
+                                          "connecting to each): the run waits until every "
+                                          "switch is connected; app stays none")
     policy: str = Field("least_loaded", description="the scheduling policy placing service "
                                                     "flows (see `edgebed policies`)")
     policy_params: dict[str, Any] = Field(default_factory=dict,
@@ -270,6 +276,17 @@ class Controller(StrictModel):
         """The apps the controller process runs, in order; empty for ``none``."""
         apps = [self.app] if isinstance(self.app, str) else list(self.app)
         return [] if apps == [NO_APP] else apps
+
+    @property
+    def remotes(self) -> list[str]:
+        """The remote controllers' targets (``tcp:HOST:PORT``); empty when edgebed starts the
+        controller or there is none."""
+        return [self.remote] if isinstance(self.remote, str) else list(self.remote)
+
+    @property
+    def controls_switches(self) -> bool:
+        """Whether a controller (started by edgebed or remote) runs the switches."""
+        return bool(self.apps or self.remotes)
 
     @property
     def runs_edgebed(self) -> bool:

@@ -89,7 +89,7 @@ class ScenarioNetwork:
             self.cpu_limits[node.name] = limit
             self.net.addHost(node.name, cls=CpuLimitedHost, limit=limit,
                              ip=str(node.ip) if node.ip else None)
-        standalone = not self.scenario.document.controller.apps
+        standalone = not self.scenario.document.controller.controls_switches
         for index, node in enumerate(self.scenario.switches):
             self._switch_index[node.name] = index
             self.net.addSwitch(self.names.bridge(index), cls=OVSSwitch, dpid=f"{node.dpid:016x}",
@@ -98,7 +98,7 @@ class ScenarioNetwork:
         for link in self.scenario.links:
             self._links[link.index] = self._add_link(link.index, link.a, link.b)
         controller = self.scenario.document.controller
-        managed = not standalone and controller.builds_management
+        managed = controller.runs_edgebed and controller.builds_management
         if managed:
             self.net.addHost(self.names.controller_namespace(), cls=Host, ip=None)
         self.net.build()
@@ -275,14 +275,17 @@ class ScenarioNetwork:
         for intf in (ends.a, ends.b):
             intf.ifconfig("up" if up else "down")
 
-    def use_controller(self, target: str) -> None:
-        """Connect every switch to the controller at ``target`` (``tcp:127.0.0.1:PORT``); a
+    def use_controller(self, targets: list[str]) -> None:
+        """Connect every switch to the controllers at ``targets`` (``tcp:HOST:PORT`` each); a
         switch given a new target connects at once."""
         command = ["ovs-vsctl", "--timeout=30"]
         for index in range(len(self.scenario.switches)):
-            command += ["--", f"--id=@c{index}", "create", "Controller", f'target="{target}"',
-                        "inactivity_probe=5000",
-                        "--", "set", "Bridge", self.names.bridge(index), f"controller=@c{index}"]
+            records = [f"@c{index}x{number}" for number in range(len(targets))]
+            for record, target in zip(records, targets):
+                command += ["--", f"--id={record}", "create", "Controller",
+                            f'target="{target}"', "inactivity_probe=5000"]
+            command += ["--", "set", "Bridge", self.names.bridge(index),
+                        f"controller=[{','.join(records)}]"]
         subprocess.run(command, check=True, capture_output=True, text=True)
 
     def unconnected_switches(self) -> list[str]:

@@ -303,7 +303,7 @@ class NetworkResolution(DocumentChecks):
             if node.name not in self.linked and not node.is_switch and not self.unknown_endpoint:
                 self.problem(self.origin[node.name], f"{node.name} is not connected to anything",
                              "add a link with an endpoint on it, or remove the node", key=True)
-        if not self.document.controller.apps:
+        if not self.document.controller.controls_switches:
             switches = nx.MultiGraph()
             switches.add_nodes_from(n.name for n in self.nodes.values() if n.is_switch)
             switches.add_edges_from((l.a.node, l.b.node) for l in links

@@ -110,7 +110,12 @@ class WorkloadResolution(DocumentChecks):
                                              f"(duration {self.document.duration:g}s)",
                              "raise duration or move the event earlier")
             if spec.action.startswith("controller_"):
-                if not self.document.controller.apps:
+                if self.document.controller.remotes:
+                    self.problem(path + ("action",), f"{spec.action} needs a controller "
+                                                     "edgebed starts, and remote is one it "
+                                                     "does not",
+                                 "stop and start a remote controller outside the run")
+                elif not self.document.controller.apps:
                     self.problem(path + ("action",), f"{spec.action} needs a controller",
                                  "set controller: {app: edgebed}")
                 events.append(Event(spec.at, spec.action))

@@ -76,6 +76,10 @@ class _Exporter:
         if self.settings.user_apps:
             raise ExportError(f"{scenario.source}: controller.app: a lab runs edgebed's app "
                               f"only, not {', '.join(self.settings.user_apps)}")
+        if self.settings.remotes:
+            raise ExportError(f"{scenario.source}: controller.remote: a lab runs edgebed's app "
+                              f"only, not a remote controller "
+                              f"({', '.join(self.settings.remotes)})")
         self.controlled = self.settings.runs_edgebed
         self.image = image
         self.scenario_bind = os.path.relpath(scenario_file.resolve(), out_dir.resolve())

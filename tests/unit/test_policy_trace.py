@@ -7,7 +7,7 @@ from __future__ import annotations
 import csv
 
 from edgebed.tables import TableWriter
-from controller.app import TABLES
+from controller.records import TABLES
 from controller.core import TRACE_COLUMNS
 from controller.policy import Request
 from tests.unit.test_controller_flows import VIDEO, Bed
