@@ -1,11 +1,12 @@
 """The agents a scenario's ``workload`` can start, what their parameters look like and which
 tables they write.
 
-An agent is found by convention, not registered: every module directly in ``agents/`` that
-defines ``Params`` (a subclass of :class:`agents.common.AgentParams`) and ``main`` is one, named
-after its module, and the tables it writes beyond the shared ones are its own ``TABLES`` (table
-name -> columns). ``command`` runs a program given in the scenario; it has no module and no
-params.
+An agent is found by convention, not registered: every module in ``agents/`` or in a scheme's
+package under it (``agents/<slug>/``) that defines ``Params`` (a subclass of
+:class:`agents.common.AgentParams`) and ``main`` is one, named after its module (so agent names
+are unique across packages), and the tables it writes beyond the shared ones are its own
+``TABLES`` (table name -> columns). ``command`` runs a program given in the scenario; it has no
+module and no params.
 """
 
 from __future__ import annotations
@@ -33,9 +34,16 @@ def is_agent(module: ModuleType) -> bool:
 
 
 def modules() -> dict[str, ModuleType]:
-    """Every agent module, by agent name (the module's last name part)."""
-    return {module.__name__.rsplit(".", 1)[-1]: module
-            for module in discovery.modules(sys.modules[agents.__name__]) if is_agent(module)}
+    """Every agent module, by agent name (the module's last name part); ValueError if two
+    packages have an agent of one name."""
+    found: dict[str, ModuleType] = {}
+    for module in discovery.walk(sys.modules[agents.__name__]):
+        if not is_agent(module):
+            continue
+        name = module.__name__.rsplit(".", 1)[-1]
+        if found.setdefault(name, module) is not module:
+            raise ValueError(f"agent {name!r} is both {found[name].__name__} and {module.__name__}")
+    return found
 
 
 def available() -> list[str]:

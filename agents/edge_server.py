@@ -2,7 +2,7 @@
 stream and serves the viewers that pull it, each transcoded down to the bitrate it pulls, within
 a compute budget.
 
-    python -m agents.live_edge --node NAME --out RUN_DIR --params JSON [--seed N]
+    python -m agents.edge_server --node NAME --out RUN_DIR --params JSON [--seed N]
 
 **Source.** Media packets of the source streams arrive on ``source_port``, typically from the
 streamer-side edge's ``edge_forwarder``; their headers give the source bitrate R. They are
@@ -107,7 +107,8 @@ from pydantic import Field, model_validator
 
 from agents.common import (POLL_S, SPIN_NS, Agent, AgentParams, MalformedLog, Pacer,
                            receive)
-from agents.formats import MAGIC, MEDIA, PULL, VERSION
+from agents.formats import MEDIA, PULL
+from agents.wire import MAGIC, VERSION
 from agents.streamer import (I_FRAME, MAX_PAYLOAD, MIN_FRAME_SIZE, PER_PACKET,
                              PER_PACKET_OFFSET, flow_name, fragment_sizes)
 from agents.control import ControlClient, LoadReporter, ReportingParams, controller_client
@@ -297,7 +298,7 @@ class GopCache:
         return list(self.held.get(stream, ()))
 
 
-class LiveEdge:
+class EdgeServer:
     """The edge's state: source frames being gathered, sessions, frames on their way out."""
 
     def __init__(self, params: Params, service: socket.socket):
@@ -598,7 +599,7 @@ def back_source_for(agent: Agent, params: Params, source: socket.socket) -> Back
         return None
     control = controller_client(agent.node)
     if control is None:
-        raise SystemExit("live_edge: back_source needs the run's controller "
+        raise SystemExit("edge_server: back_source needs the run's controller "
                          "($EDGEBED_CONTROLLER)")
     control.subscribe()
     always = params.back_source_mode == "always"
@@ -612,7 +613,7 @@ def back_source_for(agent: Agent, params: Params, source: socket.socket) -> Back
 def serve(agent: Agent, params: Params, service: socket.socket, source: socket.socket,
           meter: MediaMeter) -> dict:
     """Serve until stopped; returns the summary."""
-    edge = LiveEdge(params, service)
+    edge = EdgeServer(params, service)
     reports = LoadReporter.for_agent(agent.node, params)
     back = back_source_for(agent, params, source)
     watched = [service, source] + ([back.control] if back is not None else [])
@@ -661,7 +662,7 @@ def serve(agent: Agent, params: Params, service: socket.socket, source: socket.s
 
 
 def main(argv: list[str] | None = None) -> int:
-    agent = Agent("live_edge", argv, TABLES)
+    agent = Agent("edge_server", argv, TABLES)
     params = Params.model_validate(agent.params)
     service = listen(params.port)
     source = listen(params.source_port)

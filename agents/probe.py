@@ -50,9 +50,10 @@ from agents.common import (RECEIVE_BUFFER, SO_RCVBUFFORCE, SO_TIMESTAMPNS, TIMES
                            percentile)
 
 MAGIC = b"EBPR"
-# The fields after the magic (name, struct code), as agents/formats.py declares its messages;
+# The fields after the magic (name, struct code), as the wire messages declare theirs;
 # the Wireshark dissector is generated from both (agents/dissector.py).
 FIELDS = (("flow", "I"), ("sequence", "Q"), ("send_ns", "Q"))
+TIMESTAMPS = frozenset({"send_ns"})  # CLOCK_REALTIME nanoseconds, as in the wire messages
 HEADER = struct.Struct("!4s" + "".join(code for _, code in FIELDS))
 HEADER_SIZE = HEADER.size
 # The part of the header that changes from packet to packet, patched in place when sending.

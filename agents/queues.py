@@ -1,6 +1,7 @@
 """Single-server FIFO queues with exponential service, as the agents that serve requests run
 them (:mod:`agents.request_server`'s one queue, a content node's routing, lookup and response
-queues in :mod:`agents.bloom_cdn_node`, a data center's fetch queue in :mod:`agents.bloom_cdn_dc`).
+queues in :mod:`agents.bloom_cdn.bloom_cdn_node`, a data center's fetch queue in
+:mod:`agents.bloom_cdn.bloom_cdn_dc`).
 
 Service is a schedule, not work: job k arriving at a_k (its kernel receive timestamp) starts at
 ``s_k = max(a_k, d_(k-1))`` and departs at ``d_k = s_k + service_k`` (Lindley's recursion), its

@@ -32,7 +32,7 @@ Every packet's lateness goes into
 ``sender_lateness``; the summary gives frames, packets, bytes, the achieved bitrate and the
 lateness figures.
 
-:mod:`agents.camera` is this agent with a camera's defaults.
+:mod:`agents.surveillance.camera` is this agent with a camera's defaults.
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ from typing import Optional
 from pydantic import Field, model_validator
 
 from agents.common import Agent, AgentParams, NodeRef, Pacer
-from agents.formats import MAGIC, MEDIA, VERSION
+from agents.formats import MEDIA
+from agents.wire import MAGIC, VERSION
 from edgebed.quantities import Duration, Fraction, Rate, Size
 
 I_FRAME, P_FRAME = 1, 2  # formats.FRAME_TYPES

@@ -1,18 +1,18 @@
 """A GPU server of seed 003's cluster, and the hand-over of AI data units to the GPU servers.
 
-    python -m agents.ai_gpu --node NAME --out RUN_DIR --params JSON [--seed N]
+    python -m agents.ai_access.ai_gpu --node NAME --out RUN_DIR --params JSON [--seed N]
 
 The access servers hand the units they completed to the GPU servers in rotation, coordinated by
 the cluster manager, one access server doubling as coordinator. Four parts, the last two run by
-:mod:`agents.ai_receiver`:
+:mod:`agents.ai_access.ai_receiver`:
 
 * **The rotation** (:class:`GpuRotation`, pure code: no sockets, no clock), the decision the
   cluster manager makes. It lives here rather than under ``controller/policies/``: agents
   reach the controller only through its protocol (pyproject.toml's layer contracts), and the
   manager is an access server, not the controller.
 * **The GPU server** (this agent): accepts the access servers' TCP connections on ``port`` and
-  takes ``ai_unit`` messages (:data:`agents.formats.AI_UNIT`: stream, unit, the grant's number
-  in the rotation, then the unit's bytes). Each unit that arrived whole is a row of
+  takes ``ai_unit`` messages (:data:`agents.ai_access.formats.AI_UNIT`: stream, unit, the
+  grant's number in the rotation, then the unit's bytes). Each unit that arrived whole is a row of
   ``gpu_units``, with the access server that sent it; a connection whose bytes are not
   ``ai_unit`` messages is closed and counted as malformed. At the stop it reads what already
   waits on its connections before it ends, so a unit sent before the stop is counted.
@@ -45,7 +45,7 @@ from typing import Callable, Hashable, NamedTuple
 from pydantic import Field
 
 from agents.common import POLL_S, Agent, AgentParams, MalformedLog, epoch_seconds
-from agents.formats import AI_UNIT, GPU_GRANT, GPU_REQUEST
+from agents.ai_access.formats import AI_UNIT, GPU_GRANT, GPU_REQUEST
 
 GPU_PORT = 6104
 MANAGER_PORT = 6103
@@ -118,7 +118,7 @@ class GpuRotation:
 TABLES = {
     # One row per unit a GPU server received whole.
     "gpu_units": ("node", "agent", "time_s", "source", "stream", "unit", "sequence", "bytes"),
-    # One row per unit an access server handed over (written by agents.ai_receiver).
+    # One row per unit an access server handed over (written by agents.ai_access.ai_receiver).
     "gpu_handoffs": ("node", "agent", "time_s", "stream", "unit", "sequence", "gpu", "bytes",
                      "requests"),
 }

@@ -1,10 +1,10 @@
 """An AI access server's receiving port (seed 003): reassembles AI data units from AI data
 packets and asks the terminals for the missing fragments with NACKs.
 
-    python -m agents.ai_receiver --node NAME --out RUN_DIR --params JSON [--seed N]
+    python -m agents.ai_access.ai_receiver --node NAME --out RUN_DIR --params JSON [--seed N]
 
 Every unit of every stream (by stream id) has a bitmap of the fragments that arrived. The unit's
-timing is the terminals' (:class:`agents.ai_terminal.UnitTiming`, so ``period`` and
+timing is the terminals' (:class:`agents.ai_access.ai_terminal.UnitTiming`, so ``period`` and
 ``send_window`` must match theirs): fragment i of n is sent ``i * send_window * period / n``
 after the unit opens, so each packet tells when its unit opened, and the unit is taken to open at
 the earliest time any of its packets implies. A grace after the send window (``nack_after``, by
@@ -47,8 +47,8 @@ the ports' rates. Each report is also a row of ``ai_load`` per port, with the pa
 dropped over budget in its period. The host's own figures (``report_host``) are off by
 default: their per-interface ``port.<interface>`` metrics are not receive ports.
 
-**The hand-over to the GPU servers** (:mod:`agents.ai_gpu`). With ``manager`` (the node name of
-the access server that doubles as the cluster manager, reached on the side band:
+**The hand-over to the GPU servers** (:mod:`agents.ai_access.ai_gpu`). With ``manager`` (the
+node name of the access server that doubles as the cluster manager, reached on the side band:
 ``$EDGEBED_SIDE_BAND``) the server hands every unit it completed, when the unit's row is
 written, to the GPU server the manager grants (in rotation), over TCP on the data plane, and
 holds its memory until then. With ``gpus`` (the GPU servers, in their order of rotation) this
@@ -71,15 +71,16 @@ from typing import NamedTuple, Optional
 
 from pydantic import Field
 
-from agents.ai_terminal import (DATA_PORT, NACK_PORT, WIRE_OVERHEAD, UnitTiming, flow_name,
-                                nack_messages)
+from agents.ai_access.ai_terminal import (DATA_PORT, NACK_PORT, WIRE_OVERHEAD, UnitTiming,
+                                          flow_name, nack_messages)
 from agents.common import (DATAGRAM_BUFFER, POLL_S, Agent, FlowStats, MalformedLog, NodeRef,
                            ProcessingBudget, ProcessingParams, epoch_seconds, listen,
                            percentile,
                            waiting_datagrams)
-from agents import ai_gpu
+from agents.ai_access import ai_gpu
 from agents.control import LoadReporter, ReportingParams, side_band_address
-from agents.formats import AI_DATA, MAGIC, VERSION
+from agents.ai_access.formats import AI_DATA
+from agents.wire import MAGIC, VERSION
 from edgebed.quantities import Duration
 
 TABLES = {

@@ -1,10 +1,10 @@
 """An AI terminal (seed 003): one AI data unit per period, sent as AI data packets and repaired by
 selective retransmission of the fragments the receiver reports lost.
 
-    python -m agents.ai_terminal --node NAME --out RUN_DIR --params JSON [--seed N]
+    python -m agents.ai_access.ai_terminal --node NAME --out RUN_DIR --params JSON [--seed N]
 
 Unit u (0, 1, ...) opens at ``start + u * period``. Its ``unit_bytes`` bytes travel in
-``ceil(unit_bytes / fragment_payload)`` AI data packets (``agents.formats.AI_DATA``) of
+``ceil(unit_bytes / fragment_payload)`` AI data packets (``agents.ai_access.formats.AI_DATA``) of
 ``fragment_payload`` bytes, the last one shorter; fragment i of n is due ``i * send_window *
 period / n`` after the unit opens, on absolute deadlines (:class:`~agents.common.Pacer`), so the
 unit leaves in the first ``send_window`` of its period. The defaults are the spec's: one 672 KB
@@ -39,7 +39,7 @@ packets sent the first time, retransmissions, NACKs received. Every send's laten
 streams are counted in ``malformed``. The terminal stops after ``units`` units of every flow or
 on SIGTERM or SIGINT.
 
-This module also holds what the terminal and :mod:`agents.ai_receiver` must agree on: the
+This module also holds what the terminal and :mod:`agents.ai_access.ai_receiver` must agree on: the
 ports, the unit's timing, the flow name and the NACK messages.
 """
 
@@ -61,7 +61,8 @@ from agents.common import (DATAGRAM_BUFFER, POLL_S, WAKE_EARLY_NS, Agent, AgentP
                            MalformedLog, NodeRef, Pacer, listen, receive)
 from agents.control import ControlClient, controller_client
 from agents.follower import FOLLOWER_TABLES, DecisionFollower, Followed
-from agents.formats import AI_DATA, AI_NACK, MAGIC, VERSION, pack_u16_list, unpack_u16_list
+from agents.ai_access.formats import AI_DATA, AI_NACK
+from agents.wire import MAGIC, VERSION, pack_u16_list, unpack_u16_list
 from edgebed import protocol
 from edgebed.quantities import Fraction, PositiveDuration, Size
 

@@ -2,10 +2,10 @@
 exponential service at ``fetch_rate`` (the paper's mu_o), that sends each fetched item where the
 fetch says over its rate-limited link.
 
-    python -m agents.bloom_cdn_dc --node NAME --out RUN_DIR --params JSON [--seed N]
+    python -m agents.bloom_cdn.bloom_cdn_dc --node NAME --out RUN_DIR --params JSON [--seed N]
 
-A fetch (``agents.formats.CDN`` ``fetch``, from a content node, :mod:`agents.bloom_cdn_node`)
-names where the item goes: a node (``item``, the item's bytes after the header), or with the
+A fetch (``agents.bloom_cdn.formats.CDN`` ``fetch``, from a content node,
+:mod:`agents.bloom_cdn.bloom_cdn_node`) names where the item goes: a node (``item``, the item's bytes after the header), or with the
 ``DIRECT`` flag the user itself (``agents.formats.RESPONSE`` padded to the item's size:
 cut-through), and a second copy to ``copy_to`` when set (cut-through's copy to the home node),
 sent right after the first, so cut-through's misses put two items on the DC's link. Each job it
@@ -21,11 +21,11 @@ from typing import Optional
 
 from pydantic import Field
 
-from agents.bloom_cdn_node import (CACHE_ONLY, DC_SERVER, DIRECT, FETCH, ITEM, TABLES, Message,
-                                   address_number, address_text, item_bytes, pack, response,
-                                   unpack)
+from agents.bloom_cdn.bloom_cdn_node import (CACHE_ONLY, DC_SERVER, DIRECT, FETCH, ITEM, TABLES,
+                                             Message, address_number, address_text, item_bytes,
+                                             pack, response, unpack)
 from agents.common import DATAGRAM_BUFFER, Agent, AgentParams, MalformedLog, NodeRef, receive
-from agents.formats import CDN
+from agents.bloom_cdn.formats import CDN
 from agents.queues import FifoQueue, Job, QueueLoop, serve
 from agents.request_server import REQUEST_PORT
 from edgebed.quantities import Duration, Size

@@ -2,7 +2,7 @@
 routing over a Chord ring, an LRU cache with its Bloom filter, and the three strategies that
 decide where a request the filter calls a miss goes.
 
-    python -m agents.bloom_cdn_node --node NAME --out RUN_DIR --params JSON [--seed N]
+    python -m agents.bloom_cdn.bloom_cdn_node --node NAME --out RUN_DIR --params JSON [--seed N]
 
 The node is one of ``nodes`` (the ring, in order: node i has identifier i 2^32 / N, as
 :meth:`controller.policies.bloom_cdn.chord.ChordRing.evenly_spread`), found by the address it sends from. Its routing,
@@ -17,8 +17,8 @@ of the item's URL. The request is routed toward the home over the ring's fingers
 ``route`` messages), one routing service per node on the way, the home excluded; at the home it
 is looked up (the lookup queue) in the LRU cache; a hit is answered from the home's response
 queue with the item (``agents.formats.RESPONSE`` padded to the item's size); a miss is fetched
-from the data center (:mod:`agents.bloom_cdn_dc`, a ``fetch``), cached, then answered the same
-way. That is ``linear``, and every strategy's path for a request the entry's global filter
+from the data center (:mod:`agents.bloom_cdn.bloom_cdn_dc`, a ``fetch``), cached, then answered
+the same way. That is ``linear``, and every strategy's path for a request the entry's global filter
 says the home caches (a false positive falls back to it at the home).
 
 With ``parallel`` or ``cut_through`` the entry first tests its copy of the global Bloom filter
@@ -64,14 +64,16 @@ from controller.policies.bloom_cdn.bloom import (NODE_FILTER_BYTES, FilteredCach
                           bit_positions, delta_update)
 from controller.policies.bloom_cdn.chord import ChordRing, identifier
 from agents.common import DATAGRAM_BUFFER, Agent, AgentParams, MalformedLog, NodeRef, receive
-from agents.formats import CDN, FILTER_UPDATE, REQUEST, RESPONSE, message_type
+from agents.bloom_cdn.formats import CDN, FILTER_UPDATE
+from agents.formats import REQUEST, RESPONSE
+from agents.wire import message_type
 from agents.queues import FifoQueue, Job, QueueLoop, serve
 from agents.request_client import source_address
 from agents.request_server import MAX_RESPONSE_BYTES, REQUEST_PORT
 from edgebed.quantities import Duration, Size
 
 STRATEGIES = ("linear", "parallel", "cut_through")
-ROUTE, FETCH, ITEM = 1, 2, 3  # agents.formats.CDN_KINDS
+ROUTE, FETCH, ITEM = 1, 2, 3  # agents.bloom_cdn.formats.CDN_KINDS
 # cdn flags: the entry tested a filter; it said the home caches the item; nobody waits for this
 # (a request routed only to cache the item, an item sent only to be cached); the fetched item
 # goes to the user itself.
@@ -253,7 +255,7 @@ class ContentNode:
             size, received_ns, address = arrival
             data = memoryview(self.buffer)[:size]
             try:
-                kind = message_type(data)
+                kind = message_type(data, (REQUEST, CDN, FILTER_UPDATE))
                 if kind is REQUEST:
                     self.user_request(REQUEST.unpack(data), address, received_ns)
                 elif kind is CDN:

@@ -1,13 +1,13 @@
 """A regional dispatch center of seed 001, as a host: its side of the dynamic back-to-source
 lookup between centers, on real datagrams.
 
-    python -m agents.dispatch_center --node NAME --out RUN_DIR --params JSON [--seed N]
+    python -m agents.dispatch.dispatch_center --node NAME --out RUN_DIR --params JSON [--seed N]
 
 Every center of ``centers`` (this one among them: the first of their addresses this host can
 bind ``port`` on) knows the streams pushed in its own region. Of ``streams`` stream ids, stream
 ``s`` is registered at center ``s mod K``, on that center's ingest node (``ingest``, in the
-order of ``centers``). A center answers every ``lookup_query`` (:data:`agents.formats.LOOKUP_QUERY`)
-from another center with a ``lookup_reply``: found and the node, or "not here".
+order of ``centers``). A center answers every ``lookup_query``
+(:data:`agents.dispatch.formats.LOOKUP_QUERY`) from another center with a ``lookup_reply``: found and the node, or "not here".
 
 With ``rate`` above zero it also looks streams up, ``rate`` lookups a second (Poisson, seeded)
 from ``warmup`` on: each time a stream registered at another center, the lookups taking the
@@ -44,7 +44,8 @@ from pydantic import Field, WithJsonSchema, field_validator, model_validator
 
 from agents.common import (DATAGRAM_BUFFER, POLL_S, Agent, AgentParams, MalformedLog, NodeRef,
                            epoch_seconds, receive, receiving_socket)
-from agents.formats import LOOKUP_QUERY, LOOKUP_REPLY, message_type
+from agents.dispatch.formats import LOOKUP_QUERY, LOOKUP_REPLY
+from agents.wire import message_type
 from controller.policies.dispatch.lookup import LookupMode, LookupState
 from edgebed.quantities import Duration, Fraction, PositiveDuration
 
@@ -241,7 +242,7 @@ class DispatchCenter:
         while (arrival := receive(self.sock, self.buffer, wait=False)) is not None:
             size, received_ns, (source, _) = arrival
             data = memoryview(self.buffer)[:size]
-            kind = message_type(data)
+            kind = message_type(data, (LOOKUP_QUERY, LOOKUP_REPLY))
             try:
                 if source not in self.centers or source == self.address:
                     raise ValueError(f"from {source}, not another center")

@@ -3,8 +3,8 @@ with loss from overload computed as a fluid, and the resource model, the access 
 migration of this package run on what the cluster "measures".
 
 **Flows.** Every flow sends one unit per ``period``, paced over the first ``send_window`` of it
-(as :mod:`agents.ai_terminal` does). A flow asks for access with the nominal unit (the spec's
-672 KB), so the access algorithms see ``unit_bytes``; its real units differ and drift (the
+(as :mod:`agents.ai_access.ai_terminal` does). A flow asks for access with the nominal unit (the
+spec's 672 KB), so the access algorithms see ``unit_bytes``; its real units differ and drift (the
 spec's "dynamic change of AI data units"): flow k's unit in period t is
 ``unit_bytes * m_k * exp(x_k(t))``, ``m_k`` lognormal (``size_spread``, its mean 1) for the
 flow's own scene and ``x_k`` an AR(1) series (``drift`` per period, correlation ``persistence``)

@@ -22,7 +22,7 @@ request it:
    machine room (spill-over), and answers no other candidate; multi-point (the default) places
    it on its own best node as in 2-3 (:func:`~.routing.schedule`). With ``back_source`` every
    decision names the stream and the origin's address (attributes ``stream``, ``upstream``):
-   a media node that back-sources (``agents.live_edge``'s ``back_source``) pulls the stream
+   a media node that back-sources (``agents.edge_server``'s ``back_source``) pulls the stream
    from the origin while it has viewers of it, so only nodes with viewers get a copy;
 6. on every load report, puts a relay on the path a media node back-sources the stream over
    from the ``origin`` (the ingest node) when the direct path is poor and a relayed one is
@@ -41,7 +41,7 @@ request it:
    from the placements is its leave (``transcoder_events`` keeps when each transcoder started
    and stopped). The transcoder is a media node that back-sources (5.), so it pulls the stream
    only while it serves someone; under ``always`` it is kept fed from the start (the baseline:
-   ``agents.live_edge``'s ``back_source_mode: always``) and no join starts anything.
+   ``agents.edge_server``'s ``back_source_mode: always``) and no join starts anything.
 
 **Labels.** Servers and clients carry ``region``; servers optionally ``room`` (machine room,
 default their site), ``cost`` and ``preference`` (numbers); clients ``center`` (the dispatch

@@ -32,7 +32,7 @@ already placed keep their node until they leave (nothing arrives for them meanwh
 stream ends where their measurement shows).
 
 **What a decision carries** (its ``attributes``, for the node server that follows it, see
-:mod:`agents.live_edge`'s back-source): ``camera``, ``stream`` (the camera as a stream id, when
+:mod:`agents.edge_server`'s back-source): ``camera``, ``stream`` (the camera as a stream id, when
 it is a number), ``depth`` (cascade hops from the origin to the serving node) and ``upstream``:
 the address the serving node pulls the stream from, the node before it in the camera's chain (a
 cascade) or, for the origin, the camera's host.

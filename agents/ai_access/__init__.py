@@ -1,0 +1,1 @@
+"""ai_access's agents: the AI terminals, the access servers' receiving ports and the GPU servers."""

@@ -1,0 +1,1 @@
+"""dispatch's agents: the regional dispatch centers and their back-to-source lookup."""

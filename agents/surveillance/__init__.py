@@ -1,0 +1,1 @@
+"""surveillance's agents: the cameras."""
