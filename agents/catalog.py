@@ -46,6 +46,21 @@ def modules() -> dict[str, ModuleType]:
     return found
 
 
+def roles() -> dict[str, str]:
+    """Every host role the agents declare (name -> what such a host is): ``ROLES`` of
+    :mod:`agents.roles` and of each scheme's package; ValueError if two declare one role
+    differently."""
+    found: dict[str, str] = {}
+    where: dict[str, str] = {}
+    for module in discovery.walk(sys.modules[agents.__name__]):
+        for name, meaning in getattr(module, "ROLES", {}).items():
+            if found.setdefault(name, meaning) != meaning:
+                raise ValueError(f"role {name!r} is declared by both {where[name]} and "
+                                 f"{module.__name__}")
+            where.setdefault(name, module.__name__)
+    return found
+
+
 def available() -> list[str]:
     """``command`` and every agent found."""
     return [COMMAND] + sorted(modules())

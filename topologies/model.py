@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from enum import Enum
 from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer,
@@ -27,20 +26,12 @@ SAFE_NAME = r"^[A-Za-z][A-Za-z0-9_-]{0,31}$"
 NODE_NAME = r"^[A-Za-z][A-Za-z0-9_-]{0,31}(\[\d+-\d+\])?$"
 
 
-class Role(str, Enum):
-    """What a node is in the live-streaming / edge-computing world; agents and policies key on it."""
+SWITCH = "switch"  # the one role this layer knows: a host's roles are the agents' (Plugins)
 
-    streamer = "streamer"
-    viewer = "viewer"
-    edge = "edge"
-    access = "access"
-    gpu = "gpu"
-    datacenter = "datacenter"
-    dispatch = "dispatch"
-    camera = "camera"
-    client = "client"
-    relay = "relay"
-    switch = "switch"
+# A node's role: ``switch``, or one the agents declare (``AgentCatalog.roles``); the published
+# schema lists them under ``$defs/Role``, which :func:`json_schema` puts where this marker is.
+ROLE_MARK = {"type": "string", "x-role": True}
+RoleName = Annotated[str, WithJsonSchema(ROLE_MARK)]
 
 
 def _parse_dpid(value: Any) -> int:
@@ -75,8 +66,8 @@ class StrictModel(BaseModel):
 class NodeSettings(StrictModel):
     """Settings a node inherits: from ``defaults``, then its kind, then its group."""
 
-    role: Optional[Role] = Field(None, description="what the node is; hosts need one, "
-                                                   "switches are role 'switch'")
+    role: Optional[RoleName] = Field(None, description="what the node is; hosts need one, "
+                                                       "switches are role 'switch'")
     labels: dict[str, Union[str, int, float, bool]] = Field(
         default_factory=dict, description="free key/values for policies and agents (merged)")
     env: dict[str, str] = Field(default_factory=dict,
@@ -433,6 +424,28 @@ def _allow_variables(schema: Any) -> Any:
     return schema
 
 
+def _roles(schema: dict, catalog: AgentCatalog) -> dict:
+    """``schema`` with the roles a node may have (``switch`` and every role the agents
+    declare) as ``$defs/Role``, referred to from every role field."""
+
+    def referred(part):
+        if part == ROLE_MARK:
+            return {"$ref": "#/$defs/Role"}
+        if isinstance(part, dict):
+            return {key: referred(value) for key, value in part.items()}
+        if isinstance(part, list):
+            return [referred(item) for item in part]
+        return part
+
+    schema = referred(schema)
+    roles = {SWITCH: "an Open vSwitch bridge", **catalog.roles()}
+    schema["$defs"]["Role"] = _allow_variables({
+        "title": "Role", "type": "string", "enum": list(roles),
+        "description": "what a node is; agents and policies key on it: " + "; ".join(
+            f"{name}: {meaning}" for name, meaning in roles.items())})
+    return schema
+
+
 def _agent_params(schema: dict, catalog: AgentCatalog) -> None:
     """Each agent's ``params`` schema, chosen by the entry's ``agent`` (if/then), so editors
     complete and check parameters too."""
@@ -500,7 +513,7 @@ def _policy_contracts(schema: dict, policies: PolicyCatalog) -> None:
 def json_schema(plugins: Plugins) -> dict:
     """The published JSON Schema of scenario files, with the params of the agents and policies
     in ``plugins``."""
-    schema = _allow_variables(ScenarioDocument.model_json_schema())
+    schema = _roles(_allow_variables(ScenarioDocument.model_json_schema()), plugins.agents)
     _agent_params(schema, plugins.agents)
     _policy_contracts(schema, plugins.policies)
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"

@@ -26,7 +26,7 @@ from edgebed import units
 
 from . import model
 from .loader import Position, SourceMap, ScenarioSyntaxError, load_scenario_file, load_scenario_text
-from .model import Impairment, Role, ScenarioDocument
+from .model import SWITCH, Impairment, ScenarioDocument
 from . import commands
 from .plugins import Plugins
 
@@ -75,7 +75,7 @@ class Node:
     """A host or switch after inheritance, with everything needed to create it."""
 
     name: str
-    role: Role
+    role: str
     kind: str | None
     group: str | None
     labels: dict[str, Any]
@@ -87,7 +87,7 @@ class Node:
 
     @property
     def is_switch(self) -> bool:
-        return self.role is Role.switch
+        return self.role == SWITCH
 
     @property
     def ip(self) -> ipaddress.IPv4Interface | None:
@@ -228,7 +228,7 @@ class Scenario:
         """The scenario with every default and inherited value written out (for the run record)."""
         document = self.document.model_dump(mode="json", exclude={"topology"})
         document["topology"] = {
-            "nodes": {n.name: {"role": n.role.value, "kind": n.kind, "group": n.group,
+            "nodes": {n.name: {"role": n.role, "kind": n.kind, "group": n.group,
                                "labels": n.labels, "env": n.env,
                                **({"dpid": f"0x{n.dpid:016x}", "ports": n.ports} if n.is_switch
                                   else {"interfaces": {i: str(a) for i, a in n.interfaces.items()}})}
@@ -357,6 +357,7 @@ class _Resolver:
         self.nodes: dict[str, Node] = {}
         self.origin: dict[str, tuple] = {}  # expanded node name -> path of its definition
         self.unusable: set[str] = set()  # node keys as written that were reported unusable
+        self.unusable_roles: set[tuple] = set()  # where unknown roles were written
         self.linked: set[str] = set()  # nodes some link names, whether or not the link is valid
         self.unknown_endpoint = False  # some endpoint could not be tied to defined nodes
         self.endpoint_paths: dict[Endpoint, tuple] = {}  # linked interface -> where written
@@ -440,12 +441,17 @@ class _Resolver:
                                  "leave ip out to get addresses from topology.subnet")
                 self.nodes[name] = Node(name, role, kind, group, labels, env,
                                         self.source_map.position(path, key=True), dpid=spec.dpid)
-                if role is Role.switch and spec.ip is not None:
+                if role == SWITCH and spec.ip is not None:
                     self.problem(path + ("ip",), "switches have no ip",
                                  "addresses belong to hosts")
-                if role is not Role.switch and spec.dpid is not None:
+                if role != SWITCH and spec.dpid is not None:
                     self.problem(path + ("dpid",), "only switches have a datapath id",
-                                 f"this node's role is {role.value}")
+                                 f"this node's role is {role}")
+
+    def _roles(self) -> list[str]:
+        """The roles a node may have; empty when a reader without agents takes them as
+        written."""
+        return [] if self.agents is None else [SWITCH, *self.agents.roles()]
 
     def _inherit(self, spec: model.NodeSpec, path: tuple):
         """Apply defaults < kind < group < node; returns role, kind, group, labels, env."""
@@ -470,10 +476,21 @@ class _Resolver:
                 return None
         layers = [s for s in (topology.defaults, kind, group, spec) if s is not None]
         role = next((s.role for s in reversed(layers) if s.role is not None), None)
+        roles = self._roles()
         if role is None:
             self.problem(path, "node has no role",
-                         "set role on the node, its kind, its group or topology.defaults; "
-                         f"roles: {', '.join(r.value for r in Role)}", key=True)
+                         "set role on the node, its kind, its group or topology.defaults"
+                         + (f"; roles: {', '.join(roles)}" if roles else ""), key=True)
+            return None
+        if roles and role not in roles:
+            where = {id(topology.defaults): ("topology", "defaults"),
+                     id(kind): ("topology", "kinds", kind_name),
+                     id(group): ("topology", "groups", spec.group), id(spec): path}
+            declaring = next(s for s in reversed(layers) if s.role is not None)
+            if where[id(declaring)] not in self.unusable_roles:  # once, however many inherit it
+                self.unusable_roles.add(where[id(declaring)])
+                self.problem(where[id(declaring)] + ("role",), f"unknown role {role!r}",
+                             did_you_mean(role, roles))
             return None
         labels: dict = {}
         env: dict = {}
@@ -709,7 +726,7 @@ class _Resolver:
             where = path + (index,)
             prefix, sep, value = selector.partition(":")
             if sep and prefix in ("role", "group", "kind"):
-                attribute = {"role": lambda n: n.role.value, "group": lambda n: n.group,
+                attribute = {"role": lambda n: n.role, "group": lambda n: n.group,
                              "kind": lambda n: n.kind}[prefix]
                 matched = [n.name for n in self.nodes.values()
                            if attribute(n) == value and not n.is_switch]
@@ -954,7 +971,7 @@ class _Resolver:
             validated = self.policies.params_model(policy).model_validate(params)
         except ValidationError:
             return  # reported by _check_policy_params
-        hosts = {node.name: (node.role.value if node.role else "", dict(node.labels))
+        hosts = {node.name: (node.role or "", dict(node.labels))
                  for node in self.hosts_in_order()}
         servers = {name: tuple(service.servers) for name, service in services.items()}
         for found in self.policies.scenario_problems(policy, validated, hosts, servers):

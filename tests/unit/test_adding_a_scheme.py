@@ -100,6 +100,11 @@ KINDS = (Kind(name="toy_model", parameters=Parameters, policies=("most_room",), 
               plots=("assigned",)),)
 '''
 
+TOY_AGENTS = '''
+"""The toy scheme agents, and the role of the hosts that run them."""
+ROLES = {"counter": "a host that counts"}
+'''
+
 MESSAGES = '''
 """Toy scheme's wire message: one number."""
 from agents.wire import MessageFormat
@@ -143,7 +148,7 @@ name: toy
 topology:
   subnet: 10.0.0.0/24
   nodes:
-    v1: {role: viewer}
+    v1: {role: counter}
     e1: {role: edge, labels: {capacity: 10}}
     s1: {role: switch}
   links:
@@ -179,7 +184,7 @@ def toy_scheme(tmp_path, monkeypatch):
     """The toy scheme's files, each in a directory appended to its package's path."""
     files = {(controller.policies, "toy/__init__.py"): POLICY,
              (experiments.kinds, "toy.py"): KIND,
-             (agents, "toy/__init__.py"): '"""The toy scheme agents."""\n',
+             (agents, "toy/__init__.py"): TOY_AGENTS,
              (agents, "toy/toy.py"): AGENT,
              (agents, "toy/formats.py"): MESSAGES}
     for (package, name), text in files.items():
@@ -200,6 +205,8 @@ def test_the_toy_policy_is_found_created_and_checked_in_scenarios(toy_scheme):
                             {})
     assert loaded.document.controller.policy == "most_room"
     assert [entry.agent for entry in loaded.workload] == ["toy"]
+    assert loaded.nodes["v1"].role == "counter"
+    assert "counter" in scenarios.json_schema()["$defs"]["Role"]["anyOf"][0]["enum"]
     with pytest.raises(ScenarioInvalid, match="reserve") as refused:
         scenarios.loads(SCENARIO.replace("RESERVE", "-1").replace("COUNT", "2"), "toy.yaml", {})
     assert "toy.yaml:" in str(refused.value)
