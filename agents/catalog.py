@@ -3,7 +3,7 @@ tables they write.
 
 An agent is found by convention, not registered: every module in ``agents/`` or in a scheme's
 package under it (``agents/<slug>/``) that defines ``Params`` (a subclass of
-:class:`agents.common.AgentParams`) and ``main`` is one, named after its module (so agent names
+:class:`agents.agent.AgentParams`) and ``main`` is one, named after its module (so agent names
 are unique across packages), and the tables it writes beyond the shared ones are its own
 ``TABLES`` (table name -> columns). ``command`` runs a program given in the scenario; it has no
 module and no params.
@@ -20,8 +20,8 @@ from types import ModuleType
 from pydantic import BaseModel
 
 import agents
-from agents.common import TABLES as SHARED_TABLES
-from agents.common import AgentParams, with_shared_tables
+from agents.agent import TABLES as SHARED_TABLES
+from agents.agent import AgentParams, with_shared_tables
 from edgebed import discovery
 from topologies.commands import COMMAND
 
@@ -85,7 +85,7 @@ def tables() -> dict[str, tuple[str, ...]]:
     """Every table an agent may write, shared or its own, with its columns; ValueError if two
     agents declare one table with different columns."""
     found = dict(SHARED_TABLES)
-    where = dict.fromkeys(SHARED_TABLES, "agents.common")
+    where = dict.fromkeys(SHARED_TABLES, "agents.agent")
     for name, module in modules().items():
         for table, columns in with_shared_tables(getattr(module, "TABLES", {})).items():
             if found.setdefault(table, columns) != columns:

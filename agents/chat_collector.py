@@ -3,7 +3,7 @@
     python -m agents.chat_collector --node NAME --out RUN_DIR --params JSON [--seed N]
 
 Each user's danmaku and each user's gifts are a flow (``danmaku-<user>``, ``gift-<user>``)
-measured with :class:`~agents.common.FlowStats` from the sequence numbers and send times the
+measured with :class:`~agents.flows.FlowStats` from the sequence numbers and send times the
 messages carry: loss, duplicates, reordering, one-way delay, jitter (tables ``flows`` and
 ``flow_seconds``). The summary adds the value of the gifts received (duplicates counted once).
 Datagrams that are not well-formed danmaku or gifts (wrong magic, version or type, too short,
@@ -21,10 +21,11 @@ from typing import Optional
 
 from pydantic import Field
 
-from agents.common import Agent, AgentParams, FlowStats, MalformedLog
+from agents.agent import Agent, AgentParams
+from agents.flows import FlowStats, MalformedLog
 from agents.formats import DANMAKU, GIFT
 from agents.wire import message_type
-from agents.common import DATAGRAM_BUFFER, datagrams, listen
+from agents.sockets import DATAGRAM_BUFFER, datagrams, listen
 from agents.viewer import chat_flow
 from edgebed.quantities import Duration
 

@@ -105,14 +105,17 @@ from typing import Literal, Optional
 
 from pydantic import Field, model_validator
 
-from agents.common import (POLL_S, SPIN_NS, Agent, AgentParams, MalformedLog, Pacer,
-                           receive)
+from agents.agent import Agent, AgentParams
+from agents.flows import MalformedLog
+from agents.pacing import SPIN_NS, Pacer
+from agents.sockets import POLL_S, receive
 from agents.formats import MEDIA, PULL
 from agents.wire import MAGIC, VERSION
 from agents.streamer import (I_FRAME, MAX_PAYLOAD, MIN_FRAME_SIZE, PER_PACKET,
                              PER_PACKET_OFFSET, flow_name, fragment_sizes)
 from agents.control import ControlClient, LoadReporter, ReportingParams, controller_client
-from agents.common import DATAGRAM_BUFFER, NodeRef, epoch_seconds, listen
+from agents.agent import NodeRef, epoch_seconds
+from agents.sockets import DATAGRAM_BUFFER, listen
 from agents.echo import PATH_TABLES
 from agents.follower import FOLLOWER_TABLES, DecisionFollower, follow_pushed
 from agents.media import MEDIA_TABLES, MediaMeter

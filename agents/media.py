@@ -2,7 +2,7 @@
 frames they are fragments of.
 
 :class:`MediaMeter` measures the media packets arriving on one port, per stream
-(:class:`StreamMeter`: the stream's :class:`~agents.common.FlowStats` and a
+(:class:`StreamMeter`: the stream's :class:`~agents.flows.FlowStats` and a
 :class:`FrameArrival` per frame), for every agent that receives media: the viewer, the edge
 forwarder, the live edge's source input. Tables: ``flows``, ``flow_seconds``, ``frames``
 (one row per frame of each stream received) and ``malformed``.
@@ -13,7 +13,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from agents.common import Agent, FlowStats, MalformedLog, epoch_seconds, percentile
+from agents.agent import Agent, epoch_seconds
+from agents.flows import FlowStats, MalformedLog, percentile
 from agents.formats import FRAME_TYPES, MEDIA
 from agents.wire import MAGIC, VERSION
 from agents.streamer import flow_name

@@ -46,8 +46,9 @@ from dataclasses import dataclass, field
 
 from edgebed.files import atomic_output, atomic_write
 
-from agents.common import (RECEIVE_BUFFER, SO_RCVBUFFORCE, SO_TIMESTAMPNS, TIMESPEC, Pacer,
-                           percentile)
+from agents.flows import percentile
+from agents.pacing import Pacer
+from agents.sockets import RECEIVE_BUFFER, SO_RCVBUFFORCE, SO_TIMESTAMPNS, TIMESPEC
 
 MAGIC = b"EBPR"
 # The fields after the magic (name, struct code), as the wire messages declare theirs;
@@ -181,7 +182,7 @@ class Sender:
 
     Packet i is due at start + i / rate on the monotonic clock; the sender sleeps until
     shortly before each deadline and spins for the rest, or with a ``quantum_us`` wakes at most
-    once per quantum and sends what is due (:class:`~agents.common.Pacer`). A packet sent late
+    once per quantum and sends what is due (:class:`~agents.pacing.Pacer`). A packet sent late
     does not move the schedule, the following ones catch up, so the achieved rate does not
     drift.
     """

@@ -6,7 +6,7 @@ queues in :mod:`agents.bloom_cdn.bloom_cdn_node`, a data center's fetch queue in
 Service is a schedule, not work: job k arriving at a_k (its kernel receive timestamp) starts at
 ``s_k = max(a_k, d_(k-1))`` and departs at ``d_k = s_k + service_k`` (Lindley's recursion), its
 service time drawn from the exponential distribution of the queue's rate. What a departure sends
-leaves at d_k on an absolute deadline (:class:`~agents.common.Pacer`); a departure carried out
+leaves at d_k on an absolute deadline (:class:`~agents.pacing.Pacer`); a departure carried out
 late does not delay the next one, so each queue follows the M/M/1 model whatever the agent's own
 scheduling noise, which shows up only in the pacer's lateness.
 
@@ -30,7 +30,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agents.common import POLL_S, WAKE_EARLY_NS, Agent, Pacer, listen
+from agents.agent import Agent
+from agents.pacing import WAKE_EARLY_NS, Pacer
+from agents.sockets import POLL_S, listen
 
 
 def readable_before(sock: socket.socket, deadline_ns: float) -> bool:

@@ -5,7 +5,7 @@ process and measures how long each takes to be answered.
 
 Request k (``agents.formats.REQUEST``, ids from 0) is due at the k-th point of a Poisson process
 of ``rate`` per second (exponential gaps, seeded by ``--seed``), on absolute deadlines
-(:class:`~agents.common.Pacer`), for ``count`` requests or ``duration``, or until stopped, padded
+(:class:`~agents.pacing.Pacer`), for ``count`` requests or ``duration``, or until stopped, padded
 to ``request_bytes``; it asks for ``content``, or with ``items`` for one of that many contents
 drawn uniformly. Its response time runs from its send time to the kernel receive timestamp of
 its response, which comes from the server asked or, with ``any_responder``, from any host
@@ -35,12 +35,14 @@ from typing import Optional
 
 from pydantic import Field
 
-from agents.common import (WAKE_EARLY_NS, Agent, AgentParams, MalformedLog, NodeRef, Pacer,
-                           percentile, receive, receiving_socket)
+from agents.agent import Agent, AgentParams, NodeRef
+from agents.flows import MalformedLog, percentile
+from agents.pacing import WAKE_EARLY_NS, Pacer
+from agents.sockets import receive, receiving_socket
 from agents.formats import REQUEST, RESPONSE
 from agents.queues import readable_before
 from agents.request_server import MAX_RESPONSE_BYTES, REQUEST_PORT
-from agents.common import DATAGRAM_BUFFER
+from agents.sockets import DATAGRAM_BUFFER
 from edgebed.quantities import Duration, PositiveDuration, Size
 
 TABLES = {

@@ -47,7 +47,8 @@ from typing import Optional
 
 from pydantic import Field, model_validator
 
-from agents.common import Agent, AgentParams, NodeRef, Pacer
+from agents.agent import Agent, AgentParams, NodeRef
+from agents.pacing import Pacer
 from agents.formats import MEDIA
 from agents.wire import MAGIC, VERSION
 from edgebed.quantities import Duration, Fraction, Rate, Size

@@ -3,7 +3,7 @@ danmaku (chat) and gifts to a chat collector (:mod:`agents.chat_collector`) as P
 
     python -m agents.viewer --node NAME --out RUN_DIR --params JSON [--seed N]
 
-Each stream (by its stream id) is measured with :class:`~agents.common.FlowStats` from the
+Each stream (by its stream id) is measured with :class:`~agents.flows.FlowStats` from the
 sequence numbers and send times its packets carry: loss from sequence gaps, duplicates,
 reordering, one-way delay (kernel receive timestamp minus send time), RFC 3550 jitter,
 goodput, per-second series (tables ``flows`` and ``flow_seconds``). Each frame gets a row of
@@ -59,8 +59,9 @@ from typing import Callable, Literal, Optional
 
 from pydantic import Field, model_validator
 
-from agents.common import (DATAGRAM_BUFFER, WAKE_EARLY_NS, Agent, AgentParams, NodeRef, Pacer,
-                           datagrams, epoch_seconds, listen)
+from agents.agent import Agent, AgentParams, NodeRef, epoch_seconds
+from agents.pacing import WAKE_EARLY_NS, Pacer
+from agents.sockets import DATAGRAM_BUFFER, datagrams, listen
 from agents.control import ControlClient, controller_client
 from agents.echo import PROBE_TIMEOUT, echo_probes
 from agents.follower import FOLLOWER_TABLES, DecisionFollower, probes_settled

@@ -44,7 +44,9 @@ from typing import Callable, Hashable, NamedTuple
 
 from pydantic import Field
 
-from agents.common import POLL_S, Agent, AgentParams, MalformedLog, epoch_seconds
+from agents.agent import Agent, AgentParams, epoch_seconds
+from agents.flows import MalformedLog
+from agents.sockets import POLL_S
 from agents.ai_access.formats import AI_UNIT, GPU_GRANT, GPU_REQUEST
 
 GPU_PORT = 6104

@@ -18,7 +18,7 @@ woken late does not ask for fragments already waiting on its socket.
 
 A packet sent after the receiver's first NACK for its unit is a retransmission (hosts share the
 realtime clock, and a terminal only retransmits what a NACK asked for). The first copies are
-measured as the flow ``ai-<stream>`` with :class:`~agents.common.FlowStats` (tables ``flows`` and
+measured as the flow ``ai-<stream>`` with :class:`~agents.flows.FlowStats` (tables ``flows`` and
 ``flow_seconds``): their loss is the path's, before repair.
 
 A unit is complete when all its fragments arrived; its completion time runs from its opening to
@@ -31,7 +31,7 @@ late; datagrams that are not well-formed AI data packets, as malformed.
 
 **An access server** (seed 003's R_i) runs one receiver for all its receive ports P_j
 (``ports``, each a socket of its own; by default just ``port``) with one processing budget, the
-server's CPU: a single worker (:class:`agents.common.ProcessingBudget`, ``budget_packets``
+server's CPU: a single worker (:class:`agents.pacing.ProcessingBudget`, ``budget_packets``
 packets/s or ``budget`` bit/s, ``queue`` packets held) takes every datagram in the order the
 kernel stamped its arrival, and what arrives to a full queue is dropped and counted
 (``over_budget``): the receiver's own overload, so its first copies' loss is measured like any
@@ -73,10 +73,10 @@ from pydantic import Field
 
 from agents.ai_access.ai_terminal import (DATA_PORT, NACK_PORT, WIRE_OVERHEAD, UnitTiming,
                                           flow_name, nack_messages)
-from agents.common import (DATAGRAM_BUFFER, POLL_S, Agent, FlowStats, MalformedLog, NodeRef,
-                           ProcessingBudget, ProcessingParams, epoch_seconds, listen,
-                           percentile,
-                           waiting_datagrams)
+from agents.agent import Agent, NodeRef, epoch_seconds
+from agents.flows import FlowStats, MalformedLog, percentile
+from agents.pacing import ProcessingBudget, ProcessingParams
+from agents.sockets import DATAGRAM_BUFFER, POLL_S, listen, waiting_datagrams
 from agents.ai_access import ai_gpu
 from agents.control import LoadReporter, ReportingParams, side_band_address
 from agents.ai_access.formats import AI_DATA

@@ -6,7 +6,7 @@ selective retransmission of the fragments the receiver reports lost.
 Unit u (0, 1, ...) opens at ``start + u * period``. Its ``unit_bytes`` bytes travel in
 ``ceil(unit_bytes / fragment_payload)`` AI data packets (``agents.ai_access.formats.AI_DATA``) of
 ``fragment_payload`` bytes, the last one shorter; fragment i of n is due ``i * send_window *
-period / n`` after the unit opens, on absolute deadlines (:class:`~agents.common.Pacer`), so the
+period / n`` after the unit opens, on absolute deadlines (:class:`~agents.pacing.Pacer`), so the
 unit leaves in the first ``send_window`` of its period. The defaults are the spec's: one 672 KB
 unit a second in 945 packets of 711 bytes (671,895 bytes; ``unit_bytes: 672KB`` takes 946).
 
@@ -57,8 +57,10 @@ from typing import Optional
 
 from pydantic import Field, model_validator
 
-from agents.common import (DATAGRAM_BUFFER, POLL_S, WAKE_EARLY_NS, Agent, AgentParams,
-                           MalformedLog, NodeRef, Pacer, listen, receive)
+from agents.agent import Agent, AgentParams, NodeRef
+from agents.flows import MalformedLog
+from agents.pacing import WAKE_EARLY_NS, Pacer
+from agents.sockets import DATAGRAM_BUFFER, POLL_S, listen, receive
 from agents.control import ControlClient, controller_client
 from agents.follower import FOLLOWER_TABLES, DecisionFollower, Followed
 from agents.ai_access.formats import AI_DATA, AI_NACK

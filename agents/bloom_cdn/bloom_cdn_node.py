@@ -63,7 +63,9 @@ from pydantic import Field
 from controller.policies.bloom_cdn.bloom import (NODE_FILTER_BYTES, FilteredCache, GlobalFilter, apply_update,
                           bit_positions, delta_update)
 from controller.policies.bloom_cdn.chord import ChordRing, identifier
-from agents.common import DATAGRAM_BUFFER, Agent, AgentParams, MalformedLog, NodeRef, receive
+from agents.agent import Agent, AgentParams, NodeRef
+from agents.flows import MalformedLog
+from agents.sockets import DATAGRAM_BUFFER, receive
 from agents.bloom_cdn.formats import CDN, FILTER_UPDATE
 from agents.formats import REQUEST, RESPONSE
 from agents.wire import message_type

@@ -42,8 +42,9 @@ from typing import Annotated, Optional
 
 from pydantic import Field, WithJsonSchema, field_validator, model_validator
 
-from agents.common import (DATAGRAM_BUFFER, POLL_S, Agent, AgentParams, MalformedLog, NodeRef,
-                           epoch_seconds, receive, receiving_socket)
+from agents.agent import Agent, AgentParams, NodeRef, epoch_seconds
+from agents.flows import MalformedLog
+from agents.sockets import DATAGRAM_BUFFER, POLL_S, receive, receiving_socket
 from agents.dispatch.formats import LOOKUP_QUERY, LOOKUP_REPLY
 from agents.wire import message_type
 from controller.policies.dispatch.lookup import LookupMode, LookupState

@@ -120,7 +120,7 @@ AGENT = '''
 scheme's own message."""
 import sys
 
-from agents.common import Agent, AgentParams
+from agents.agent import Agent, AgentParams
 from agents.toy.formats import TICK
 
 TABLES = {"toy_counts": ("node", "agent", "number")}
@@ -249,7 +249,7 @@ def test_the_toy_message_is_found_and_dissected(toy_scheme):
 
 
 def test_a_table_an_agent_does_not_declare_is_refused(tmp_path):
-    from agents.common import Agent
+    from agents.agent import Agent
 
     handlers = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGINT)}
     try:

@@ -15,7 +15,8 @@ import subprocess
 import pytest
 
 from agents.ai_access import ai_receiver
-from agents.common import ProcessingBudget, receiving_socket
+from agents.pacing import ProcessingBudget
+from agents.sockets import receiving_socket
 from agents.follower import FOLLOWER_TABLES
 from agents.ai_access.formats import AI_DATA, AI_NACK
 from tests.unit.test_ai_agents import (SHORT, SHORT_FRAGMENTS, SHORT_TIMING, RowsKept,

@@ -17,7 +17,7 @@ import pytest
 from pydantic import ValidationError
 
 from agents.ai_access import ai_receiver, ai_terminal
-from agents.common import receiving_socket
+from agents.sockets import receiving_socket
 from agents.ai_access.formats import AI_DATA, AI_NACK
 from agents.formats import GIFT
 from tests.conftest import LoopbackRelay
