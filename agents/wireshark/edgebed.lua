@@ -1,5 +1,5 @@
--- Wireshark dissector for edgebed's UDP messages (agents/formats.py) and probe packets
--- (agents/probe.py).
+-- Wireshark dissector for edgebed's UDP messages (agents/formats.py, agents/<slug>/formats.py)
+-- and probe packets (agents/probe.py).
 --
 -- Install: copy this file to ~/.local/lib/wireshark/plugins/ (the "Personal Lua Plugins"
 -- folder that `tshark -G folders` names; Wireshark before 2.6: ~/.wireshark/plugins/), or load
@@ -14,7 +14,7 @@
 -- when a port of the run belongs to another protocol, enable the UDP preference "Try heuristic
 -- sub-dissectors first" (tshark: -o udp.try_heuristic_first:TRUE).
 --
--- Display filter fields are edgebed.<message>.<field>, named as in agents/formats.py (for
+-- Display filter fields are edgebed.<message>.<field>, named as the messages declare them (for
 -- example edgebed.media.sequence, edgebed.ai_nack.count), plus edgebed.magic,
 -- edgebed.version and edgebed.type for every message. The u16 list is
 -- edgebed.ai_nack.indexes. tests/unit/test_pcap.py checks this file against the Python table.
