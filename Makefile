@@ -25,7 +25,8 @@ unit: setup
 schema: setup
 	$(EDGEBED) schema -o topologies/schema/scenario.schema.json
 
-# The Wireshark dissector from the wire formats (agents/formats.py); commit the result.
+# The Wireshark dissector from the wire formats (agents/formats.py, agents/<slug>/formats.py);
+# commit the result.
 dissector: setup
 	$(VENV)/bin/python -m agents.dissector
 

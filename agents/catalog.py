@@ -12,8 +12,8 @@ from types import ModuleType
 from pydantic import BaseModel
 
 import agents
-from agents.common import TABLES as SHARED_TABLES
-from agents.common import AgentParams, with_shared_tables
+from agents.agent import TABLES as SHARED_TABLES
+from agents.agent import AgentParams, with_shared_tables
 from edgebed import discovery
 from topologies.commands import COMMAND
 
@@ -26,9 +26,31 @@ def is_agent(module: ModuleType) -> bool:
 
 
 def modules() -> dict[str, ModuleType]:
-    """Every agent module, by agent name (the module's last name part)."""
-    return {module.__name__.rsplit(".", 1)[-1]: module
-            for module in discovery.modules(sys.modules[agents.__name__]) if is_agent(module)}
+    """Every agent module, by agent name (the module's last name part); ValueError if two
+    packages have an agent of one name."""
+    found: dict[str, ModuleType] = {}
+    for module in discovery.walk(sys.modules[agents.__name__]):
+        if not is_agent(module):
+            continue
+        name = module.__name__.rsplit(".", 1)[-1]
+        if found.setdefault(name, module) is not module:
+            raise ValueError(f"agent {name!r} is both {found[name].__name__} and {module.__name__}")
+    return found
+
+
+def roles() -> dict[str, str]:
+    """Every host role the agents declare (name -> what such a host is): ``ROLES`` of
+    :mod:`agents.roles` and of each scheme's package; ValueError if two declare one role
+    differently."""
+    found: dict[str, str] = {}
+    where: dict[str, str] = {}
+    for module in discovery.walk(sys.modules[agents.__name__]):
+        for name, meaning in getattr(module, "ROLES", {}).items():
+            if found.setdefault(name, meaning) != meaning:
+                raise ValueError(f"role {name!r} is declared by both {where[name]} and "
+                                 f"{module.__name__}")
+            where.setdefault(name, module.__name__)
+    return found
 
 
 def available() -> list[str]:
@@ -55,7 +77,7 @@ def tables() -> dict[str, tuple[str, ...]]:
     """Every table an agent may write, shared or its own, with its columns; ValueError if two
     agents declare one table with different columns."""
     found = dict(SHARED_TABLES)
-    where = dict.fromkeys(SHARED_TABLES, "agents.common")
+    where = dict.fromkeys(SHARED_TABLES, "agents.agent")
     for name, module in modules().items():
         for table, columns in with_shared_tables(getattr(module, "TABLES", {})).items():
             if found.setdefault(table, columns) != columns:

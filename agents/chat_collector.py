@@ -7,9 +7,11 @@ from typing import Optional
 
 from pydantic import Field
 
-from agents.common import Agent, AgentParams, FlowStats, MalformedLog
-from agents.formats import DANMAKU, GIFT, message_type
-from agents.common import DATAGRAM_BUFFER, datagrams, listen
+from agents.agent import Agent, AgentParams
+from agents.flows import FlowStats, MalformedLog
+from agents.formats import DANMAKU, GIFT
+from agents.wire import message_type
+from agents.sockets import DATAGRAM_BUFFER, datagrams, listen
 from agents.viewer import chat_flow
 from edgebed.quantities import Duration
 
@@ -33,7 +35,7 @@ class ChatMeter:
     def add(self, buffer: bytearray, size: int, received_ns: int, address: tuple) -> None:
         """Measure the datagram of ``size`` bytes in ``buffer``, or log it as malformed."""
         message = memoryview(buffer)[:size]
-        kind = message_type(message)
+        kind = message_type(message, (DANMAKU, GIFT))
         if kind not in (DANMAKU, GIFT) or size < kind.header_size:
             self.malformed.add(self.port, message)
             return

@@ -13,7 +13,7 @@ from typing import Optional
 
 from pydantic import BaseModel, Field
 
-from agents.common import NodeRef
+from agents.agent import NodeRef
 from agents.echo import PathMeter
 from edgebed import protocol
 from edgebed.quantities import PositiveDuration

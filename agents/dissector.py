@@ -7,7 +7,7 @@ from pathlib import Path
 
 from edgebed.files import atomic_write
 
-from agents import formats, probe
+from agents import probe, wire
 
 WIRESHARK = Path(__file__).resolve().parent / "wireshark"
 TEMPLATE = WIRESHARK / "edgebed.lua.in"
@@ -20,10 +20,10 @@ TAILS = {"payload": "bytes", "text": "text", "u16 list": "u16_list"}
 LINE = 96
 
 
-def field_kind(name: str, code: str) -> str:
+def field_kind(name: str, code: str, timestamp: bool = False) -> str:
     if code not in KINDS:
         raise ValueError(f"field {name}: no dissector kind for struct code {code!r}")
-    if name in formats.TIMESTAMP_FIELDS:
+    if timestamp:
         if code != "Q":
             raise ValueError(f"timestamp field {name} must be a u64, not {code!r}")
         return "time"
@@ -36,9 +36,9 @@ def lua_string(text: str) -> str:
     return f'"{text}"'
 
 
-def lua_field(name: str, code: str) -> str:
-    spec = f"{lua_string(name)}, {lua_string(field_kind(name, code))}"
-    if name in formats.NAMED_VALUES:
+def lua_field(name: str, code: str, timestamps=frozenset(), named_values=None) -> str:
+    spec = f"{lua_string(name)}, {lua_string(field_kind(name, code, name in timestamps))}"
+    if name in (named_values or {}):
         spec += f", values = VALUE_NAMES.{name}"
     return "{" + spec + "}"
 
@@ -58,11 +58,13 @@ def wrapped(items: list[str], first: str, indent: str, last: str) -> list[str]:
     return lines
 
 
-def lua_message(lead: str, name: str, fields, tail: str = "", tail_name: str = "",
-                tail_size: str = "") -> list[str]:
+def lua_message(lead: str, message: wire.MessageFormat) -> list[str]:
     """A message's entry, ``lead`` then ``{name = ..., fields = {...}, tail = {...}}``, as
     Lua lines."""
-    items = [lua_field(field, code) for field, code in fields]
+    name, tail, tail_name, tail_size = (message.name, message.tail, message.tail_name,
+                                        message.tail_size)
+    items = [lua_field(field, code, message.timestamps, message.named_values)
+             for field, code in message.fields]
     indent = " " * (len(lead) - len(lead.lstrip()) + 4)
     lines = wrapped(items, f"{lead}{{name = {lua_string(name)}, fields = {{", indent + "    ",
                     "}" + ("," if tail else "}"))
@@ -76,43 +78,58 @@ def lua_message(lead: str, name: str, fields, tail: str = "", tail_name: str = "
     return lines
 
 
-def constants() -> str:
+def value_names(messages) -> dict[str, dict[int, str]]:
+    """The names of field values, by field name, from every message; ValueError when two
+    messages name the values of one field differently (the dissector keys them by field)."""
+    found: dict[str, dict[int, str]] = {}
+    for message in messages:
+        for name, named in message.named_values.items():
+            if found.setdefault(name, dict(named)) != dict(named):
+                raise ValueError(f"field {name} has other value names in {message.name} than "
+                                 "in another message")
+    return found
+
+
+def constants(formats: dict[int, wire.MessageFormat]) -> str:
     values = ", ".join(
         f"{name} = {{{', '.join(f'[{code}] = {lua_string(text)}' for code, text in named.items())}}}"
-        for name, named in sorted(formats.NAMED_VALUES.items()))
+        for name, named in sorted(value_names(formats.values()).items()))
     return "\n".join([
-        f"local MAGIC, PROBE_MAGIC, VERSION = {lua_string(formats.MAGIC.decode())}, "
-        f"{lua_string(probe.MAGIC.decode())}, {formats.VERSION}",
-        "-- Fields whose values have names (agents/formats.py NAMED_VALUES).",
+        f"local MAGIC, PROBE_MAGIC, VERSION = {lua_string(wire.MAGIC.decode())}, "
+        f"{lua_string(probe.MAGIC.decode())}, {wire.VERSION}",
+        "-- Fields whose values have names (each message's named_values).",
         f"local VALUE_NAMES = {{{values}}}"])
 
 
-def messages() -> str:
-    lines = ["-- The wire formats, as in agents/formats.py: type code -> name, fixed fields after "
-             "the",
+def messages(formats: dict[int, wire.MessageFormat]) -> str:
+    lines = ["-- The wire formats, as the agents declare them: type code -> name, fixed fields "
+             "after the",
              "-- common four bytes (name, kind), and the tail (field name, kind, and the fixed "
              "field",
              "-- giving its size).",
              "local MESSAGES = {"]
-    for code, message in sorted(formats.FORMATS.items()):
-        entry = lua_message(f"    [{code}] = ", message.name, message.fields, message.tail,
-                            message.tail_name, message.tail_size)
+    for code, message in sorted(formats.items()):
+        entry = lua_message(f"    [{code}] = ", message)
         entry[-1] += ","
         lines += entry
     lines.append("}")
     lines.append('-- The probe\'s packets (magic "EBPR" instead of the common four bytes), zero '
                  "padding after.")
-    lines += lua_message("local PROBE = ", "probe", probe.FIELDS, "payload", "padding")
+    lines += lua_message("local PROBE = ", wire.MessageFormat(
+        "probe", 0, probe.FIELDS, "payload", "padding",
+        timestamps=probe.TIMESTAMPS))
     return "\n".join(lines)
 
 
-def lua() -> str:
-    """The dissector's Lua source, from the template and the Python formats."""
+def lua(formats: dict[int, wire.MessageFormat] | None = None) -> str:
+    """The dissector's Lua source, from the template and the Python formats (by default every
+    message the agents declare)."""
+    formats = wire.formats() if formats is None else formats
     text = TEMPLATE.read_text()
-    generated = ("Generated by `python -m agents.dissector` from agents/formats.py and "
+    generated = ("Generated by `python -m agents.dissector` from the agents' formats modules and "
                  "agents/probe.py:\n-- edit those (or edgebed.lua.in), not this file.")
-    for placeholder, value in (("@GENERATED@", generated), ("@CONSTANTS@", constants()),
-                               ("@MESSAGES@", messages())):
+    for placeholder, value in (("@GENERATED@", generated), ("@CONSTANTS@", constants(formats)),
+                               ("@MESSAGES@", messages(formats))):
         if text.count(placeholder) != 1:
             raise ValueError(f"{TEMPLATE} must hold {placeholder} once")
         text = text.replace(placeholder, value)
@@ -122,7 +139,7 @@ def lua() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agents.dissector",
                                      description="Write the Wireshark dissector from "
-                                                 "agents/formats.py.")
+                                                 "the agents' wire formats.")
     parser.add_argument("-o", "--output", type=Path, default=OUTPUT,
                         help=f"where to write it (default {OUTPUT})")
     parser.add_argument("--check", action="store_true",

@@ -18,8 +18,9 @@ from pydantic import Field
 
 from pydantic import model_validator
 
-from agents.common import (DATAGRAM_BUFFER, SPIN_NS, Agent, AgentParams, NodeRef, Pacer,
-                           ProcessingParams, epoch_seconds, listen, receive)
+from agents.agent import Agent, AgentParams, NodeRef, epoch_seconds
+from agents.pacing import SPIN_NS, Pacer, ProcessingParams
+from agents.sockets import DATAGRAM_BUFFER, listen, receive
 from agents.control import ControlClient, controller_client
 from agents.follower import FOLLOWER_TABLES, Followed, follow_pushed
 from agents.formats import MEDIA

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from agents.control import ControlClient, ControlError
 from agents.echo import ProbeResult, echo_probes
-from agents.common import epoch_seconds
+from agents.agent import epoch_seconds
 from edgebed import protocol
 
 # A leave's sends: 0.5 + 1 + 2 s of waiting at most, within the 5 s the runner gives an agent

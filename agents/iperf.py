@@ -12,7 +12,7 @@ from typing import Literal, Optional
 
 from pydantic import Field, model_validator
 
-from agents.common import Agent, AgentParams, NodeRef
+from agents.agent import Agent, AgentParams, NodeRef
 from edgebed.quantities import Duration, PositiveDuration, Rate
 
 TABLES = {

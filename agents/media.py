@@ -6,12 +6,14 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from agents.common import Agent, FlowStats, MalformedLog, epoch_seconds, percentile
-from agents.formats import FRAME_TYPES, MAGIC, MEDIA, VERSION
+from agents.agent import Agent, epoch_seconds
+from agents.flows import FlowStats, MalformedLog, percentile
+from agents.formats import FRAME_TYPES, MEDIA
+from agents.wire import MAGIC, VERSION
 from agents.streamer import flow_name
 
 # Written by every agent that meters a media stream with MediaMeter (the viewer,
-# agents.edge_forwarder, agents.live_edge): one row per frame of each stream received.
+# agents.edge_forwarder, agents.edge_server): one row per frame of each stream received.
 # arrived_s: when the frame's last fragment so far arrived (CLOCK_REALTIME seconds, the clock of
 # the run's timeline origin), so a frame's arrival lines up with a scheduled event (a link cut).
 MEDIA_TABLES = {

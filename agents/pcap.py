@@ -14,7 +14,7 @@ from scapy.error import Scapy_Exception
 from scapy.layers.inet import UDP
 from scapy.utils import PcapReader
 
-from agents import formats, probe, protocols
+from agents import probe, protocols, wire
 
 # The field telling a message's flows apart (with its source and destination).
 FLOW_KEYS = {"media": "stream", "danmaku": "user", "gift": "user", "ai_data": "stream",
@@ -22,7 +22,7 @@ FLOW_KEYS = {"media": "stream", "danmaku": "user", "gift": "user", "ai_data": "s
              "request": "client", "response": "server", "pull": "user", "probe": "flow"}
 # The field grouping fragments into the unit they make up, for messages that have fragments.
 FRAGMENT_UNITS = {"media": "frame", "ai_data": "unit"}
-MESSAGE_ORDER = [message.name for message in formats.FORMATS.values()] + ["probe"]
+MESSAGE_ORDER = [message.name for message in protocols.FORMATS.values()] + ["probe"]
 OTHER_PACKETS = ("malformed", "other udp", "not udp")
 UDP_HEADER_BYTES = 8
 EXIT_UNREADABLE = 2  # edgebed's exit code for invalid input
@@ -120,8 +120,9 @@ def summarize(path: str | Path) -> list[dict]:
                 payload = bytes(udp.payload)[:max(udp.len - UDP_HEADER_BYTES, 0)]
                 message = message_fields(payload)
                 if message is None:
-                    starts_like_one = (formats.message_type(payload) is not None
-                                       or payload.startswith(probe.MAGIC))
+                    starts_like_one = (
+                        wire.message_type(payload, protocols.FORMATS.values()) is not None
+                        or payload.startswith(probe.MAGIC))
                     kind = "malformed" if starts_like_one else "other udp"
                     others[kind].add(time, len(payload))
                     continue

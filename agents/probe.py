@@ -17,13 +17,15 @@ from dataclasses import dataclass, field
 
 from edgebed.files import atomic_output, atomic_write
 
-from agents.common import (RECEIVE_BUFFER, SO_RCVBUFFORCE, SO_TIMESTAMPNS, TIMESPEC, Pacer,
-                           percentile)
+from agents.flows import percentile
+from agents.pacing import Pacer
+from agents.sockets import RECEIVE_BUFFER, SO_RCVBUFFORCE, SO_TIMESTAMPNS, TIMESPEC
 
 MAGIC = b"EBPR"
-# The fields after the magic (name, struct code), as agents/formats.py declares its messages;
+# The fields after the magic (name, struct code), as the wire messages declare theirs;
 # the Wireshark dissector is generated from both (agents/dissector.py).
 FIELDS = (("flow", "I"), ("sequence", "Q"), ("send_ns", "Q"))
+TIMESTAMPS = frozenset({"send_ns"})  # CLOCK_REALTIME nanoseconds, as in the wire messages
 HEADER = struct.Struct("!4s" + "".join(code for _, code in FIELDS))
 HEADER_SIZE = HEADER.size
 # The part of the header that changes from packet to packet, patched in place when sending.
@@ -151,7 +153,7 @@ class Sender:
 
     Packet i is due at start + i / rate on the monotonic clock; the sender sleeps until
     shortly before each deadline and spins for the rest, or with a ``quantum_us`` wakes at most
-    once per quantum and sends what is due (:class:`~agents.common.Pacer`). A packet sent late
+    once per quantum and sends what is due (:class:`~agents.pacing.Pacer`). A packet sent late
     does not move the schedule, the following ones catch up, so the achieved rate does not
     drift.
     """

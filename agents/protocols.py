@@ -1,5 +1,6 @@
-"""Scapy layers for edgebed's messages, generated from the wire-format table in
-:mod:`agents.formats`, for building templates, dissecting captures and fuzzing listeners."""
+"""Scapy layers for edgebed's messages, generated from the wire-format table
+(:func:`agents.wire.formats`), for building templates, dissecting captures and fuzzing
+listeners."""
 
 from __future__ import annotations
 
@@ -9,20 +10,20 @@ from scapy.fields import (ByteEnumField, ByteField, FieldLenField, FieldListFiel
                           LongField, ShortField, StrFixedLenField, StrLenField)
 from scapy.packet import Packet, fuzz
 
-from agents import formats
+from agents import wire
 
 FIXED_FIELDS = {"I": IntField, "H": ShortField, "B": ByteField, "Q": LongField}
-ENUMERATIONS = formats.NAMED_VALUES
-MESSAGE_NAMES = {code: message.name for code, message in formats.FORMATS.items()}
+FORMATS = wire.formats()
+MESSAGE_NAMES = {code: message.name for code, message in FORMATS.items()}
 # The tails whose size a fixed field gives: the tail's Scapy field and that size field (media
 # and response payloads have no size: they run to the end).
-SIZED_TAILS = {f.name: (f.tail_name, f.tail_size) for f in formats.FORMATS.values()
+SIZED_TAILS = {f.name: (f.tail_name, f.tail_size) for f in FORMATS.values()
                if f.tail_size}
 TAIL_ENTRY_BYTES = {"payload": 1, "text": 1, "u16 list": 2}
 MAX_LIST_ENTRIES = 0xFFFF  # a u16 count; Scapy's own limit (conf.max_list_count) is 100
 
 
-def _size_field(message: formats.MessageFormat, name: str, code: str) -> FieldLenField:
+def _size_field(message: wire.MessageFormat, name: str, code: str) -> FieldLenField:
     """A fixed field giving the size of the message's tail: computed from the tail on build
     when left at None."""
     tail, _ = SIZED_TAILS[message.name]
@@ -30,15 +31,15 @@ def _size_field(message: formats.MessageFormat, name: str, code: str) -> FieldLe
     return FieldLenField(name, None, fmt=code, **{counted: tail})
 
 
-def _fixed_field(message: formats.MessageFormat, name: str, code: str):
+def _fixed_field(message: wire.MessageFormat, name: str, code: str):
     if SIZED_TAILS.get(message.name, (None, None))[1] == name:
         return _size_field(message, name, code)
-    if name in ENUMERATIONS:
-        return ByteEnumField(name, 0, ENUMERATIONS[name])
+    if name in message.named_values:
+        return ByteEnumField(name, 0, dict(message.named_values[name]))
     return FIXED_FIELDS[code](name, 0)
 
 
-def _tail_field(message: formats.MessageFormat):
+def _tail_field(message: wire.MessageFormat):
     """The Scapy field of a sized tail, as long as its size field says."""
     tail, size = SIZED_TAILS[message.name]
     size_of = (lambda packet: packet.getfieldval(size))
@@ -48,11 +49,11 @@ def _tail_field(message: formats.MessageFormat):
     return StrLenField(tail, b"", length_from=size_of)
 
 
-def message_layer(message: formats.MessageFormat) -> type[Packet]:
+def message_layer(message: wire.MessageFormat) -> type[Packet]:
     """The Scapy layer of one message of the table; the class's ``wire_format`` is the
-    message's :class:`~agents.formats.MessageFormat`."""
-    fields_desc = [StrFixedLenField("magic", formats.MAGIC, len(formats.MAGIC)),
-                   ByteField("version", formats.VERSION),
+    message's :class:`~agents.wire.MessageFormat`."""
+    fields_desc = [StrFixedLenField("magic", wire.MAGIC, len(wire.MAGIC)),
+                   ByteField("version", wire.VERSION),
                    ByteEnumField("type", message.type, MESSAGE_NAMES)]
     fields_desc += [_fixed_field(message, name, code) for name, code in message.fields]
     if message.name in SIZED_TAILS:
@@ -72,16 +73,19 @@ def message_layer(message: formats.MessageFormat) -> type[Packet]:
 
 
 LAYERS: dict[int, type[Packet]] = {code: message_layer(message)
-                                   for code, message in formats.FORMATS.items()}
-(Media, Danmaku, Gift, AiData, AiNack, Request, Response, Pull, Cdn, FilterUpdate, GpuRequest,
- GpuGrant, AiUnit, LookupQuery, LookupReply) = LAYERS.values()
+                                   for code, message in FORMATS.items()}
+
+
+def layer(name: str) -> type[Packet]:
+    """The Scapy layer of the message called ``name``."""
+    return next(found for found in LAYERS.values() if found.wire_format.name == name)
 
 
 def dissect(data: bytes) -> Packet | None:
     """The message in a UDP payload, or None when ``data`` is not a complete edgebed message
     (other magic or version, unknown type, shorter than its fixed fields, or a sized tail
     running past the end). Bytes after a sized tail dissect as ``Raw``."""
-    message = formats.message_type(data)
+    message = wire.message_type(data, FORMATS.values())
     if message is None or len(data) < message.header_size:
         return None
     if message.name in SIZED_TAILS:
@@ -95,7 +99,7 @@ def dissect(data: bytes) -> Packet | None:
 def _fuzzed(layer: type[Packet]) -> bytes:
     message = layer.wire_format
     # The common bytes stay right, so the datagram gets past the magic check into the parser.
-    explicit = {"magic": formats.MAGIC, "version": formats.VERSION, "type": message.type}
+    explicit = {"magic": wire.MAGIC, "version": wire.VERSION, "type": message.type}
     if message.tail == "u16 list":
         # fuzz() would leave the list empty (it draws one number for a list field).
         explicit[SIZED_TAILS[message.name][0]] = [random.randrange(0x10000)
@@ -110,7 +114,7 @@ def _truncated(layer: type[Packet]) -> bytes:
 
 def _garbled(layer: type[Packet]) -> bytes:
     message = layer.wire_format
-    common = formats.COMMON.pack(formats.MAGIC, formats.VERSION, message.type)
+    common = wire.COMMON.pack(wire.MAGIC, wire.VERSION, message.type)
     return common + random.randbytes(random.randrange(message.header_size + 16))
 
 

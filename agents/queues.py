@@ -1,7 +1,7 @@
 """Single-server FIFO queues with exponential service, as the agents that serve requests run
 them (:mod:`agents.request_server`'s one queue, a content node's routing, lookup and response
-queues in :mod:`agents.bloom_cdn_node`, a data center's fetch queue in :mod:`agents.bloom_cdn_dc`).
-"""
+queues in :mod:`agents.bloom_cdn.bloom_cdn_node`, a data center's fetch queue in
+:mod:`agents.bloom_cdn.bloom_cdn_dc`)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agents.common import POLL_S, WAKE_EARLY_NS, Agent, Pacer, listen
+from agents.agent import Agent
+from agents.pacing import WAKE_EARLY_NS, Pacer
+from agents.sockets import POLL_S, listen
 
 
 def readable_before(sock: socket.socket, deadline_ns: float) -> bool:

@@ -49,7 +49,7 @@ def role_pairs(scenario: Scenario) -> list[tuple[Node, Node]]:
                      for name in part}
     by_role: dict[str, list[Node]] = {}
     for host in scenario.hosts:
-        by_role.setdefault(host.role.value, []).append(host)
+        by_role.setdefault(host.role, []).append(host)
     pairs = []
     for first, second in itertools.combinations_with_replacement(sorted(by_role), 2):
         candidates = ((a, b) for a in by_role[first] for b in by_role[second]
@@ -94,7 +94,7 @@ def ping_pairs(hosts, scenario: Scenario, pairs: list[tuple[Node, Node]], count:
                    if int(seq) <= count + 1}
         later = [ms for seq, ms in replies.items() if seq > 1]
         results.append(PingResult(
-            source.name, target.name, source.role.value, target.role.value,
+            source.name, target.name, source.role, target.role,
             min(int(summary.group(1)), count + 1) if summary else 0, len(replies),
             round(sum(later) / len(later), 3) if later else None,
             max(later) if later else None, replies.get(1),

@@ -15,12 +15,14 @@ from typing import Optional
 
 from pydantic import Field
 
-from agents.common import (WAKE_EARLY_NS, Agent, AgentParams, MalformedLog, NodeRef, Pacer,
-                           percentile, receive, receiving_socket)
+from agents.agent import Agent, AgentParams, NodeRef
+from agents.flows import MalformedLog, percentile
+from agents.pacing import WAKE_EARLY_NS, Pacer
+from agents.sockets import receive, receiving_socket
 from agents.formats import REQUEST, RESPONSE
 from agents.queues import readable_before
 from agents.request_server import MAX_RESPONSE_BYTES, REQUEST_PORT
-from agents.common import DATAGRAM_BUFFER
+from agents.sockets import DATAGRAM_BUFFER
 from edgebed.quantities import Duration, PositiveDuration, Size
 
 TABLES = {

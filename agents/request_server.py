@@ -11,7 +11,9 @@ from typing import Optional
 
 from pydantic import Field
 
-from agents.common import DATAGRAM_BUFFER, Agent, AgentParams, MalformedLog, receive
+from agents.agent import Agent, AgentParams
+from agents.flows import MalformedLog
+from agents.sockets import DATAGRAM_BUFFER, receive
 from agents.formats import REQUEST, RESPONSE
 from agents.queues import FifoQueue, Job, QueueLoop, serve
 from edgebed.quantities import Duration

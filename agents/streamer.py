@@ -13,8 +13,10 @@ from typing import Optional
 
 from pydantic import Field, model_validator
 
-from agents.common import Agent, AgentParams, NodeRef, Pacer
-from agents.formats import MAGIC, MEDIA, VERSION
+from agents.agent import Agent, AgentParams, NodeRef
+from agents.pacing import Pacer
+from agents.formats import MEDIA
+from agents.wire import MAGIC, VERSION
 from edgebed.quantities import Duration, Fraction, Rate, Size
 
 I_FRAME, P_FRAME = 1, 2  # formats.FRAME_TYPES

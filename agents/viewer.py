@@ -15,8 +15,9 @@ from typing import Callable, Literal, Optional
 
 from pydantic import Field, model_validator
 
-from agents.common import (DATAGRAM_BUFFER, WAKE_EARLY_NS, Agent, AgentParams, NodeRef, Pacer,
-                           datagrams, epoch_seconds, listen)
+from agents.agent import Agent, AgentParams, NodeRef, epoch_seconds
+from agents.pacing import WAKE_EARLY_NS, Pacer
+from agents.sockets import DATAGRAM_BUFFER, datagrams, listen
 from agents.control import ControlClient, controller_client
 from agents.echo import PROBE_TIMEOUT, echo_probes
 from agents.follower import FOLLOWER_TABLES, DecisionFollower, probes_settled

@@ -100,7 +100,7 @@ class NetworkView:
                     for name, s in scenario.services.items()}
         hosts = [n for n in nodes.values() if not n.is_switch]
         return cls({n.name: n.dpid for n in nodes.values() if n.is_switch}, attachments,
-                   trunks, services, {n.name: n.role.value for n in hosts},
+                   trunks, services, {n.name: n.role for n in hosts},
                    {n.name: dict(n.labels) for n in hosts})
 
     def to_json(self) -> dict:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pkgutil
 from collections.abc import Iterator, Mapping
 from types import ModuleType
@@ -16,6 +17,27 @@ def modules(package: ModuleType) -> Iterator[ModuleType]:
                     if not info.name.startswith("_")})
     for name in names:
         yield importlib.import_module(f"{package.__name__}.{name}")
+
+
+def walk(package: ModuleType) -> Iterator[ModuleType]:
+    """The modules of ``package`` and, depth first, of every subpackage in it, imported, each
+    subpackage right before its own modules."""
+    for module in modules(package):
+        yield module
+        if hasattr(module, "__path__"):
+            yield from walk(module)
+
+
+def submodules(package: ModuleType, name: str) -> Iterator[ModuleType]:
+    """The module ``name`` of ``package`` and of every subpackage directly in it, where there
+    is one, imported, the package's own first; other modules are not imported."""
+    if importlib.util.find_spec(f"{package.__name__}.{name}") is not None:
+        yield importlib.import_module(f"{package.__name__}.{name}")
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda info: info.name):
+        if info.ispkg and not info.name.startswith("_"):
+            subpackage = importlib.import_module(f"{package.__name__}.{info.name}")
+            if importlib.util.find_spec(f"{subpackage.__name__}.{name}") is not None:
+                yield importlib.import_module(f"{subpackage.__name__}.{name}")
 
 
 def declared(package: ModuleType, attribute: str, key=lambda entry: entry.name) -> dict:

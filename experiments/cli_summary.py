@@ -19,7 +19,7 @@ def print_run_summary(loaded: Scenario, result) -> None:
     manifest = json.loads((result.run_dir / "manifest.json").read_text())
     roles: dict[str, int] = {}
     for node in loaded.nodes.values():
-        roles[node.role.value] = roles.get(node.role.value, 0) + 1
+        roles[node.role] = roles.get(node.role, 0) + 1
     colour = "green" if result.status == "completed" else "red"
     console.print(f"[bold]{loaded.name}[/bold]: [{colour}]{result.status}[/{colour}]"
                   + (f" — {summary['error']}" if summary.get("error") else ""))

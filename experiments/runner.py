@@ -395,7 +395,7 @@ class Run:
             host = self.network.net[node.name]
             state = host.cmd("ip -br addr; ip route")
             with open(self.run_dir.node_log(node.name), "a") as stream:
-                stream.write(f"--- {node.name} role={node.role.value} kind={node.kind} "
+                stream.write(f"--- {node.name} role={node.role} kind={node.kind} "
                              f"group={node.group} labels={node.labels}\n{state}")
 
     def _start_captures(self) -> None:

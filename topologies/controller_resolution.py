@@ -158,7 +158,7 @@ class ControllerResolution(DocumentChecks):
             validated = self.policies.params_model(policy).model_validate(params)
         except ValidationError:
             return  # reported by _check_policy_params
-        hosts = {node.name: (node.role.value if node.role else "", dict(node.labels))
+        hosts = {node.name: (node.role or "", dict(node.labels))
                  for node in self.hosts_in_order()}
         servers = {name: tuple(service.servers) for name, service in services.items()}
         for found in self.policies.scenario_problems(policy, validated, hosts, servers):

@@ -49,6 +49,7 @@ class DocumentChecks:
         self.nodes: dict[str, Node] = {}
         self.origin: dict[str, tuple] = {}  # expanded node name -> path of its definition
         self.unusable: set[str] = set()  # node keys as written that were reported unusable
+        self.unusable_roles: set[tuple] = set()  # where unknown roles were written
         self.linked: set[str] = set()  # nodes some link names, whether or not the link is valid
         self.unknown_endpoint = False  # some endpoint could not be tied to defined nodes
         self.endpoint_paths: dict[Endpoint, tuple] = {}  # linked interface -> where written
@@ -83,7 +84,7 @@ class DocumentChecks:
             where = path + (index,)
             prefix, sep, value = selector.partition(":")
             if sep and prefix in ("role", "group", "kind"):
-                attribute = {"role": lambda n: n.role.value, "group": lambda n: n.group,
+                attribute = {"role": lambda n: n.role, "group": lambda n: n.group,
                              "kind": lambda n: n.kind}[prefix]
                 matched = [n.name for n in self.nodes.values()
                            if attribute(n) == value and not n.is_switch]

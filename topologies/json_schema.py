@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from .commands import COMMAND
-from .model import Controller, ScenarioDocument
+from .model import ROLE_MARK, SWITCH, Controller, ScenarioDocument
 from .plugins import AgentCatalog, PolicyCatalog, Plugins
 
 
@@ -31,6 +31,28 @@ def _allow_variables(schema: Any) -> Any:
         return schema
     if isinstance(schema, list):
         return [_allow_variables(item) for item in schema]
+    return schema
+
+
+def _roles(schema: dict, catalog: AgentCatalog) -> dict:
+    """``schema`` with the roles a node may have (``switch`` and every role the agents
+    declare) as ``$defs/Role``, referred to from every role field."""
+
+    def referred(part):
+        if part == ROLE_MARK:
+            return {"$ref": "#/$defs/Role"}
+        if isinstance(part, dict):
+            return {key: referred(value) for key, value in part.items()}
+        if isinstance(part, list):
+            return [referred(item) for item in part]
+        return part
+
+    schema = referred(schema)
+    roles = {SWITCH: "an Open vSwitch bridge", **catalog.roles()}
+    schema["$defs"]["Role"] = _allow_variables({
+        "title": "Role", "type": "string", "enum": list(roles),
+        "description": "what a node is; agents and policies key on it: " + "; ".join(
+            f"{name}: {meaning}" for name, meaning in roles.items())})
     return schema
 
 
@@ -101,7 +123,7 @@ def _policy_contracts(schema: dict, policies: PolicyCatalog) -> None:
 def scenario_schema(plugins: Plugins) -> dict:
     """The published JSON Schema of scenario files, with the params of the agents and policies
     in ``plugins``."""
-    schema = _allow_variables(ScenarioDocument.model_json_schema())
+    schema = _roles(_allow_variables(ScenarioDocument.model_json_schema()), plugins.agents)
     _agent_params(schema, plugins.agents)
     _policy_contracts(schema, plugins.policies)
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from enum import Enum
 from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer,
@@ -18,20 +17,12 @@ SAFE_NAME = r"^[A-Za-z][A-Za-z0-9_-]{0,31}$"
 NODE_NAME = r"^[A-Za-z][A-Za-z0-9_-]{0,31}(\[\d+-\d+\])?$"
 
 
-class Role(str, Enum):
-    """What a node is in the live-streaming / edge-computing world; agents and policies key on it."""
+SWITCH = "switch"  # the one role this layer knows: a host's roles are the agents' (Plugins)
 
-    streamer = "streamer"
-    viewer = "viewer"
-    edge = "edge"
-    access = "access"
-    gpu = "gpu"
-    datacenter = "datacenter"
-    dispatch = "dispatch"
-    camera = "camera"
-    client = "client"
-    relay = "relay"
-    switch = "switch"
+# A node's role: ``switch``, or one the agents declare (``AgentCatalog.roles``); the published
+# schema lists them under ``$defs/Role``, put where this marker is.
+ROLE_MARK = {"type": "string", "x-role": True}
+RoleName = Annotated[str, WithJsonSchema(ROLE_MARK)]
 
 
 def _parse_dpid(value: Any) -> int:
@@ -66,8 +57,8 @@ class StrictModel(BaseModel):
 class NodeSettings(StrictModel):
     """Settings a node inherits: from ``defaults``, then its kind, then its group."""
 
-    role: Optional[Role] = Field(None, description="what the node is; hosts need one, "
-                                                   "switches are role 'switch'")
+    role: Optional[RoleName] = Field(None, description="what the node is; hosts need one, "
+                                                       "switches are role 'switch'")
     labels: dict[str, Union[str, int, float, bool]] = Field(
         default_factory=dict, description="free key/values for policies and agents (merged)")
     env: dict[str, str] = Field(default_factory=dict,

@@ -10,7 +10,7 @@ import networkx as nx
 
 from . import model
 from .document_checks import DocumentChecks
-from .model import Impairment, Role
+from .model import SWITCH, Impairment
 from .naming import MAX_PORT, MAX_SWITCHES
 from .problems import did_you_mean
 from .resolved import Endpoint, Link, Node
@@ -63,16 +63,21 @@ class NetworkResolution(DocumentChecks):
                 self.nodes[name] = Node(name, role, kind, group, labels, env,
                                         self.source_map.position(path, key=True), dpid=spec.dpid,
                                         cpu=cpu)
-                if role is Role.switch and cpu is not None:
+                if role == SWITCH and cpu is not None:
                     self.problem(path + ("cpu",), "switches have no cpu limit",
                                  "a CPU limit belongs to a host; the switches share "
                                  "ovs-vswitchd")
-                if role is Role.switch and spec.ip is not None:
+                if role == SWITCH and spec.ip is not None:
                     self.problem(path + ("ip",), "switches have no ip",
                                  "addresses belong to hosts")
-                if role is not Role.switch and spec.dpid is not None:
+                if role != SWITCH and spec.dpid is not None:
                     self.problem(path + ("dpid",), "only switches have a datapath id",
-                                 f"this node's role is {role.value}")
+                                 f"this node's role is {role}")
+
+    def _roles(self) -> list[str]:
+        """The roles a node may have; empty when a reader without agents takes them as
+        written."""
+        return [] if self.agents is None else [SWITCH, *self.agents.roles()]
 
     def _inherit(self, spec: model.NodeSpec, path: tuple):
         """Apply defaults < kind < group < node; returns role, kind, group, labels, env,
@@ -98,10 +103,21 @@ class NetworkResolution(DocumentChecks):
                 return None
         layers = [s for s in (topology.defaults, kind, group, spec) if s is not None]
         role = next((s.role for s in reversed(layers) if s.role is not None), None)
+        roles = self._roles()
         if role is None:
             self.problem(path, "node has no role",
-                         "set role on the node, its kind, its group or topology.defaults; "
-                         f"roles: {', '.join(r.value for r in Role)}", key=True)
+                         "set role on the node, its kind, its group or topology.defaults"
+                         + (f"; roles: {', '.join(roles)}" if roles else ""), key=True)
+            return None
+        if roles and role not in roles:
+            where = {id(topology.defaults): ("topology", "defaults"),
+                     id(kind): ("topology", "kinds", kind_name),
+                     id(group): ("topology", "groups", spec.group), id(spec): path}
+            declaring = next(s for s in reversed(layers) if s.role is not None)
+            if where[id(declaring)] not in self.unusable_roles:  # once, however many inherit it
+                self.unusable_roles.add(where[id(declaring)])
+                self.problem(where[id(declaring)] + ("role",), f"unknown role {role!r}",
+                             did_you_mean(role, roles))
             return None
         labels: dict = {}
         env: dict = {}

@@ -1,4 +1,5 @@
-"""What the scenario checks need from the layers above: the agents' and the policies' catalogues."""
+"""What the scenario checks need from the layers above: the agents' (with the host roles they
+declare) and the policies' catalogues."""
 
 from __future__ import annotations
 
@@ -18,6 +19,11 @@ class AgentCatalog(Protocol):
     def params_model(self, name: str) -> type[BaseModel]: ...
 
     def node_reference_fields(self, model: type[BaseModel]) -> list[str]: ...
+
+    def roles(self) -> Mapping[str, str]:
+        """The roles of hosts the agents key on (name -> what such a host is); ``switch`` is
+        this layer's own."""
+        ...
 
 
 class PolicyCatalog(Protocol):
@@ -48,6 +54,9 @@ class _NoAgents:
     def node_reference_fields(self, model: type[BaseModel]) -> list[str]:
         return []
 
+    def roles(self) -> Mapping[str, str]:
+        return {}
+
 
 class _NoPolicies:
     """A catalogue without policies: every policy a scenario names is unknown."""
@@ -70,7 +79,8 @@ class Plugins:
     """The catalogues a scenario is checked against. Left out, a catalogue knows nothing, so a
     scenario naming an agent or a policy is refused as unknown rather than passed unchecked.
     ``agents=None`` is for a reader that starts no workload (the controller): the workload is
-    then not resolved at all and the scenario's ``workload`` is empty."""
+    then not resolved at all, the scenario's ``workload`` is empty and host roles are taken as
+    written (the runner that starts the workload has checked them)."""
 
     agents: AgentCatalog | None = field(default_factory=_NoAgents)
     policies: PolicyCatalog = field(default_factory=_NoPolicies)

@@ -12,7 +12,7 @@ import networkx as nx
 
 from . import model
 from .loader import Position
-from .model import Impairment, Role, ScenarioDocument
+from .model import SWITCH, Impairment, ScenarioDocument
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class Node:
     """A host or switch after inheritance, with everything needed to create it."""
 
     name: str
-    role: Role
+    role: str
     kind: str | None
     group: str | None
     labels: dict[str, Any]
@@ -44,7 +44,7 @@ class Node:
 
     @property
     def is_switch(self) -> bool:
-        return self.role is Role.switch
+        return self.role == SWITCH
 
     @property
     def ip(self) -> ipaddress.IPv4Interface | None:
@@ -185,7 +185,7 @@ class Scenario:
         """The scenario with every default and inherited value written out (for the run record)."""
         document = self.document.model_dump(mode="json", exclude={"topology"})
         document["topology"] = {
-            "nodes": {n.name: {"role": n.role.value, "kind": n.kind, "group": n.group,
+            "nodes": {n.name: {"role": n.role, "kind": n.kind, "group": n.group,
                                "labels": n.labels, "env": n.env,
                                **({"dpid": f"0x{n.dpid:016x}", "ports": n.ports} if n.is_switch
                                   else {"interfaces": {i: str(a) for i, a in n.interfaces.items()},

@@ -163,7 +163,9 @@ def wire_page() -> str:
         rows.append(f"| {message.type} | `{message.name}` | {fields} | {tail} |")
     return "\n".join([
         "# Wire messages\n",
-        "Generated from the format table the agents pack and unpack with (`FORMATS`). Every "
+        "Generated from the format table the agents pack and unpack with "
+        "(`agents.wire.formats()`: `agents/formats.py` and each scheme's "
+        "`agents/<slug>/formats.py`). Every "
         "message starts with magic `EB`, version 1 and its type code; numbers are big-endian; "
         "field codes are Python `struct`'s (`B` u8, `H` u16, `I` u32, `Q` u64). Timestamps "
         "(`*_ns`) are nanoseconds since the epoch on CLOCK_REALTIME, which every host of a run "

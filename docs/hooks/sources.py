@@ -12,7 +12,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from agents import catalog as agent_catalog  # noqa: E402
-from agents.formats import FORMATS  # noqa: E402
+from agents.wire import formats as message_formats  # noqa: E402
 from controller import policies  # noqa: E402
 from experiments.cli import parser as cli_parser  # noqa: E402
 from experiments.scenarios import json_schema as scenario_schema  # noqa: E402
@@ -39,7 +39,7 @@ def scheduling_policies() -> dict[str, tuple[str, type]]:
 
 def wire_formats() -> list:
     """The data-plane messages, by type code."""
-    return [FORMATS[code] for code in sorted(FORMATS)]
+    return list(message_formats().values())
 
 
 __all__ = ["ROOT", "BENCHMARK_RESULTS", "agents", "scheduling_policies", "wire_formats",

@@ -162,7 +162,7 @@ class _Exporter:
         return {"image": self.image, "cap-add": ["NET_ADMIN", "NET_RAW"], "env": env}
 
     def labels(self, node: Node) -> dict[str, str]:
-        labels = {"edgebed-role": node.role.value, "edgebed-name": node.name}
+        labels = {"edgebed-role": node.role, "edgebed-name": node.name}
         labels |= {f"edgebed-label-{key}": str(value) for key, value in node.labels.items()
                    if str(value)}
         return labels

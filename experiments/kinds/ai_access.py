@@ -22,7 +22,7 @@ from typing import Annotated
 import pandas as pd
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from agents.ai_terminal import MAX_FRAGMENT_PAYLOAD
+from agents.ai_access.ai_terminal import MAX_FRAGMENT_PAYLOAD
 from controller.policies.ai_access.access import ALLOCATORS
 from controller.policies.ai_access.migration import ALPHA, REMAINING_SMOOTHING, THETA
 from controller.policies.ai_access.model import Receiver, Run, Traffic, simulate

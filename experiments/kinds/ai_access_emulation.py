@@ -328,7 +328,7 @@ emulated scale, not at the paper's batches of requests, which the model-level re
 
 **The cluster manager.** ar1 doubles as the cluster manager: every access server asks it on
 the side band (the management network) which GPU server takes a unit it completed, and it
-grants them in rotation (g1, g2, g1, ...; `agents/ai_gpu.py`); the units then travel whole
+grants them in rotation (g1, g2, g1, ...; `agents/ai_access/ai_gpu.py`); the units then travel whole
 over TCP on the data plane. The load and access tables the paper gives the manager are held
 here by edgebed's controller, where the access policy and the migration run (the servers'
 load reports and the flows' joins reach it on the same side band); the manager's own role is

@@ -25,7 +25,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 from scipy import stats
 
-from agents.bloom_cdn_node import STRATEGIES
+from agents.bloom_cdn.bloom_cdn_node import STRATEGIES
 from controller.policies.bloom_cdn import model
 from experiments.measurements import host_addresses, read_table
 from experiments.sweeps.kinds import Cell, Kind, Metric, edgebed_run, emulated_run

@@ -3,7 +3,7 @@ one ``edgebed run`` of ``topologies/dispatch.yaml`` per cell in which the three 
 centers look streams up among themselves by broadcast or by following a hint (the cell's
 policy), on the same seeds.
 
-Everything comes from what the asking centers recorded (``agents/dispatch_center.py``): one
+Everything comes from what the asking centers recorded (``agents/dispatch/dispatch_center.py``): one
 row per lookup (``lookups``: its mode, the stream's owner, the hint, the outcome, messages,
 retransmissions and time) and one per reply taken in (``lookup_replies``: its round trip).
 Beside the measured lookups, the pure model
@@ -179,7 +179,7 @@ Each cell is one emulated run of `topologies/dispatch.yaml` (real packets on a M
 network, userspace Open vSwitch; the scenario's stream, seven media nodes and six viewers run
 beside) in which each of the three regional dispatch centers, dcn (cn), dus (us) and deu
 (eu), starts back-to-source lookups, Poisson at `rate` a second, for streams registered at
-another center, and answers the others' queries (`agents/dispatch_center.py`; the lookup's
+another center, and answers the others' queries (`agents/dispatch/dispatch_center.py`; the lookup's
 state machine is `controller/policies/dispatch/lookup.py`, the one the model runs too). The policy is the lookup
 mode:
 

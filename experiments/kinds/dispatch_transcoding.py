@@ -205,7 +205,7 @@ site, 2 ms from the media nodes' switch). Every media node keeps a GOP cache. Po
   it serves a viewer (seed 001's passive transcoding, the policy's `rooms.Transcoding` saying
   that webv1's join started it: decision attribute `transcoder_started`);
 * `always` — the transcoder pulls the stream from cn1 from its start, viewers or not (the
-  always-on transcoder: `live_edge`'s `back_source_mode: always`).
+  always-on transcoder: `edge_server`'s `back_source_mode: always`).
 
 Measured: the bytes the transcoder got from the origin (its `flows` row) and their rate over
 the whole run; when it was getting the stream (stretches of frames no more than 0.5 s apart),

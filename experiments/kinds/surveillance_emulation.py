@@ -12,7 +12,7 @@ Everything measured comes from the run's records: per node, the load reports it 
 process CPU over its budget, its interface's bytes over its link rate, L of eq. 2 from them with
 the policy's weights), the policy's refusals (``policy_trace``), the sessions that ended and
 left (``decisions``: a viewer leaves when its session ends, and the controller releases its
-placement) and which node each node server pulled a stream from (``flows`` of the live_edge
+placement) and which node each node server pulled a stream from (``flows`` of the edge_server
 agents: a node fed by another node is a cascade).
 """
 
@@ -140,7 +140,7 @@ def cascade_depths(run_dir: Path) -> dict[str, int]:
     nodes = {name for name, node in resolved["topology"]["nodes"].items()
              if node.get("role") == "edge"}
     for row in read_table(run_dir, "flows"):
-        if row["agent"] == "live_edge" and row["node"] in nodes:
+        if row["agent"] == "edge_server" and row["node"] in nodes:
             feeder = by_address.get(row["peer"].split(":")[0])
             if feeder in nodes and feeder != row["node"]:
                 fed_by[row["flow"]][row["node"]] = feeder

@@ -45,7 +45,7 @@ controller:
   services:
     video: {{address: 10.9.0.200, port: 5004, servers: [e1]}}
 workload:
-  - agent: live_edge
+  - agent: edge_server
     nodes: [e1]
     params: {{service: video, report_period: 100ms, report_host: false}}
 """

@@ -1,4 +1,4 @@
-"""The live edge's GOP cache (agents.live_edge ``gop_cache``, seed 001's startup) on a real
+"""The live edge's GOP cache (agents.edge_server ``gop_cache``, seed 001's startup) on a real
 Mininet network: two media nodes get the same stream at the same time, one keeping a GOP
 cache and one not, and a viewer joins each in the middle of a GOP. Checked on what the agents
 measured: the nodes' sessions (``live_sessions``, ``sender_lateness``) and frames, and the
@@ -55,11 +55,11 @@ workload:
   - agent: edge_forwarder
     nodes: [ingest]
     params: {{port: 5004, to: [cached, plain], to_port: 5008}}
-  - agent: live_edge
+  - agent: edge_server
     nodes: [cached]
     params: {{port: 5004, source_port: 5008, transcoding_delay: 0ms, payload: 1000,
              gop_cache: true, gop_burst: {GOP_BURST:g}}}
-  - agent: live_edge
+  - agent: edge_server
     nodes: [plain]
     params: {{port: 5004, source_port: 5008, transcoding_delay: 0ms, payload: 1000}}
   - agent: streamer

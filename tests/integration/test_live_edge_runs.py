@@ -12,7 +12,7 @@ import statistics
 import networkx as nx
 import yaml
 
-from agents import live_edge, streamer
+from agents import edge_server, streamer
 from controller.config import ControllerConfig
 from controller.view import NetworkView
 from experiments.kinds.live_edge_emulation import viewer_qoe
@@ -66,7 +66,7 @@ def test_every_viewer_is_served_by_the_edge_and_at_the_bitrate_the_controller_ch
                      if node["role"] == "viewer")
     coverage = {viewer: set(resolved["topology"]["nodes"][viewer]["labels"]["covering"]
                             .split(",")) for viewer in viewers}
-    edge = agent_params(resolved, "live_edge", live_edge.Params)
+    edge = agent_params(resolved, "edge_server", edge_server.Params)
     source = agent_params(resolved, "streamer", streamer.Params)
     placed = {flow["client"]: flow for flow in
               json.loads((run_dir / "controller" / "state.json").read_text())["flows"]}

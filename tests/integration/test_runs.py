@@ -29,7 +29,7 @@ def connected_role_pairs(loaded) -> set[frozenset]:
     for part in nx.connected_components(graph):
         hosts = [loaded.nodes[n] for n in part if not loaded.nodes[n].is_switch]
         for a, b in itertools.combinations(hosts, 2):
-            pairs.add(frozenset((a.role.value, b.role.value)))
+            pairs.add(frozenset((a.role, b.role)))
     return pairs
 
 

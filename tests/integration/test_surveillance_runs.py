@@ -129,7 +129,7 @@ def test_the_hot_camera_s_clients_beyond_the_origin_s_share_get_it_from_a_cascad
           + ", ".join(f"{c}@{servers[c]}" for c in beyond))
     assert len(on_origin) <= CAPACITY[origin] and beyond, servers
     inputs = {(row["node"], row["flow"]): row for row in read_table(run, "flows")
-              if row["agent"] == "live_edge"}
+              if row["agent"] == "edge_server"}
     sessions = read_table(run, "live_sessions")
     client_flows = {row["node"]: row for row in read_table(run, "flows")
                     if row["agent"] == "viewer" and row["flow"] == "stream-1"}
@@ -255,7 +255,7 @@ def test_a_dead_node_s_clients_move_and_what_it_fed_is_fed_again(dying):
         assert sum(int(r["unique"]) for r in later) > 0, later
     # A node node2 fed (a cascade) pulls from another node since.
     for node in ("node1", "node3"):
-        changes = summary_of(dying, node, "live_edge")["back_source"]["upstreams"]
+        changes = summary_of(dying, node, "edge_server")["back_source"]["upstreams"]
         fed_by_node2 = [c for c in changes if c["to"] == address["node2"]]
         if fed_by_node2:
             after = [c for c in changes if c["time_s"] > fed_by_node2[-1]["time_s"]]

@@ -1,9 +1,9 @@
 """Adding a scheme edits no shared file: a toy scheme ("toy": one policy, one experiment kind,
-one agent with a table of its own) written at test time into directories appended to the
+one agent with a table and a wire message of its own) written at test time into directories appended to the
 packages' paths is found by every layer, as docs/schemes/index.md describes.
 
 The directories stand for the scheme's own files in the repository
-(``controller/policies/toy/``, ``experiments/kinds/toy.py``, ``agents/toy.py``): discovery
+(``controller/policies/toy/``, ``experiments/kinds/toy.py``, ``agents/toy/``): discovery
 scans a package's ``__path__`` the way the import system does, so files in an appended
 directory are found exactly as files in the package's own directory are.
 """
@@ -22,7 +22,7 @@ from experiments import scenarios
 import agents
 import controller.policies
 import experiments.kinds
-from agents import catalog
+from agents import catalog, dissector, wire
 from controller import policies
 from experiments.sweeps import experiment as experiments_file
 from experiments.sweeps.runner import read_results, run
@@ -100,11 +100,28 @@ KINDS = (Kind(name="toy_model", parameters=Parameters, policies=("most_room",), 
               plots=("assigned",)),)
 '''
 
+TOY_AGENTS = '''
+"""The toy scheme agents, and the role of the hosts that run them."""
+ROLES = {"counter": "a host that counts"}
+'''
+
+MESSAGES = '''
+"""Toy scheme's wire message: one number."""
+from agents.wire import MessageFormat
+
+TICK = MessageFormat("toy_tick", 250, (("number", "I"), ("send_ns", "Q")),
+                     timestamps=frozenset({"send_ns"}))
+
+MESSAGES = (TICK,)
+'''
+
 AGENT = '''
-"""Toy scheme's agent: counts to ``count`` and writes one row per number."""
+"""Toy scheme's agent: counts to ``count`` and writes one row per number, the number as the
+scheme's own message."""
 import sys
 
-from agents.common import Agent, AgentParams
+from agents.agent import Agent, AgentParams
+from agents.toy.formats import TICK
 
 TABLES = {"toy_counts": ("node", "agent", "number")}
 
@@ -117,7 +134,7 @@ def main(argv=None) -> int:
     agent = Agent("toy", argv, TABLES)
     params = Params.model_validate(agent.params)
     for number in range(params.count):
-        agent.row("toy_counts", number)
+        agent.row("toy_counts", TICK.unpack(TICK.pack(number=number, send_ns=0))["number"])
     agent.finish({"count": params.count})
     return 0
 
@@ -131,7 +148,7 @@ name: toy
 topology:
   subnet: 10.0.0.0/24
   nodes:
-    v1: {role: viewer}
+    v1: {role: counter}
     e1: {role: edge, labels: {capacity: 10}}
     s1: {role: switch}
   links:
@@ -167,14 +184,17 @@ def toy_scheme(tmp_path, monkeypatch):
     """The toy scheme's files, each in a directory appended to its package's path."""
     files = {(controller.policies, "toy/__init__.py"): POLICY,
              (experiments.kinds, "toy.py"): KIND,
-             (agents, "toy.py"): AGENT}
+             (agents, "toy/__init__.py"): TOY_AGENTS,
+             (agents, "toy/toy.py"): AGENT,
+             (agents, "toy/formats.py"): MESSAGES}
     for (package, name), text in files.items():
         directory = tmp_path / package.__name__
         (directory / name).parent.mkdir(parents=True, exist_ok=True)
         (directory / name).write_text(textwrap.dedent(text))
         monkeypatch.setattr(package, "__path__", [*package.__path__, str(directory)])
     yield tmp_path
-    for module in ("controller.policies.toy", "experiments.kinds.toy", "agents.toy"):
+    for module in ("controller.policies.toy", "experiments.kinds.toy", "agents.toy.toy",
+                   "agents.toy.formats", "agents.toy"):
         sys.modules.pop(module, None)
 
 
@@ -185,6 +205,8 @@ def test_the_toy_policy_is_found_created_and_checked_in_scenarios(toy_scheme):
                             {})
     assert loaded.document.controller.policy == "most_room"
     assert [entry.agent for entry in loaded.workload] == ["toy"]
+    assert loaded.nodes["v1"].role == "counter"
+    assert "counter" in scenarios.json_schema()["$defs"]["Role"]["anyOf"][0]["enum"]
     with pytest.raises(ScenarioInvalid, match="reserve") as refused:
         scenarios.loads(SCENARIO.replace("RESERVE", "-1").replace("COUNT", "2"), "toy.yaml", {})
     assert "toy.yaml:" in str(refused.value)
@@ -218,8 +240,16 @@ def test_the_toy_agent_and_its_table_are_found_and_written(toy_scheme):
     assert written == ["node,agent,number", "v1,toy,0", "v1,toy,1"]
 
 
+def test_the_toy_message_is_found_and_dissected(toy_scheme):
+    tick = wire.formats()[250]
+    assert tick.name == "toy_tick"
+    assert wire.message_type(tick.pack(number=7, send_ns=1), wire.formats().values()) is tick
+    assert ('[250] = {name = "toy_tick", fields = {{"number", "u32"}, {"send_ns", "time"}}}'
+            in dissector.lua())
+
+
 def test_a_table_an_agent_does_not_declare_is_refused(tmp_path):
-    from agents.common import Agent
+    from agents.agent import Agent
 
     handlers = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -250,7 +280,7 @@ def test_every_shipped_scheme_follows_the_layout():
     root = Path(__file__).resolve().parents[2]
     assert not (root / "controller" / "live_edge").exists()
     for path in ("controller/policies/live_edge/__init__.py", "experiments/kinds/live_edge.py",
-                 "agents/live_edge.py", "topologies/live_edge.yaml",
+                 "agents/edge_server.py", "topologies/live_edge.yaml",
                  "experiments/live_edge-model.yaml", "reports/live_edge-model/report.md"):
         assert (root / path).exists(), path
     assert {"lua", "df", "mhcp", "random", "optimal"} <= set(policies.available())

@@ -1,5 +1,5 @@
 """What a receiving agent does with the datagrams that reached its socket before it stopped:
-it reads and measures them (agents.common.datagrams), directly and through a real agent
+it reads and measures them (agents.sockets.datagrams), directly and through a real agent
 stopped with SIGTERM the way a run stops it. No timing is assumed: whatever was sent before the
 stop is on the socket when the stop comes."""
 
@@ -9,7 +9,7 @@ import socket
 import time
 from types import SimpleNamespace
 
-from agents.common import DATAGRAM_BUFFER, datagrams, receiving_socket, waiting_datagrams
+from agents.sockets import DATAGRAM_BUFFER, datagrams, receiving_socket, waiting_datagrams
 from agents.formats import DANMAKU
 from tests.unit.test_media_agents import LOOPBACK, listening_port, start, summary_of
 

@@ -70,8 +70,8 @@ def test_listening_agent_survives_fuzzing(agent, params, ports, tmp_path):
     if agent not in catalog.available():
         pytest.fail(f"agent {agent} is missing")
     process = subprocess.Popen(
-        [sys.executable, "-m", f"agents.{agent}", "--node", "fuzzed", "--out", str(tmp_path),
-         "--params", json.dumps(params)], cwd=ROOT, stdout=subprocess.PIPE,
+        [sys.executable, "-m", catalog.module_name(agent), "--node", "fuzzed", "--out",
+         str(tmp_path), "--params", json.dumps(params)], cwd=ROOT, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)
     try:
         for _ in range(100):

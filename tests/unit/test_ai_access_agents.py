@@ -14,10 +14,11 @@ import subprocess
 
 import pytest
 
-from agents import ai_receiver
-from agents.common import ProcessingBudget, receiving_socket
+from agents.ai_access import ai_receiver
+from agents.pacing import ProcessingBudget
+from agents.sockets import receiving_socket
 from agents.follower import FOLLOWER_TABLES
-from agents.formats import AI_DATA, AI_NACK
+from agents.ai_access.formats import AI_DATA, AI_NACK
 from tests.unit.test_ai_agents import (SHORT, SHORT_FRAGMENTS, SHORT_TIMING, RowsKept,
                                        every_seventh, free_udp_port, transfer)
 from controller import netns

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agents.formats import AI_DATA
+from agents.ai_access.formats import AI_DATA
 from controller.policies.ai_access.model import (PACKET_OVERHEAD, Receiver, Traffic,
                                                  period_outcome, simulate)
 from controller.policies.ai_access.resources import Port, ServerSpec
@@ -21,7 +21,7 @@ def receiver(rate, cpu=1e9, queue=0, memory=1e9):
 
 
 def test_the_models_unit_is_the_ai_terminals():
-    from agents import ai_terminal
+    from agents.ai_access import ai_terminal
     from controller.policies.ai_access import resources
     assert (resources.SPEC_FRAGMENTS, resources.SPEC_FRAGMENT_PAYLOAD) == (
         ai_terminal.SPEC_FRAGMENTS, ai_terminal.SPEC_FRAGMENT_PAYLOAD)

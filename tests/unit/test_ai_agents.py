@@ -16,9 +16,10 @@ from typing import Callable
 import pytest
 from pydantic import ValidationError
 
-from agents import ai_receiver, ai_terminal
-from agents.common import receiving_socket
-from agents.formats import AI_DATA, AI_NACK, GIFT
+from agents.ai_access import ai_receiver, ai_terminal
+from agents.sockets import receiving_socket
+from agents.ai_access.formats import AI_DATA, AI_NACK
+from agents.formats import GIFT
 from tests.conftest import LoopbackRelay
 from tests.unit.test_media_agents import (HANG_GUARD_S, LOOPBACK, listening_port, start,
                                           summary_of, table)

@@ -11,8 +11,8 @@ from collections import Counter
 
 import pytest
 
-from agents.ai_gpu import ClusterManager, GpuServer, Handoff
-from agents.formats import AI_UNIT, GPU_GRANT, GPU_REQUEST
+from agents.ai_access.ai_gpu import ClusterManager, GpuServer, Handoff
+from agents.ai_access.formats import AI_UNIT, GPU_GRANT, GPU_REQUEST
 from tests.unit.test_ai_agents import RowsKept
 from tests.unit.test_media_agents import LOOPBACK
 

@@ -1,4 +1,4 @@
-"""Seed 003's rotation of AI data units over the GPU servers (the cluster manager's, pure code in agents/ai_gpu.py)."""
+"""Seed 003's rotation of AI data units over the GPU servers (the cluster manager's, pure code in agents/ai_access/ai_gpu.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from agents.ai_gpu import Grant, GpuRotation
+from agents.ai_access.ai_gpu import Grant, GpuRotation
 
 
 def test_units_go_to_the_gpu_servers_in_turn_whoever_completed_them():

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.bloom_cdn_node import DC_SERVER, item_bytes
+from agents.bloom_cdn.bloom_cdn_node import DC_SERVER, item_bytes
 from tests.unit.test_media_agents import LOOPBACK, listening_port, start, summary_of, table
 
 ITEMS, REQUESTS, MEAN_BYTES = 200, 60, 4000

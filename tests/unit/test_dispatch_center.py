@@ -13,8 +13,8 @@ import time
 import pytest
 from pydantic import ValidationError
 
-from agents import dispatch_center
-from agents.formats import LOOKUP_QUERY, LOOKUP_REPLY
+from agents.dispatch import dispatch_center
+from agents.dispatch.formats import LOOKUP_QUERY, LOOKUP_REPLY
 from tests.unit.test_media_agents import start, summary_of, table
 
 CENTERS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]

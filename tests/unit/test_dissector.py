@@ -1,11 +1,12 @@
-"""The Wireshark dissector is generated from agents/formats.py (agents.dissector); the committed
-file must be what the generator makes. tests/unit/test_pcap.py decodes real captures with it."""
+"""The Wireshark dissector is generated from the agents' wire formats (agents.dissector); the
+committed file must be what the generator makes. tests/unit/test_pcap.py decodes real captures
+with it."""
 
 import dataclasses
 
 import pytest
 
-from agents import dissector, formats
+from agents import dissector, formats, wire
 
 
 def test_the_committed_dissector_is_the_generators_output():
@@ -16,7 +17,7 @@ def test_the_committed_dissector_is_the_generators_output():
 
 def test_every_field_of_every_format_is_in_the_dissector():
     text = dissector.lua()
-    for code, message in formats.FORMATS.items():
+    for code, message in wire.formats().items():
         assert f'[{code}] = {{name = "{message.name}"' in text
         for name, _ in message.fields:
             assert f'{{"{name}", ' in text
@@ -30,19 +31,24 @@ def test_every_field_of_every_format_is_in_the_dissector():
 
 
 def test_a_format_added_in_python_appears_in_the_lua(monkeypatch):
-    extra = formats.MessageFormat("beacon", 13, (("node", "I"), ("send_ns", "Q")), "payload",
-                                  "padding")
-    monkeypatch.setattr(formats, "FORMATS", formats.FORMATS | {13: extra})
-    text = dissector.lua()
-    assert ('[13] = {name = "beacon", fields = {{"node", "u32"}, {"send_ns", "time"}},'
+    extra = wire.MessageFormat("beacon", 99, (("node", "I"), ("send_ns", "Q")), "payload",
+                               "padding", timestamps=frozenset({"send_ns"}))
+    text = dissector.lua(wire.formats() | {99: extra})
+    assert ('[99] = {name = "beacon", fields = {{"node", "u32"}, {"send_ns", "time"}},'
             in text)
-    assert dissector.main(["--check"]) == 1
+    assert text != dissector.OUTPUT.read_text()
 
 
-def test_fields_the_dissector_cannot_show_are_refused(monkeypatch):
+def test_fields_the_dissector_cannot_show_are_refused():
     odd = dataclasses.replace(formats.GIFT, fields=(("user", "f"),))
-    monkeypatch.setattr(formats, "FORMATS", {3: odd})
     with pytest.raises(ValueError, match="no dissector kind for struct code 'f'"):
-        dissector.lua()
+        dissector.lua({3: odd})
     with pytest.raises(ValueError, match="timestamp field send_ns must be a u64"):
-        dissector.field_kind("send_ns", "I")
+        dissector.field_kind("send_ns", "I", timestamp=True)
+
+
+def test_one_field_named_two_ways_is_refused():
+    renamed = dataclasses.replace(formats.GIFT, fields=(("frame_type", "B"),),
+                                  named_values={"frame_type": {1: "key", 2: "delta"}})
+    with pytest.raises(ValueError, match="field frame_type has other value names"):
+        dissector.lua({1: formats.MEDIA, 3: renamed})

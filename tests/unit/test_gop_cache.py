@@ -1,4 +1,4 @@
-"""The live edge's GOP cache (agents.live_edge, seed 001): what a viewer joining mid-GOP gets
+"""The live edge's GOP cache (agents.edge_server, seed 001): what a viewer joining mid-GOP gets
 first (the frames since the latest I frame, once, in order, then the live stream), that the
 cache never holds more than one GOP, and that the burst is paced at ``gop_burst`` times the
 session's bitrate and counted in ``live_sessions``. Over loopback, no root; the edge is the
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.live_edge import GopCache, SourceFrame
+from agents.edge_server import GopCache, SourceFrame
 from agents.streamer import I_FRAME, P_FRAME
 from tests.unit.test_live_edge_agents import (FRAGMENT_BYTES, FRAGMENTS, SOURCE_KBPS, Source,
                                               Viewer, sessions, start_edge, summary_of)

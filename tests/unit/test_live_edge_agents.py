@@ -1,4 +1,4 @@
-"""Seed 000's live-edge agents over loopback (no root needed): the edge server (agents.live_edge)
+"""Seed 000's live-edge agents over loopback (no root needed): the edge server (agents.edge_server)
 serving pulls with transcoded frames, sessions expiring and refused over the compute budget,
 load reports, hostile datagrams; the viewer's pull mode following a controller's decisions.
 
@@ -20,9 +20,10 @@ import zlib
 import pytest
 from pydantic import ValidationError
 
-from agents import catalog, live_edge, pcap, streamer, viewer
-from agents.formats import MAGIC, MEDIA, PULL, VERSION
-from agents.protocols import Pull, fuzzed_datagrams
+from agents import catalog, edge_server, pcap, streamer, viewer
+from agents.formats import MEDIA, PULL
+from agents.wire import MAGIC, VERSION
+from agents.protocols import fuzzed_datagrams, layer
 from edgebed import protocol
 from tests.conftest import ROOT, LoopbackRelay, wait_until
 from tests.unit.test_agents_fuzz import DATAGRAMS, bound
@@ -164,8 +165,8 @@ class Viewer:
 
 
 def start_edge(tmp_path, env=None, **params) -> tuple[subprocess.Popen, int, int]:
-    """The live_edge agent on free ports: (process, service port, source port)."""
-    process = running(subprocess.Popen(agent_argv("live_edge", "e", tmp_path,
+    """The edge_server agent on free ports: (process, service port, source port)."""
+    process = running(subprocess.Popen(agent_argv("edge_server", "e", tmp_path,
                                                   {"port": 0, "source_port": 0} | params),
                                        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                        text=True, env=env))
@@ -173,13 +174,13 @@ def start_edge(tmp_path, env=None, **params) -> tuple[subprocess.Popen, int, int
 
 
 def sessions(tmp_path) -> list[dict]:
-    return table(tmp_path, "live_sessions", "e", "live_edge")
+    return table(tmp_path, "live_sessions", "e", "edge_server")
 
 
 def test_the_agents_and_their_node_references_are_in_the_catalog():
-    assert "live_edge" in catalog.available()
+    assert "edge_server" in catalog.available()
     # upstream: the always-on back-source's (passive transcoding's baseline) origin.
-    assert catalog.node_reference_fields(catalog.params_model("live_edge")) == [
+    assert catalog.node_reference_fields(catalog.params_model("edge_server")) == [
         "report_paths", "upstream"]
     assert "pull" in catalog.node_reference_fields(catalog.params_model("viewer"))
 
@@ -264,11 +265,11 @@ def test_a_session_ends_when_the_pulls_stop_and_a_new_pull_opens_another(tmp_pat
 def test_a_frame_goes_to_no_session_past_its_pull_timeout(pulled_s_ago, served):
     """In the edge itself, with no housekeeping running: a frame completed more than the pull
     timeout after a session's last pull finds it ended, at its timeout."""
-    params = live_edge.Params.model_validate({"port": 0, "source_port": 0, "pull_timeout": 0.3,
+    params = edge_server.Params.model_validate({"port": 0, "source_port": 0, "pull_timeout": 0.3,
                                               "transcoding_delay": 0})
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as service:
         service.bind((LOOPBACK, 0))
-        edge = live_edge.LiveEdge(params, service)
+        edge = edge_server.EdgeServer(params, service)
         viewer = (LOOPBACK, 9)
 
         def media(frame: int, fragment: int) -> bytearray:
@@ -522,7 +523,7 @@ def test_the_edge_reports_what_it_serves_to_the_controller(tmp_path):
 
 def test_the_edge_survives_fuzzing_on_both_ports(tmp_path):
     ports = (47021, 47022)
-    edge = start("live_edge", "fuzzed", tmp_path, {"port": ports[0], "source_port": ports[1]})
+    edge = start("edge_server", "fuzzed", tmp_path, {"port": ports[0], "source_port": ports[1]})
     try:
         assert listening_port(edge) == ports[0] and listening_port(edge) == ports[1]
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
@@ -532,12 +533,12 @@ def test_the_edge_survives_fuzzing_on_both_ports(tmp_path):
                     if index % 500 == 0:
                         time.sleep(0.001)  # a burst larger than the receive buffer is not fuzz
         time.sleep(QUIET_S)  # for a crash to show; one later fails the summary's exit code
-        assert edge.poll() is None, f"live_edge died under fuzzing: {edge.communicate()}"
+        assert edge.poll() is None, f"edge_server died under fuzzing: {edge.communicate()}"
         assert all(bound(port) for port in ports)
     finally:
         summary = summary_of(edge, stop=True)
     assert summary["malformed_pulls"] > 0 and summary["input"]["malformed"] > 0
-    counted = table(tmp_path, "malformed", "fuzzed", "live_edge")
+    counted = table(tmp_path, "malformed", "fuzzed", "edge_server")
     assert {int(row["port"]) for row in counted} == set(ports)
 
 
@@ -555,14 +556,14 @@ def test_the_viewer_refuses_an_incomplete_pull_mode(params, problem):
 
 def test_the_edge_refuses_packets_it_cannot_cut():
     with pytest.raises(ValidationError, match="payload must be"):
-        live_edge.Params.model_validate({"payload": 30})
+        edge_server.Params.model_validate({"payload": 30})
 
 
 def test_captures_summarize_pulls_per_user():
-    name, fields = pcap.message_fields(bytes(Pull(stream=3, delivered_stream=2, user=77,
+    name, fields = pcap.message_fields(bytes(layer("pull")(stream=3, delivered_stream=2, user=77,
                                                   bitrate_kbps=2500, rung=1)))
     assert (name, fields[pcap.FLOW_KEYS[name]], fields["bitrate_kbps"]) == ("pull", 77, 2500)
-    assert bytes(Pull(stream=1))[:4] == MAGIC + bytes([VERSION, PULL.type])
+    assert bytes(layer("pull")(stream=1))[:4] == MAGIC + bytes([VERSION, PULL.type])
 
 
 class PushedOnly:
@@ -589,7 +590,7 @@ def test_back_source_pulls_a_wanted_stream_from_the_upstream_its_decisions_name(
         sock.settimeout(HANG_GUARD_S)
     port = upstream.getsockname()[1]
     control = PushedOnly()
-    back = live_edge.BackSource("node2", control, source, port, interval=0.2)
+    back = edge_server.BackSource("node2", control, source, port, interval=0.2)
     # A decision for another node, one without the attributes: nothing to pull from.
     control.pushed = [pushed("c1/video", "node1", 1, stream=1, upstream=LOOPBACK),
                       pushed("c2/video", "node2", 1, camera="1")]
@@ -626,10 +627,10 @@ def test_an_always_on_back_source_pulls_its_standing_stream_with_no_session():
         sock.bind((LOOPBACK, 0))
         sock.settimeout(HANG_GUARD_S)
     port = upstream.getsockname()[1]
-    passive = live_edge.BackSource("t1", PushedOnly(), source, port, interval=0.2)
+    passive = edge_server.BackSource("t1", PushedOnly(), source, port, interval=0.2)
     passive.pull({}, now_ns=0)
     assert passive.pulls == {}
-    always = live_edge.BackSource("t1", PushedOnly(), source, port, interval=0.2,
+    always = edge_server.BackSource("t1", PushedOnly(), source, port, interval=0.2,
                                   standing={0: 1e6}, upstreams={0: LOOPBACK})
     always.pull({}, now_ns=0)
     fields = PULL.struct.unpack_from(upstream.recvfrom(2048)[0])
@@ -638,13 +639,14 @@ def test_an_always_on_back_source_pulls_its_standing_stream_with_no_session():
     assert PULL.struct.unpack_from(upstream.recvfrom(2048)[0])[7] == 2000
     assert always.pulls == {0: 2}
     with pytest.raises(ValueError, match="needs back_source and an upstream"):
-        live_edge.Params(back_source=True, back_source_mode="always")
+        edge_server.Params(back_source=True, back_source_mode="always")
     upstream.close()
     source.close()
 
 
 def test_the_edge_says_how_long_each_wanted_stream_has_been_silent():
-    edge = live_edge.LiveEdge(live_edge.Params(), socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
+    edge = edge_server.EdgeServer(edge_server.Params(),
+                                  socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
     packet = bytearray(100)
     MEDIA.struct.pack_into(packet, 0, MAGIC, VERSION, MEDIA.type, 7, 0, 0, 0, 1, 0, 0, 1, 1000)
     edge.source_packet(packet, 100, received_ns=10**9)

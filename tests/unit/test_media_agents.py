@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from agents import camera, catalog, chat_collector, edge_forwarder, streamer, viewer
+from agents import catalog, chat_collector, edge_forwarder, streamer, viewer
+from agents.surveillance import camera
 from agents.formats import DANMAKU, GIFT, MEDIA
 from tests.conftest import ROOT
 
@@ -32,7 +33,7 @@ HANG_GUARD_S = 60  # only against a hung agent; nothing here is a timed assertio
 
 def agent_argv(agent: str, node: str, out: Path, params: dict, seed: int = 1) -> list[str]:
     """The command line a run uses to start ``agent``."""
-    return [sys.executable, "-m", f"agents.{agent}", "--node", node, "--out", str(out),
+    return [sys.executable, "-m", catalog.module_name(agent), "--node", node, "--out", str(out),
             "--params", json.dumps(params), "--seed", str(seed)]
 
 

@@ -17,6 +17,7 @@ from scapy.packet import Packet
 from scapy.utils import wrpcap
 
 from agents import formats, pcap, probe, protocols
+from agents.ai_access.formats import AI_NACK
 from experiments import cli
 from experiments.cli_output import EXIT_INVALID
 
@@ -36,18 +37,18 @@ def datagram(source, destination, payload) -> Packet:
 
 def media(stream: int, sequence: int) -> Packet:
     # Three fragments a frame: frames 0, 1, 2, ... are sequences 0-2, 3-5, 6-8, ...
-    return protocols.Media(stream=stream, sequence=sequence, send_ns=SEND_NS,
+    return protocols.layer("media")(stream=stream, sequence=sequence, send_ns=SEND_NS,
                            frame=sequence // 3, frame_type=1 if sequence < 3 else 2, rung=2,
                            fragment=sequence % 3, fragments=3, bitrate_kbps=2500) / bytes(100)
 
 
 def danmaku(sequence: int) -> Packet:
-    return protocols.Danmaku(user=7, room=1, sequence=sequence, send_ns=SEND_NS,
+    return protocols.layer("danmaku")(user=7, room=1, sequence=sequence, send_ns=SEND_NS,
                              text="弹幕 hello".encode())
 
 
 def ai_data(unit: int, fragment: int) -> Packet:
-    return protocols.AiData(stream=3, unit=unit, fragment=fragment, fragments=4,
+    return protocols.layer("ai_data")(stream=3, unit=unit, fragment=fragment, fragments=4,
                             send_ns=SEND_NS, data=bytes([fragment]) * 50)
 
 
@@ -58,19 +59,19 @@ FLOWS = (
     [datagram(STREAMER, VIEWER, media(1, sequence)) for sequence in range(10) if sequence != 4]
     + [datagram(STREAMER, VIEWER2, media(2, sequence)) for sequence in (0, 1, 2, 2, 3, 4)]
     + [datagram(VIEWER, STREAMER, danmaku(sequence)) for sequence in (0, 1, 2, 5)]
-    + [datagram(VIEWER, STREAMER, protocols.Gift(user=7, room=1, sequence=sequence,
+    + [datagram(VIEWER, STREAMER, protocols.layer("gift")(user=7, room=1, sequence=sequence,
                                                  send_ns=SEND_NS, gift=12, value_cents=500))
        for sequence in (0, 1)]
     + [datagram(STREAMER, EDGE, ai_data(0, fragment)) for fragment in range(4)]
     + [datagram(STREAMER, EDGE, ai_data(1, fragment)) for fragment in (0, 2)]
-    + [datagram(EDGE, STREAMER, protocols.AiNack(stream=3, unit=1, indexes=[1, 3]))
+    + [datagram(EDGE, STREAMER, protocols.layer("ai_nack")(stream=3, unit=1, indexes=[1, 3]))
        for _ in range(2)]
-    + [datagram(SCHEDULER, STREAMER, protocols.AiNack(stream=5, unit=1,
+    + [datagram(SCHEDULER, STREAMER, protocols.layer("ai_nack")(stream=5, unit=1,
                                                       indexes=[9000, 9001, 9002]))]
-    + [datagram(VIEWER, EDGE, protocols.Request(request=request, client=5, content=42,
+    + [datagram(VIEWER, EDGE, protocols.layer("request")(request=request, client=5, content=42,
                                                 send_ns=SEND_NS, response_bytes=1000))
        for request in (1, 2)]
-    + [datagram(EDGE, VIEWER, protocols.Response(request=request, server=9, content=42,
+    + [datagram(EDGE, VIEWER, protocols.layer("response")(request=request, server=9, content=42,
                                                  request_send_ns=SEND_NS,
                                                  service_ns=1_500_000) / bytes(1000))
        for request in (1, 2)]
@@ -92,7 +93,7 @@ NOT_UDP = [Ether() / IP(src=VIEWER[0], dst=EDGE[0]) / TCP(sport=40000, dport=80)
 def capture(tmp_path_factory) -> Path:
     packets = FLOWS + MALFORMED + OTHER_UDP + NOT_UDP
     # A padded Ethernet frame (60 bytes minimum): the padding is not part of the message.
-    packets.append(Ether(bytes(datagram(SCHEDULER, STREAMER, protocols.AiNack(
+    packets.append(Ether(bytes(datagram(SCHEDULER, STREAMER, protocols.layer("ai_nack")(
         stream=5, unit=2, indexes=[9003]))) + bytes(6)))
     for index, packet in enumerate(packets):
         packet.time = START + index / 1000
@@ -155,7 +156,7 @@ def test_flows_without_sequence_count_packets_bytes_and_times(capture):
     flows = rows_by_flow(pcap.summarize(capture))
     nacks = flows["ai_nack", at(SCHEDULER), at(STREAMER), "stream 5"]
     # 3 indexes and, from the padded frame, 1 index; the Ethernet padding is not counted.
-    assert (nacks["packets"], nacks["bytes"]) == (2, 2 * formats.AI_NACK.header_size + 8)
+    assert (nacks["packets"], nacks["bytes"]) == (2, 2 * AI_NACK.header_size + 8)
     repeated = flows["ai_nack", at(EDGE), at(STREAMER), "stream 3"]
     assert repeated["packets"] == 2
     assert repeated["last_time"] - repeated["first_time"] == pytest.approx(0.001, abs=1e-6)

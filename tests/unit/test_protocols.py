@@ -7,15 +7,15 @@ import random
 
 import pytest
 
-from agents import formats, protocols
+from agents import formats, protocols, wire
 
 # A tail for every message with one, as the Scapy field and as the bytes after the header.
 TAILS = {"danmaku": ({"text": "弹幕 hello".encode()}, "弹幕 hello".encode()),
          "ai_data": ({"data": bytes(range(40))}, bytes(range(40))),
-         "ai_nack": ({"indexes": [0, 7, 300]}, formats.pack_u16_list([0, 7, 300]))}
+         "ai_nack": ({"indexes": [0, 7, 300]}, wire.pack_u16_list([0, 7, 300]))}
 RAW_TAILS = {"media": bytes(range(200)), "response": bytes(1000)}
 SIZE_FIELDS = {"text_length", "length", "count"}
-MESSAGES = list(formats.FORMATS.values())
+MESSAGES = list(protocols.FORMATS.values())
 
 
 def sample(name: str, code: str, index: int):
@@ -27,7 +27,7 @@ def sample(name: str, code: str, index: int):
     return value, value
 
 
-def build(message: formats.MessageFormat):
+def build(message: wire.MessageFormat):
     """A message built with Scapy from sample values (sizes left to Scapy), the field values
     the struct path packs, and the bytes after the header."""
     scapy_values, struct_values = {}, {}
@@ -83,38 +83,38 @@ def test_sizes_are_computed_from_the_tail(name, size, tail, entries):
     assert layer.wire_format.unpack(bytes(layer(**{size: 3}, **tail)))[size] == 3
 
 
-def test_classes_are_exported_by_name():
+def test_layers_are_found_by_message_name():
     names = ["Media", "Danmaku", "Gift", "AiData", "AiNack", "Request", "Response", "Pull",
              "Cdn", "FilterUpdate", "GpuRequest", "GpuGrant", "AiUnit", "LookupQuery", "LookupReply"]
     assert [layer.__name__ for layer in protocols.LAYERS.values()] == names
-    for name in names:
-        assert getattr(protocols, name).__name__ == name
-    assert protocols.Media.wire_format is formats.MEDIA
+    for layer in protocols.LAYERS.values():
+        assert protocols.layer(layer.wire_format.name) is layer
+    assert protocols.layer("media").wire_format is formats.MEDIA
 
 
 def test_fields_named_like_packet_methods_read_as_fields():
-    packet = protocols.Media(fragment=3, fragments=4)
+    packet = protocols.layer("media")(fragment=3, fragments=4)
     assert packet.fragment == 3
     packet.fragment = 5
     assert protocols.dissect(bytes(packet)).fragment == 5
-    assert protocols.AiData(fragment=2).fragment == 2
+    assert protocols.layer("ai_data")(fragment=2).fragment == 2
 
 
 def test_frame_types_show_as_letters():
-    assert protocols.Media(frame_type=1).sprintf("%frame_type%") == "I"
-    assert protocols.Media(frame_type=2).sprintf("%frame_type%") == "P"
+    assert protocols.layer("media")(frame_type=1).sprintf("%frame_type%") == "I"
+    assert protocols.layer("media")(frame_type=2).sprintf("%frame_type%") == "P"
 
 
-DANMAKU = bytes(protocols.Danmaku(user=1, text=b"hello"))
+DANMAKU = bytes(protocols.layer("danmaku")(user=1, text=b"hello"))
 
 
 @pytest.mark.parametrize("data", [
     b"", b"EB", b"EB\x01", b"XB\x01\x01" + bytes(40), b"EB\x02\x01" + bytes(40),
     b"EB\x01\x00" + bytes(40), b"EB\x01\x20" + bytes(40),  # unknown types
-    bytes(protocols.Gift())[:-1],  # shorter than its fixed fields
+    bytes(protocols.layer("gift")())[:-1],  # shorter than its fixed fields
     DANMAKU[:-1],  # text shorter than text_length says
-    bytes(protocols.AiNack(indexes=[1, 2]))[:-1],
-    bytes(protocols.AiData(data=b"abc"))[:-1],
+    bytes(protocols.layer("ai_nack")(indexes=[1, 2]))[:-1],
+    bytes(protocols.layer("ai_data")(data=b"abc"))[:-1],
     b"EBPR" + bytes(20),  # a probe packet is not an edgebed message
 ], ids=repr)
 def test_dissect_returns_none_for_anything_else(data):
@@ -133,7 +133,8 @@ def test_dissect_never_raises_on_fuzzed_datagrams():
     kinds = {packet.wire_format.name for packet in dissected if packet is not None}
     assert kinds == {message.name for message in MESSAGES}
     assert any(packet is None for packet in dissected)
-    assert sum(formats.message_type(data) is not None for data in datagrams) > 1000
+    assert sum(wire.message_type(data, protocols.FORMATS.values()) is not None
+               for data in datagrams) > 1000
 
 
 def test_fuzzed_datagrams_depend_only_on_the_seed():

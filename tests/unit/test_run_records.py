@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from agents.common import TABLES as TABLE_COLUMNS
+from agents.agent import TABLES as TABLE_COLUMNS
 from experiments.cli import main
 from experiments.runs import RunRecord, compare
 

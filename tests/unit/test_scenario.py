@@ -10,7 +10,6 @@ import yaml
 from tests.conftest import EXAMPLES, ROOT
 from experiments import scenarios
 from experiments.scenarios import json_schema
-from topologies.model import Role
 from topologies.problems import ScenarioInvalid
 
 BASE = """
@@ -45,7 +44,7 @@ def load(text=BASE, environ=None):
 def test_inheritance_order_defaults_kind_group_node():
     s = load()
     v1, e1 = s.nodes["v1"], s.nodes["e1"]
-    assert v1.role is Role.viewer and v1.kind == "viewer" and v1.group == "north"
+    assert v1.role == "viewer" and v1.kind == "viewer" and v1.group == "north"
     assert v1.labels == {"tier": "kind", "city": "x", "area": "north"}
     assert v1.env == {"A": "1", "B": "2"}
     assert e1.labels == {"tier": "node", "city": "x"}
@@ -99,7 +98,7 @@ def test_environment_expansion_types_and_defaults():
 def test_merge_keys_and_small_anchors_work():
     text = BASE.replace("  kinds:\n", "  kinds:\n    base: &base {role: gpu}\n"
                                       "    gpu: {<<: *base, labels: {gpus: 2}}\n")
-    assert load(text).document.topology.kinds["gpu"].role is Role.gpu
+    assert load(text).document.topology.kinds["gpu"].role == "gpu"
 
 
 def test_many_problems_are_all_reported():
@@ -155,3 +154,11 @@ topology:
     assert [loaded.nodes[name].cpu for name in ("e1", "e2", "v1")] == [0.5, 1.5, None]
     nodes = loaded.resolved()["topology"]["nodes"]
     assert nodes["e1"]["cpu"] == 0.5 and "cpu" not in nodes["v1"]
+
+
+def test_a_role_no_agent_declares_is_refused_where_it_is_written():
+    text = BASE.replace("role: viewer", "role: veiwer", 1)
+    assert text != BASE
+    with pytest.raises(ScenarioInvalid, match="unknown role 'veiwer'") as refused:
+        load(text)
+    assert "did you mean 'viewer'?" in str(refused.value)

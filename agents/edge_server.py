@@ -16,13 +16,17 @@ from typing import Literal, Optional
 
 from pydantic import Field, model_validator
 
-from agents.common import (POLL_S, SPIN_NS, Agent, AgentParams, MalformedLog, Pacer,
-                           receive)
-from agents.formats import MAGIC, MEDIA, PULL, VERSION
+from agents.agent import Agent, AgentParams
+from agents.flows import MalformedLog
+from agents.pacing import SPIN_NS, Pacer
+from agents.sockets import POLL_S, receive
+from agents.formats import MEDIA, PULL
+from agents.wire import MAGIC, VERSION
 from agents.streamer import (I_FRAME, MAX_PAYLOAD, MIN_FRAME_SIZE, PER_PACKET,
                              PER_PACKET_OFFSET, flow_name, fragment_sizes)
 from agents.control import ControlClient, LoadReporter, ReportingParams, controller_client
-from agents.common import DATAGRAM_BUFFER, NodeRef, epoch_seconds, listen
+from agents.agent import NodeRef, epoch_seconds
+from agents.sockets import DATAGRAM_BUFFER, listen
 from agents.echo import PATH_TABLES
 from agents.follower import FOLLOWER_TABLES, DecisionFollower, follow_pushed
 from agents.media import MEDIA_TABLES, MediaMeter
@@ -208,7 +212,7 @@ class GopCache:
         return list(self.held.get(stream, ()))
 
 
-class LiveEdge:
+class EdgeServer:
     """The edge's state: source frames being gathered, sessions, frames on their way out."""
 
     def __init__(self, params: Params, service: socket.socket):
@@ -509,7 +513,7 @@ def back_source_for(agent: Agent, params: Params, source: socket.socket) -> Back
         return None
     control = controller_client(agent.node)
     if control is None:
-        raise SystemExit("live_edge: back_source needs the run's controller "
+        raise SystemExit("edge_server: back_source needs the run's controller "
                          "($EDGEBED_CONTROLLER)")
     control.subscribe()
     always = params.back_source_mode == "always"
@@ -523,7 +527,7 @@ def back_source_for(agent: Agent, params: Params, source: socket.socket) -> Back
 def serve(agent: Agent, params: Params, service: socket.socket, source: socket.socket,
           meter: MediaMeter) -> dict:
     """Serve until stopped; returns the summary."""
-    edge = LiveEdge(params, service)
+    edge = EdgeServer(params, service)
     reports = LoadReporter.for_agent(agent.node, params)
     back = back_source_for(agent, params, source)
     watched = [service, source] + ([back.control] if back is not None else [])
@@ -572,7 +576,7 @@ def serve(agent: Agent, params: Params, service: socket.socket, source: socket.s
 
 
 def main(argv: list[str] | None = None) -> int:
-    agent = Agent("live_edge", argv, TABLES)
+    agent = Agent("edge_server", argv, TABLES)
     params = Params.model_validate(agent.params)
     service = listen(params.port)
     source = listen(params.source_port)

@@ -1,7 +1,7 @@
 """A camera's video stream: the streamer (:mod:`agents.streamer`) with a surveillance camera's
 defaults, 4 Mbit/s at 25 fps, an I frame every 2 s and a constant bitrate (no frame-size noise).
 
-    python -m agents.camera --node NAME --out RUN_DIR --params JSON [--seed N]
+    python -m agents.surveillance.camera --node NAME --out RUN_DIR --params JSON [--seed N]
 """
 
 from __future__ import annotations

@@ -15,8 +15,10 @@ from typing import Callable, Hashable, NamedTuple
 
 from pydantic import Field
 
-from agents.common import POLL_S, Agent, AgentParams, MalformedLog, epoch_seconds
-from agents.formats import AI_UNIT, GPU_GRANT, GPU_REQUEST
+from agents.agent import Agent, AgentParams, epoch_seconds
+from agents.flows import MalformedLog
+from agents.sockets import POLL_S
+from agents.ai_access.formats import AI_UNIT, GPU_GRANT, GPU_REQUEST
 
 GPU_PORT = 6104
 MANAGER_PORT = 6103
@@ -89,7 +91,7 @@ class GpuRotation:
 TABLES = {
     # One row per unit a GPU server received whole.
     "gpu_units": ("node", "agent", "time_s", "source", "stream", "unit", "sequence", "bytes"),
-    # One row per unit an access server handed over (written by agents.ai_receiver).
+    # One row per unit an access server handed over (written by agents.ai_access.ai_receiver).
     "gpu_handoffs": ("node", "agent", "time_s", "stream", "unit", "sequence", "gpu", "bytes",
                      "requests"),
 }

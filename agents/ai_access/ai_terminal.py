@@ -15,11 +15,14 @@ from typing import Optional
 
 from pydantic import Field, model_validator
 
-from agents.common import (DATAGRAM_BUFFER, POLL_S, WAKE_EARLY_NS, Agent, AgentParams,
-                           MalformedLog, NodeRef, Pacer, listen, receive)
+from agents.agent import Agent, AgentParams, NodeRef
+from agents.flows import MalformedLog
+from agents.pacing import WAKE_EARLY_NS, Pacer
+from agents.sockets import DATAGRAM_BUFFER, POLL_S, listen, receive
 from agents.control import ControlClient, controller_client
 from agents.follower import FOLLOWER_TABLES, DecisionFollower, Followed
-from agents.formats import AI_DATA, AI_NACK, MAGIC, VERSION, pack_u16_list, unpack_u16_list
+from agents.ai_access.formats import AI_DATA, AI_NACK
+from agents.wire import MAGIC, VERSION, pack_u16_list, unpack_u16_list
 from edgebed import protocol
 from edgebed.quantities import Fraction, PositiveDuration, Size
 

@@ -18,15 +18,19 @@ from pydantic import Field
 from controller.policies.bloom_cdn.bloom import (NODE_FILTER_BYTES, FilteredCache, GlobalFilter, apply_update,
                           bit_positions, delta_update)
 from controller.policies.bloom_cdn.chord import ChordRing, identifier
-from agents.common import DATAGRAM_BUFFER, Agent, AgentParams, MalformedLog, NodeRef, receive
-from agents.formats import CDN, FILTER_UPDATE, REQUEST, RESPONSE, message_type
+from agents.agent import Agent, AgentParams, NodeRef
+from agents.flows import MalformedLog
+from agents.sockets import DATAGRAM_BUFFER, receive
+from agents.bloom_cdn.formats import CDN, FILTER_UPDATE
+from agents.formats import REQUEST, RESPONSE
+from agents.wire import message_type
 from agents.queues import FifoQueue, Job, QueueLoop, serve
 from agents.request_client import source_address
 from agents.request_server import MAX_RESPONSE_BYTES, REQUEST_PORT
 from edgebed.quantities import Duration, Size
 
 STRATEGIES = ("linear", "parallel", "cut_through")
-ROUTE, FETCH, ITEM = 1, 2, 3  # agents.formats.CDN_KINDS
+ROUTE, FETCH, ITEM = 1, 2, 3  # agents.bloom_cdn.formats.CDN_KINDS
 # cdn flags: the entry tested a filter; it said the home caches the item; nobody waits for this
 # (a request routed only to cache the item, an item sent only to be cached); the fetched item
 # goes to the user itself.
@@ -208,7 +212,7 @@ class ContentNode:
             size, received_ns, address = arrival
             data = memoryview(self.buffer)[:size]
             try:
-                kind = message_type(data)
+                kind = message_type(data, (REQUEST, CDN, FILTER_UPDATE))
                 if kind is REQUEST:
                     self.user_request(REQUEST.unpack(data), address, received_ns)
                 elif kind is CDN:

@@ -16,9 +16,11 @@ from typing import Annotated, Optional
 
 from pydantic import Field, WithJsonSchema, field_validator, model_validator
 
-from agents.common import (DATAGRAM_BUFFER, POLL_S, Agent, AgentParams, MalformedLog, NodeRef,
-                           epoch_seconds, receive, receiving_socket)
-from agents.formats import LOOKUP_QUERY, LOOKUP_REPLY, message_type
+from agents.agent import Agent, AgentParams, NodeRef, epoch_seconds
+from agents.flows import MalformedLog
+from agents.sockets import DATAGRAM_BUFFER, POLL_S, receive, receiving_socket
+from agents.dispatch.formats import LOOKUP_QUERY, LOOKUP_REPLY
+from agents.wire import message_type
 from controller.policies.dispatch.lookup import LookupMode, LookupState
 from edgebed.quantities import Duration, Fraction, PositiveDuration
 
@@ -215,7 +217,7 @@ class DispatchCenter:
         while (arrival := receive(self.sock, self.buffer, wait=False)) is not None:
             size, received_ns, (source, _) = arrival
             data = memoryview(self.buffer)[:size]
-            kind = message_type(data)
+            kind = message_type(data, (LOOKUP_QUERY, LOOKUP_REPLY))
             try:
                 if source not in self.centers or source == self.address:
                     raise ValueError(f"from {source}, not another center")

@@ -11,11 +11,13 @@ from typing import Optional
 
 from pydantic import Field
 
-from agents.bloom_cdn_node import (CACHE_ONLY, DC_SERVER, DIRECT, FETCH, ITEM, TABLES, Message,
-                                   address_number, address_text, item_bytes, pack, response,
-                                   unpack)
-from agents.common import DATAGRAM_BUFFER, Agent, AgentParams, MalformedLog, NodeRef, receive
-from agents.formats import CDN
+from agents.bloom_cdn.bloom_cdn_node import (CACHE_ONLY, DC_SERVER, DIRECT, FETCH, ITEM, TABLES,
+                                             Message, address_number, address_text, item_bytes,
+                                             pack, response, unpack)
+from agents.agent import Agent, AgentParams, NodeRef
+from agents.flows import MalformedLog
+from agents.sockets import DATAGRAM_BUFFER, receive
+from agents.bloom_cdn.formats import CDN
 from agents.queues import FifoQueue, Job, QueueLoop, serve
 from agents.request_server import REQUEST_PORT
 from edgebed.quantities import Duration, Size

@@ -14,15 +14,16 @@ from typing import NamedTuple, Optional
 
 from pydantic import Field
 
-from agents.ai_terminal import (DATA_PORT, NACK_PORT, WIRE_OVERHEAD, UnitTiming, flow_name,
-                                nack_messages)
-from agents.common import (DATAGRAM_BUFFER, POLL_S, Agent, FlowStats, MalformedLog, NodeRef,
-                           ProcessingBudget, ProcessingParams, epoch_seconds, listen,
-                           percentile,
-                           waiting_datagrams)
-from agents import ai_gpu
+from agents.ai_access.ai_terminal import (DATA_PORT, NACK_PORT, WIRE_OVERHEAD, UnitTiming,
+                                          flow_name, nack_messages)
+from agents.agent import Agent, NodeRef, epoch_seconds
+from agents.flows import FlowStats, MalformedLog, percentile
+from agents.pacing import ProcessingBudget, ProcessingParams
+from agents.sockets import DATAGRAM_BUFFER, POLL_S, listen, waiting_datagrams
+from agents.ai_access import ai_gpu
 from agents.control import LoadReporter, ReportingParams, side_band_address
-from agents.formats import AI_DATA, MAGIC, VERSION
+from agents.ai_access.formats import AI_DATA
+from agents.wire import MAGIC, VERSION
 from edgebed.quantities import Duration
 
 TABLES = {

@@ -1,0 +1,114 @@
+"""Sending on time and processing within a budget: absolute deadlines for senders, a single
+worker's schedule for receivers."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Optional
+
+from pydantic import BaseModel, Field
+
+from agents.agent import Agent
+from agents.flows import percentile
+from edgebed.quantities import Rate
+from edgebed.realtime import request_cpu_latency
+
+SPIN_NS = 200_000
+# Waits on a socket or event end this long before something is due; the pacer's sleep and spin
+# do the rest, which a wake-up from select() would not do on time.
+WAKE_EARLY_NS = 1_000_000
+
+
+@dataclass
+class Pacer:
+    """Absolute deadlines on the monotonic clock: sleep until just before, spin the rest. A late
+    packet does not move the schedule, so the mean rate does not drift. While a pacer exists,
+    CPUs are kept able to wake at once (:func:`request_cpu_latency`): on a virtual machine a
+    halted CPU can take milliseconds to wake, longer than any spin covers.
+
+    With a ``quantum_ns`` the pacer never spins: it sleeps at least a quantum whenever a
+    deadline is ahead, so the packets due meanwhile go out together, up to a quantum late. Why:
+    packets closer together than :data:`SPIN_NS` keep a spinning sender busy all the time (at
+    50k packets/s one core per sender), and on a 2-core machine that core is taken from the
+    relays and receivers the sender measures."""
+
+    lateness_ns: list[int] = field(default_factory=list)
+    quantum_ns: int = 0
+
+    def __post_init__(self):
+        request_cpu_latency(0)
+
+    def wait_until(self, deadline_ns: int) -> int:
+        remaining = deadline_ns - time.monotonic_ns()
+        if self.quantum_ns and remaining > 0:
+            time.sleep(max(remaining, self.quantum_ns) / 1e9)
+        elif remaining > SPIN_NS:
+            time.sleep((remaining - SPIN_NS) / 1e9)
+        now = time.monotonic_ns()
+        while now < deadline_ns:
+            now = time.monotonic_ns()
+        late = now - deadline_ns
+        self.lateness_ns.append(late)
+        return late
+
+    def report(self, agent: Agent, flow: str) -> dict:
+        """Write this flow's row of ``sender_lateness``; returns the figures."""
+        values = sorted(self.lateness_ns)
+        figures = {"packets": len(values),
+                   "late_p50_us": percentile(values, 50) / 1e3 if values else None,
+                   "late_p99_us": percentile(values, 99) / 1e3 if values else None,
+                   "late_max_us": values[-1] / 1e3 if values else None,
+                   "late_over_1ms_fraction": (sum(1 for v in values if v > 1_000_000)
+                                              / len(values)) if values else None}
+        agent.row("sender_lateness", flow, *figures.values())
+        return figures
+
+
+class ProcessingParams(BaseModel):
+    """What a receiver with a processing budget takes (its ``Params`` derive from this too):
+    the budget of its single worker and the packets it holds (:class:`ProcessingBudget`)."""
+
+    budget: Optional[Rate] = Field(None, gt=0, description="UDP payload bits per second the "
+                                                           "node can process")
+    budget_packets: Optional[float] = Field(None, gt=0, description="packets per second the "
+                                                                    "node can process")
+    queue: int = Field(100, ge=1, description="packets held for processing at most, the one "
+                                              "being processed included; more are dropped")
+
+    def worker(self) -> "ProcessingBudget":
+        return ProcessingBudget(self.budget, self.budget_packets, self.queue)
+
+
+class ProcessingBudget:
+    """A receiver's single worker (an edge's, an access server's): each packet takes
+    ``1 / packets_per_s`` seconds or its UDP payload bits over ``bits_per_s`` seconds, whichever
+    is longer (neither: no time), in arrival order; at most ``queue`` packets are held, the one
+    being processed included, and one arriving to a full queue is dropped (the caller counts
+    it). An overloaded worker thus first delays, then drops what exceeds its capacity, as a
+    real one does; nothing is left to chance. ``busy_ns`` is the processing time taken so far,
+    so the worker's utilisation over a stretch is its growth over the stretch's length."""
+
+    def __init__(self, bits_per_s: float | None, packets_per_s: float | None, queue: int):
+        self.ns_per_bit = 1e9 / bits_per_s if bits_per_s else 0.0
+        self.ns_per_packet = 1e9 / packets_per_s if packets_per_s else 0.0
+        self.queue = queue
+        self.held: deque[int] = deque()  # processing end times of the packets held
+        self.free_ns = 0
+        self.busy_ns = 0
+
+    def admit(self, now_ns: int, size: int) -> int | None:
+        """When processing of a packet of ``size`` bytes arriving at ``now_ns`` ends, or None
+        when the queue is full and the packet is dropped."""
+        if not (self.ns_per_packet or self.ns_per_bit):
+            return now_ns  # no budget: processing takes no time, nothing waits
+        while self.held and self.held[0] <= now_ns:
+            self.held.popleft()
+        if len(self.held) >= self.queue:
+            return None
+        cost_ns = round(max(self.ns_per_packet, size * 8 * self.ns_per_bit))
+        self.free_ns = max(now_ns, self.free_ns) + cost_ns
+        self.busy_ns += cost_ns
+        self.held.append(self.free_ns)
+        return self.free_ns

@@ -1,0 +1,3 @@
+"""surveillance's agents: the cameras."""
+
+ROLES = {"camera": "a surveillance camera streaming video"}
