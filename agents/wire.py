@@ -10,8 +10,9 @@ bytes after it are padding and ignored.
 The messages are declared where they are used: the shared agents' in :mod:`agents.formats`, a
 scheme's in ``agents/<slug>/formats.py``, each module listing its own in ``MESSAGES``.
 :func:`formats` finds them all. A type code never changes once published, and a retired one is
-never reused, so a capture always dissects as what it was: ``agents/wire_codes.json`` records
-them and a unit test holds every declared message to it.
+never reused, so a capture always dissects as what it was: each package's ``wire_codes.json``,
+beside its formats module, records its own, and a unit test holds every declared message to
+them.
 
 The agents' hot paths pack and unpack these headers with :mod:`struct` (Scapy is far too slow
 per packet); :mod:`agents.protocols` builds Scapy layers from the same table for building
@@ -33,7 +34,7 @@ from edgebed import discovery
 MAGIC = b"EB"
 VERSION = 1
 COMMON = struct.Struct("!2sBB")
-CODES = Path(__file__).resolve().parent / "wire_codes.json"
+CODES = "wire_codes.json"  # beside each formats module: the codes its package published
 
 
 @dataclass(frozen=True)
@@ -100,10 +101,25 @@ def formats() -> dict[int, MessageFormat]:
 
 
 def published_codes() -> tuple[dict[str, int], dict[int, str]]:
-    """The recorded codes: published message name -> type code, and retired code -> what it
-    was."""
-    recorded = json.loads(CODES.read_text())
-    return recorded["published"], {int(code): what for code, what in recorded["retired"].items()}
+    """The codes the packages recorded beside their formats modules: published message name
+    -> type code, and retired code -> what it was; ValueError when two records claim one."""
+    import agents
+
+    published: dict[str, int] = {}
+    retired: dict[int, str] = {}
+    for module in discovery.submodules(sys.modules[agents.__name__], "formats"):
+        record = Path(module.__file__).with_name(CODES)
+        if not record.is_file():
+            continue
+        recorded = json.loads(record.read_text())
+        claimed = {int(code) for code in recorded["retired"]} | set(recorded["published"].values())
+        if clash := (claimed & (set(published.values()) | set(retired))
+                     | recorded["published"].keys() & published.keys()):
+            raise ValueError(f"{record} records {sorted(map(str, clash))} another package's "
+                             f"{CODES} records too")
+        published |= recorded["published"]
+        retired |= {int(code): what for code, what in recorded["retired"].items()}
+    return published, retired
 
 
 def message_type(data, expected: Iterable[MessageFormat]) -> MessageFormat | None:

@@ -115,6 +115,9 @@ TICK = MessageFormat("toy_tick", 250, (("number", "I"), ("send_ns", "Q")),
 MESSAGES = (TICK,)
 '''
 
+CODES = '''{"published": {"toy_tick": 250}, "retired": {}}
+'''
+
 AGENT = '''
 """Toy scheme's agent: counts to ``count`` and writes one row per number, the number as the
 scheme's own message."""
@@ -186,7 +189,8 @@ def toy_scheme(tmp_path, monkeypatch):
              (experiments.kinds, "toy.py"): KIND,
              (agents, "toy/__init__.py"): TOY_AGENTS,
              (agents, "toy/toy.py"): AGENT,
-             (agents, "toy/formats.py"): MESSAGES}
+             (agents, "toy/formats.py"): MESSAGES,
+             (agents, "toy/wire_codes.json"): CODES}
     for (package, name), text in files.items():
         directory = tmp_path / package.__name__
         (directory / name).parent.mkdir(parents=True, exist_ok=True)
@@ -246,6 +250,7 @@ def test_the_toy_message_is_found_and_dissected(toy_scheme):
     assert wire.message_type(tick.pack(number=7, send_ns=1), wire.formats().values()) is tick
     assert ('[250] = {name = "toy_tick", fields = {{"number", "u32"}, {"send_ns", "time"}}}'
             in dissector.lua())
+    assert wire.published_codes()[0]["toy_tick"] == 250  # recorded in its own package
 
 
 def test_a_table_an_agent_does_not_declare_is_refused(tmp_path):
