@@ -7,7 +7,7 @@
   allocation; once on an idle cluster (room for every flow) and once on a cluster with room
   for about half of them (rejections and full servers in the rounds);
 * the same on the paper's scale: 100 to 500 flows on the four servers of
-  ``experiments/kinds/ai_access.py``.
+  ``experiments/kinds/ai_access/model.py``.
 
 Goal: every policy < 1 s at 10k x 100. Times are medians over rounds, run side by side in one
 process (the machine is shared: compare the policies with each other, not across runs).
@@ -34,7 +34,7 @@ from controller.policies.ai_access.access import ALLOCATORS  # noqa: E402
 from controller.policies.ai_access.model import Traffic  # noqa: E402
 from controller.policies.ai_access.resources import (LoadWeights, Port, ServerLoad,  # noqa: E402
                                                      ServerSpec)
-from experiments.kinds.ai_access import DEFAULT_SERVERS  # noqa: E402
+from experiments.kinds.ai_access.model import DEFAULT_SERVERS  # noqa: E402
 
 TRAFFIC = Traffic()
 

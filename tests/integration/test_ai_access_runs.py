@@ -11,7 +11,7 @@ received against what the access servers completed and handed over.
 Everything is checked on what was counted: the receivers' first copies (loss before repair, per
 second), what each receiver's worker took and dropped over its budget, the load the servers
 reported (the load degree L_i from it by the policy's resource model: the run summary's,
-experiments/kinds/ai_access_emulation.py), and the controller's decisions. Loss comparisons
+experiments/kinds/ai_access/emulation.py), and the controller's decisions. Loss comparisons
 hold the two runs' loss fractions to binomial intervals at the single-shot confidence; nothing
 is timed (the window compared is the seconds after the migration in both runs, by the
 timeline's origin).
@@ -28,7 +28,7 @@ import pytest
 from agents.probe import loss_interval
 from controller.policies.ai_access.migration import THETA
 from agents.control import TIMEOUT
-from experiments.kinds.ai_access_emulation import (access_responses, first_copies, moves,
+from experiments.kinds.ai_access.emulation import (access_responses, first_copies, moves,
                                                    run_degrees, spread)
 from experiments.measurements import read_table
 from tests.conftest import ROOT

@@ -20,7 +20,7 @@ import math
 
 import pytest
 
-from experiments.kinds.bloom_cdn_emulation import measure, run_scenario
+from experiments.kinds.bloom_cdn.emulation import measure, run_scenario
 from tests.integration.conftest import SystemState, assert_nothing_left, emulator_made, only_run_dir
 
 STRATEGIES = ("linear", "parallel", "cut_through")

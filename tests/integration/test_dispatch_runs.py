@@ -21,7 +21,7 @@ import os
 import pytest
 
 from controller.policies.dispatch.quality import VIA
-from experiments.kinds.dispatch_emulation import METRICS, failover, measure
+from experiments.kinds.dispatch.emulation import METRICS, failover, measure
 from experiments.measurements import read_table
 from tests.conftest import ROOT
 from tests.integration.conftest import assert_nothing_left, edgebed, only_run_dir

@@ -15,8 +15,8 @@ import os
 import pytest
 import yaml
 
-from experiments.kinds.dispatch_emulation import serving_nodes
-from experiments.kinds.dispatch_transcoding import measure
+from experiments.kinds.dispatch.emulation import serving_nodes
+from experiments.kinds.dispatch.transcoding import measure
 from experiments.measurements import host_addresses, read_table
 from tests.conftest import ROOT
 from tests.integration.conftest import assert_nothing_left, edgebed, only_run_dir

@@ -249,7 +249,7 @@ def test_every_shipped_scheme_follows_the_layout():
     """Seed 000 has one slug in every layer and nothing left in the old mirrored tree."""
     root = Path(__file__).resolve().parents[2]
     assert not (root / "controller" / "live_edge").exists()
-    for path in ("controller/policies/live_edge/__init__.py", "experiments/kinds/live_edge.py",
+    for path in ("controller/policies/live_edge/__init__.py", "experiments/kinds/live_edge/model.py",
                  "agents/live_edge.py", "topologies/live_edge.yaml",
                  "experiments/live_edge-model.yaml", "reports/live_edge-model/report.md"):
         assert (root / path).exists(), path

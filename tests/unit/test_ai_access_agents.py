@@ -27,7 +27,7 @@ from controller.core import ControllerCore
 from controller.policies import create
 from controller.view import NetworkView
 from controller.config import ControllerConfig
-from experiments.kinds.ai_access_emulation import access_responses, cell_figures, prediction_errors
+from experiments.kinds.ai_access.emulation import access_responses, cell_figures, prediction_errors
 from tests.conftest import ROOT
 from tests.unit.test_media_agents import LOOPBACK, agent_argv, summary_of, start, table
 from experiments.scenarios import load

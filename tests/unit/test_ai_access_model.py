@@ -9,7 +9,7 @@ from agents.formats import AI_DATA
 from controller.policies.ai_access.model import (PACKET_OVERHEAD, Receiver, Traffic,
                                                  period_outcome, simulate)
 from controller.policies.ai_access.resources import Port, ServerSpec
-from experiments.kinds.ai_access import KIND, Parameters, run_cell
+from experiments.kinds.ai_access.model import KIND, Parameters, run_cell
 from experiments.sweeps.kinds import Cell
 
 TRAFFIC = Traffic(unit_bytes=711 * 100, size_spread=0, drift=0)

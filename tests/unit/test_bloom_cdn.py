@@ -270,7 +270,7 @@ def test_simulated_adaptive_leaves_cut_through_when_the_dc_congests():
 
 
 def test_kind_runs_a_cell_with_model_beside_it_and_the_files_load():
-    from experiments.kinds.bloom_cdn import KINDS, Parameters
+    from experiments.kinds.bloom_cdn.model import KINDS, Parameters
     from experiments.sweeps import experiment
     from experiments.sweeps.kinds import Cell
 
@@ -286,7 +286,7 @@ def test_kind_runs_a_cell_with_model_beside_it_and_the_files_load():
     congested = Parameters(traffic="high", hit_rate=0.0, duration=40, warmup=5)
     (cut,) = kind.run(Cell("e", "s", "hit_rate", "0", "cut_through", 0, 3, congested))
     assert math.isnan(cut["theory_nominal_ms"])
-    # The kind is found by convention (experiments/kinds/bloom_cdn.py) and the files load.
+    # The kind is found by convention (experiments/kinds/bloom_cdn/model.py) and the files load.
     for name in ("low", "high"):
         loaded = experiment.load(Path(__file__).parents[2] / "experiments"
                                  / f"bloom_cdn-{name}.yaml")

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from experiments.kinds import registered
-from experiments.kinds.dispatch_emulation import (PRE_CUT_S, STALL_S, Parameters, fixed_share,
+from experiments.kinds.dispatch.emulation import (PRE_CUT_S, STALL_S, Parameters, fixed_share,
                                                   early_stall_viewers, failover, goals,
                                                   playout_metrics, remarks, variables, verdict)
 from experiments.playout import playout

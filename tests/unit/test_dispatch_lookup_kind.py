@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from experiments.kinds import registered
-from experiments.kinds.dispatch_lookup import METRICS, Parameters, measure, remarks, variables
+from experiments.kinds.dispatch.lookup import METRICS, Parameters, measure, remarks, variables
 from experiments.sweeps import experiment
 from experiments.sweeps.kinds import Cell
 

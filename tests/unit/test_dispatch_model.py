@@ -8,7 +8,7 @@ import pytest
 from controller.policies.dispatch import model
 from controller.policies.dispatch.access import Geography, LocationDatabase, MediaNode
 from controller.policies.dispatch.rooms import LookupMode
-from experiments.kinds.dispatch import KINDS, Parameters
+from experiments.kinds.dispatch.model import KINDS, Parameters
 from experiments.sweeps.kinds import Cell
 
 

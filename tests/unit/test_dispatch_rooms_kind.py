@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.kinds.dispatch_rooms import cross_border, frame_loss, variables
+from experiments.kinds.dispatch.rooms import cross_border, frame_loss, variables
 
 
 def test_frames_lost_count_only_inside_the_viewers_own_window():
@@ -36,7 +36,7 @@ def test_cross_border_counts_flows_whose_sender_is_in_another_region():
 def test_the_cell_sets_the_scheduling_and_the_room():
     from types import SimpleNamespace
 
-    from experiments.kinds.dispatch_rooms import Parameters
+    from experiments.kinds.dispatch.rooms import Parameters
     cell = SimpleNamespace(policy="single", parameters=Parameters(room="border"))
     assert variables(cell) == {"EDGEBED_SCHEDULING": "single", "EDGEBED_ROOM": "border",
                                "EDGEBED_BORDER_LOSS_P": "0.5%", "EDGEBED_DURATION": "12s"}

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from experiments.kinds.dispatch_transcoding import (Parameters, overlap, stretches,
+from experiments.kinds.dispatch.transcoding import (Parameters, overlap, stretches,
                                                     transcoder_time, variables)
 
 
@@ -53,7 +53,7 @@ def test_the_cell_sets_the_mechanism_and_the_join():
 def test_the_models_timeline_is_the_scenarios():
     import yaml
 
-    from experiments.kinds.dispatch_transcoding import STAY_S, STREAM_AT_S, predicted
+    from experiments.kinds.dispatch.transcoding import STAY_S, STREAM_AT_S, predicted
     from tests.conftest import ROOT
     scenario = yaml.safe_load((ROOT / "topologies" / "dispatch-transcoding.yaml").read_text())
     [web] = [w for w in scenario["workload"] if w.get("nodes") == ["webv1"]]
@@ -66,7 +66,7 @@ def test_the_models_timeline_is_the_scenarios():
 def test_the_remarks_put_always_on_against_passive_and_the_model():
     import pandas as pd
 
-    from experiments.kinds.dispatch_transcoding import METRICS, remarks
+    from experiments.kinds.dispatch.transcoding import METRICS, remarks
     rows = []
     for policy, pulling, wasted, started in (("always", 13.4, 9.5, 0), ("passive", 5.9, 2.0, 1)):
         row = {m.name: 1.0 for m in METRICS}

@@ -10,7 +10,7 @@ import json
 
 import pandas as pd
 
-from experiments.kinds.live_edge_emulation import (KIND, placement, placement_text,
+from experiments.kinds.live_edge.emulation import (KIND, placement, placement_text,
                                                    read_placement, remarks)
 from experiments.sweeps.runner import columns, read_results
 
@@ -98,7 +98,7 @@ def test_a_last_stream_of_one_packet_counts_as_nothing_arrived_not_as_minus_infi
     import shutil
     from pathlib import Path
 
-    from experiments.kinds.live_edge_emulation import run_totals, viewer_qoe
+    from experiments.kinds.live_edge.emulation import run_totals, viewer_qoe
 
     run_dir = tmp_path / "run"
     shutil.copytree(Path(__file__).parent / "recorded" / "live_edge-unserved", run_dir)

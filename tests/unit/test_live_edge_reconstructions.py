@@ -17,8 +17,8 @@ from controller.policies.live_edge.model import MBPS, MS, Weights, generate
 from controller.policies.live_edge.reconstructions import (NAMES, SPEC, UNKNOWNS,
                                                            Reconstruction, from_point, named,
                                                            to_point)
-from experiments import live_edge_fit
-from experiments.kinds.live_edge import Parameters, run_cell
+from experiments.kinds.live_edge import fit as live_edge_fit
+from experiments.kinds.live_edge.model import Parameters, run_cell
 from experiments.sweeps.experiment import PaperEntry, load, loads
 from experiments.sweeps.kinds import Cell
 from topologies.problems import ScenarioInvalid

@@ -11,7 +11,7 @@ import yaml
 
 from experiments import scenarios
 from experiments.kinds import registered
-from experiments.kinds.surveillance_emulation import (Parameters, heavy_spells,
+from experiments.kinds.surveillance.emulation import (Parameters, heavy_spells,
                                                       traced_scenario)
 
 

@@ -13,7 +13,7 @@ Two are named (:func:`named`):
   the stand-in ladder 1, 2.5, 5, 8 Mbps from an 8 Mbps source, gamma = 1, alpha = 0.1,
   k = 0.2 per Mbps, linear Q, logarithmic U, RS_m = (RC_m + RD_m) / (2 (1 + count_m)),
   uniform preferences and history. The default.
-* ``fitted``: the values a seeded search (Optuna's TPE sampler, ``experiments/live_edge_fit.py``)
+* ``fitted``: the values a seeded search (Optuna's TPE sampler, ``experiments/kinds/live_edge/fit.py``)
   found closest to the paper's own figures, on instances apart from the reported ones. It is
   **fitted**, not the paper's: ``fitted.json`` beside this module records how (seed, trials,
   instances, distance), and ``reports/live_edge-fit/report.md`` shows how well each figure is
@@ -47,7 +47,7 @@ NonNegative = Annotated[float, Field(ge=0)]
 class FitRecord(BaseModel):
     """How a fitted reconstruction was found: the optimiser, its seed and trials, the seed and
     repetitions of the fit instances (apart from the reported ones), and the distance to the
-    paper's figures it reached there (see ``experiments/live_edge_fit.py``)."""
+    paper's figures it reached there (see ``experiments/kinds/live_edge/fit.py``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

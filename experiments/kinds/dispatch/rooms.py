@@ -22,7 +22,7 @@ import pandas as pd
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from experiments.kinds.dispatch_emulation import (PLAYOUT_BUFFER_S, goals, playout_metrics,
+from experiments.kinds.dispatch.emulation import (PLAYOUT_BUFFER_S, goals, playout_metrics,
                                                   serving_nodes)
 from experiments.measurements import host_addresses, read_table
 from experiments.playout import viewer_playouts

@@ -6,7 +6,7 @@ against one fed from the start (``always``), the cell's policy.
 Everything comes from what the run recorded: the frames the transcoder node got (when it was
 pulling the stream, and its ``flows`` row for the bytes), the frames every viewer got whole
 (their playout through :mod:`experiments.playout`, frames lost end to end against the origin's
-as :mod:`experiments.kinds.dispatch_rooms` counts them), the decisions the viewers followed
+as :mod:`experiments.kinds.dispatch.rooms` counts them), the decisions the viewers followed
 (whether a join started the transcoder) and the nodes' sessions (which node served whom).
 """
 
@@ -22,9 +22,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from controller.policies.dispatch.model import Join, transcoding
-from experiments.kinds.dispatch_emulation import (PLAYOUT_BUFFER_S, playout_metrics,
+from experiments.kinds.dispatch.emulation import (PLAYOUT_BUFFER_S, playout_metrics,
                                                   serving_nodes)
-from experiments.kinds.dispatch_rooms import ORIGIN, against, viewer_frame_loss, whole_frames
+from experiments.kinds.dispatch.rooms import ORIGIN, against, viewer_frame_loss, whole_frames
 from experiments.measurements import host_addresses, network_kept_up, read_table
 from experiments.playout import viewer_playouts
 from experiments.sweeps.kinds import Cell, Kind, Metric, measured_run

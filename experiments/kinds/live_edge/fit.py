@@ -1,12 +1,12 @@
 """Seed 000's unknowns fitted to the paper's own figures, and the report on both reconstructions.
 
-``python -m experiments.live_edge_fit`` (about a quarter of an hour on two cores) does three
+``python -m experiments.kinds.live_edge.fit`` (about a quarter of an hour on two cores) does three
 things, each on instances of its own:
 
 1. **Fit.** A seeded search (Optuna's TPE sampler, multivariate) over
    :data:`~controller.policies.live_edge.reconstructions.UNKNOWNS` for the point whose
    figures come closest to the paper's. The figures are the ``paper:`` entries of
-   ``experiments/live_edge-model.yaml`` (each a claim of ``experiments/kinds/live_edge.py``
+   ``experiments/live_edge-model.yaml`` (each a claim of ``experiments/kinds/live_edge/model.py``
    with the sentence it comes from), measured exactly as that experiment's report measures
    them, on the sweeps they cite, with the paper's Table 3 parameters, on **fit instances**:
    root seed :data:`FIT_INSTANCE_SEED` (the reported ones use 2023) and a few repetitions
@@ -221,11 +221,11 @@ def fit(trials: int, optimiser_seed: int, instance_seed: int, repetitions: int,
         optimiser=f"optuna {optuna.__version__} TPESampler(multivariate=True)",
         seed=optimiser_seed, trials=trials, instance_seed=instance_seed,
         repetitions=repetitions, distance=float(study.best_value), minutes=round(minutes, 1),
-        command=(f"python -m experiments.live_edge_fit --trials {trials} --seed "
+        command=(f"python -m experiments.kinds.live_edge.fit --trials {trials} --seed "
                  f"{optimiser_seed} --instance-seed {instance_seed} --repetitions "
                  f"{repetitions}"))
     fitted = from_point(study.best_params,
-                        "fitted to the paper's figures (experiments/live_edge_fit.py) on fit "
+                        "fitted to the paper's figures (experiments/kinds/live_edge/fit.py) on fit "
                         "instances apart from the reported ones", fit=record)
     reconstructions.write_fitted(fitted)
     out.mkdir(parents=True, exist_ok=True)
@@ -299,10 +299,10 @@ def report_markdown(model: tuple[Experiment, pd.DataFrame],
         "(Table 2), so the QoE model is a **reconstruction** with unknowns. This report puts "
         "two reconstructions beside the paper: the spec's (the stand-in ladder 1-8 Mbps and "
         "the project's guesses) and one **fitted** to the paper's own figures by a seeded "
-        "search (`experiments/live_edge_fit.py`). The fitted one is a fit, not the paper's "
+        "search (`experiments/kinds/live_edge/fit.py`). The fitted one is a fit, not the paper's "
         "model: it was chosen for coming close to these very figures, on instances apart from "
         "the reported ones, and meeting a figure here is no evidence for the paper's model "
-        "beyond that. Regenerate with `python -m experiments.live_edge_fit` "
+        "beyond that. Regenerate with `python -m experiments.kinds.live_edge.fit` "
         "(`--report-only` to keep the fitted values and rerun steps 2-3).", "",
         "## 1. What the paper's text pins down", "",
         "Every figure the text gives, with the sentence it comes from (the seed's original "
@@ -351,7 +351,7 @@ def report_markdown(model: tuple[Experiment, pd.DataFrame],
                f" (the spec's reconstruction, trial 0: {trials['distance'].iloc[0]:.3f}; "
                f"{int(trials['met'].iloc[0])} and {int(trials['met'].min())}-"
                f"{int(trials['met'].max())} figures met by it and by the trials)") + ".",
-            "- The distance (`experiments/live_edge_fit.py`): per figure, by how many "
+            "- The distance (`experiments/kinds/live_edge/fit.py`): per figure, by how many "
             "tolerances ours misses the paper's number or range (0 inside), squared, capped "
             "at 100, averaged over the figures; plus 10 per policy whose mean QoE beats LUA's "
             "at 100 viewers and 6 servers (Table 3), so LUA first is a constraint.", ""]
@@ -371,7 +371,7 @@ def report_markdown(model: tuple[Experiment, pd.DataFrame],
               _verdict(fitted_figures[key])]
              for key, entry in model_experiment.paper.items()]), "",
         "Why the fitted reconstruction misses what it misses, read off the model (the "
-        "claims' reasons in `experiments/kinds/live_edge.py`):", "",
+        "claims' reasons in `experiments/kinds/live_edge/model.py`):", "",
         *[f"- **{claims[key].label}** ({model_experiment.paper[key].sweep}): "
           f"{claims[key].why}" for key, figure in fitted_figures.items() if not figure.met],
         "",
@@ -424,7 +424,7 @@ def _trial_sensitivity(trials: pd.DataFrame) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m experiments.live_edge_fit",
+        prog="python -m experiments.kinds.live_edge.fit",
         description="Fit seed 000's unknowns to the paper's figures and report both "
                     "reconstructions (see the module docstring).")
     parser.add_argument("--trials", type=int, default=TRIALS)

@@ -32,7 +32,7 @@ from controller.policies.surveillance.model import Workload, _mean_cv, draw_trac
 from experiments.measurements import read_table
 from edgebed.files import atomic_write
 from experiments.sweeps.kinds import ROOT, Cell, Kind, Metric, Panel, TimeFigure, emulated_run
-from experiments.kinds.surveillance import CLAIMS, METRICS as MODEL_METRICS
+from experiments.kinds.surveillance.model import CLAIMS, METRICS as MODEL_METRICS
 
 CAMERA_HOSTS = ("camA", "camB")
 START_S = 1.0  # the first request's earliest start: the cameras and nodes are up by then
@@ -251,7 +251,7 @@ def figures(experiment) -> list[TimeFigure]:
 
 def model_metrics(*names: str) -> tuple[Metric, ...]:
     """The model-level kind's metrics of these names: the same figure under the same label and
-    unit in both reports, defined once (experiments/kinds/surveillance.py)."""
+    unit in both reports, defined once (experiments/kinds/surveillance/model.py)."""
     by_name = {metric.name: metric for metric in MODEL_METRICS}
     return tuple(by_name[name] for name in names)
 
