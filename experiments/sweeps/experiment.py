@@ -6,7 +6,7 @@ policies, the varied parameters, every cell's parameters and the ``paper:`` cita
 problem is collected and raised together as :class:`~topologies.problems.ScenarioInvalid`,
 each pointing at file, line, column and field, as for scenario files::
 
-    name: live_edge-model          # names the output directory, reports/<name>/
+    name: live_edge-model          # names the experiment (its report: see report_directory)
     kind: live_edge_model          # what one cell runs: a kind of experiments/kinds/
     seed: 2023                     # with sweep, value and repetition, derives each cell's seed
     repetitions: 20                # instances per value; every policy sees the same ones
@@ -49,6 +49,9 @@ from topologies.problems import Problem, ScenarioInvalid, did_you_mean, validati
 from .kinds import Cell, Kind
 
 QUICK_REPETITIONS = 2
+
+# Where the schemes' experiment files live, experiments/<slug>/<name>.yaml.
+SCHEMES_EXPERIMENTS = Path(__file__).resolve().parents[1]
 
 
 class _Strict(BaseModel):
@@ -147,6 +150,16 @@ class Experiment:
     sweeps: tuple[Sweep, ...]
     paper: Mapping[str, PaperEntry]
     quick: bool = False
+
+    @property
+    def report_directory(self) -> Path:
+        """Where the report goes unless told: a scheme's ``experiments/<slug>/<name>.yaml`` to
+        ``reports/<slug>/<name>/``, so the reports mirror the experiment files; any other file
+        to ``reports/<its name>/``."""
+        file = Path(self.file).resolve()
+        if file.parent.parent == SCHEMES_EXPERIMENTS:
+            return Path("reports") / file.parent.name / file.stem
+        return Path("reports") / self.name
 
     def cells(self) -> Iterator[Cell]:
         """Every cell, sweep by sweep and value by value, the policies side by side on each

@@ -81,7 +81,7 @@ def test_failover_measures_the_viewers_outage_across_the_cut(tmp_path):
 
 
 def test_a_viewer_stalled_before_the_cut_makes_the_run_invalid(tmp_path):
-    # The run in reports/dispatch-failover that read 4271 ms: the viewer's last whole frame
+    # The run in reports/dispatch/failover that read 4271 ms: the viewer's last whole frame
     # came 2.9 s before the cut (the emulator's relays held frames up to 1.4 s), so its wait
     # across the cut starts long before the link went down.
     ingest = {n: 6 + n / 25 for n in range(176)}

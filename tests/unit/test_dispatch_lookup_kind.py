@@ -166,7 +166,7 @@ def test_the_remarks_compare_the_hint_with_the_broadcast_per_value():
 
 
 def test_the_experiment_file_sweeps_stale_hints_and_border_loss():
-    loaded = experiment.load(ROOT / "experiments" / "dispatch-lookup.yaml")
+    loaded = experiment.load(ROOT / "experiments" / "dispatch" / "lookup.yaml")
     cells = list(loaded.cells())
     assert len(cells) == 2 * 2 * 2 * 2  # sweeps x values x policies x repetitions
     stale = {c.parameters.stale_share for c in cells if c.sweep == "stale"}

@@ -1,7 +1,7 @@
 """topologies/live_edge-capacity.yaml's claim, checked without Mininet: on its inputs the
 edges' uplinks bind (no deterministic policy serves every viewer its preferred rung) and LUA, DF
 and MHCP place the same viewers differently, the first period's 15 viewers then the second's 15
-(the emulated experiment, experiments/live_edge-capacity.yaml, measures what that costs)."""
+(the emulated experiment, experiments/live_edge/capacity.yaml, measures what that costs)."""
 
 from __future__ import annotations
 

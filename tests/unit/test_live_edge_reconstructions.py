@@ -138,7 +138,7 @@ def test_a_point_and_its_reconstruction_round_trip():
 def test_the_fitted_reconstruction_says_how_it_was_fitted():
     fitted = named("fitted")
     assert fitted.fit is not None and fitted.fit.trials > 0
-    assert fitted.fit.instance_seed != load(ROOT / "experiments/live_edge-model.yaml").seed
+    assert fitted.fit.instance_seed != load(ROOT / "experiments/live_edge/model.yaml").seed
 
 
 def test_a_reconstruction_fills_what_the_file_does_not_write():
@@ -183,8 +183,8 @@ def test_the_history_generator_follows_its_parameters():
 
 
 def test_both_experiments_cite_the_same_figures_on_the_same_instances():
-    spec = load(ROOT / "experiments/live_edge-model.yaml")
-    fitted = load(ROOT / "experiments/live_edge-fitted.yaml")
+    spec = load(ROOT / "experiments/live_edge/model.yaml")
+    fitted = load(ROOT / "experiments/live_edge/fitted.yaml")
     assert dict(spec.paper) == dict(fitted.paper)
     assert (spec.seed, spec.repetitions) == (fitted.seed, fitted.repetitions)
     assert fitted.base.reconstruction == "fitted" and spec.base.reconstruction == "spec"
@@ -194,7 +194,7 @@ def test_both_experiments_cite_the_same_figures_on_the_same_instances():
 
 def test_the_fit_runs_on_instances_apart_from_the_reported_ones():
     experiment = live_edge_fit.fit_experiment(to_point(SPEC), 7, 2)
-    reported = load(ROOT / "experiments/live_edge-model.yaml")
+    reported = load(ROOT / "experiments/live_edge/model.yaml")
     assert {cell.seed for cell in experiment.cells()}.isdisjoint(
         {cell.seed for cell in reported.cells()})
     assert set(experiment.paper) == set(reported.paper)

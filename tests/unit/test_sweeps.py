@@ -85,7 +85,7 @@ def problems(text: str) -> list:
 
 
 def test_the_papers_experiment_file_is_valid():
-    loaded = experiments.load(ROOT / "experiments" / "live_edge-model.yaml")
+    loaded = experiments.load(ROOT / "experiments" / "live_edge" / "model.yaml")
     assert loaded.repetitions >= 5
     assert {"viewers", "servers", "demand", "a", "G"} <= {s.parameter for s in loaded.sweeps}
     small = [s for s in loaded.sweeps if "optimal" in s.policies]

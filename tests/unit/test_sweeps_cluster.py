@@ -241,7 +241,7 @@ def test_emulated_cells_take_the_serial_lane_or_a_machine_of_the_cluster(cluster
     # The test cluster's workers declare no machine: emulated cells are refused before
     # anything is written, saying how to start a worker that takes them.
     experiment = experiments_file.load(Path(__file__).resolve().parents[2]
-                                       / "experiments" / "live_edge-emulation.yaml")
+                                       / "experiments" / "live_edge" / "emulation.yaml")
     with executor_for(emulated, cluster=cluster.scheduler_address) as executor:
         with pytest.raises(ClusterUnavailable, match="--resources machine=1") as refused:
             run(experiment, tmp_path / "out", executor=executor)

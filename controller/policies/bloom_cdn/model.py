@@ -3,7 +3,7 @@ cloud), rebuilt: the three routing strategies of the paper and an adaptive one a
 networks of M/M/1 queues, their stability, and the filter-judged hit probability.
 
 The paper's equations (1)-(16) were lost in extraction; this module is the one place their
-reconstruction is derived and its open points are settled. ``reports/bloom_cdn-model/`` shows the
+reconstruction is derived and its open points are settled. ``reports/bloom_cdn/model/`` shows the
 figures it gives beside the paper's.
 
 **The network.** N content nodes, each with three single-server FIFO queues: routing (rate

@@ -16,7 +16,7 @@ Two are named (:func:`named`):
 * ``fitted``: the values a seeded search (Optuna's TPE sampler, ``experiments/kinds/live_edge/fit.py``)
   found closest to the paper's own figures, on instances apart from the reported ones. It is
   **fitted**, not the paper's: ``fitted.json`` beside this module records how (seed, trials,
-  instances, distance), and ``reports/live_edge-fit/report.md`` shows how well each figure is
+  instances, distance), and ``reports/live_edge/fit/report.md`` shows how well each figure is
   met.
 
 Values are in the paper's units (Mbps, per Mbps), as in experiment files.

@@ -377,7 +377,7 @@ userspace Open vSwitch, edgebed's controller running the dispatch policy for thr
 centers): one 1 Mbit/s stream pushed in cn and back-sourced to seven media nodes in cn, us and
 eu, six viewers (four in cn, one in us, one in eu), a relay host hk1 between cn and us. The
 scale is a machine's: 6 viewers and 7 nodes, not the talk's millions; the model-level report
-(`reports/dispatch-model/`) runs 10k clients on 100 nodes. A metric is counted over the six
+(`reports/dispatch/model/`) runs 10k clients on 100 nodes. A metric is counted over the six
 viewers of a run, so one misplaced viewer moves a count by one: read counts, not shares.
 `access_rtt_ms` is the configured round trip between a viewer and the node its media came
 from (what the database's mistake costs the pulls); the stream's loss is measured at the

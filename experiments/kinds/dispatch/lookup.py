@@ -202,7 +202,7 @@ and still open when the run ended (`lookups_unfinished`, left out of everything 
 answered or failed lookup the messages (queries, retransmissions included, and replies taken
 in, late ones too), retransmissions and whether it fell back; per answered lookup its time
 from start to answer (mean, median, p95). Beside them, the pure model
-(`controller.policies.dispatch.rooms.Directory`, the lookup of reports/dispatch-model) asked
+(`controller.policies.dispatch.rooms.Directory`, the lookup of reports/dispatch/model) asked
 the very same answered lookups (asker, owner, mode, hint), each pair's round trip the median
 of the replies measured between that pair in the run (`rtt_*_ms`, either center asking),
 without loss or queueing: its messages and time, and each lookup's measured minus model time

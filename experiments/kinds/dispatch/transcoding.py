@@ -214,7 +214,7 @@ from its join request to its last whole frame), split into before webv1 joined a
 left; webv1's startup (join to first frame shown, `experiments.playout`, 0.5 s of playout
 delay), the time to its first whole frame, its stalls and the frames the origin got that it
 never got whole (from 0.5 s after its first frame to 0.5 s before its last, as
-`reports/dispatch-rooms/` counts them); and the rtmp viewers' startup, stalls, frames lost
+`reports/dispatch/rooms/` counts them); and the rtmp viewers' startup, stalls, frames lost
 and median delay, which the mechanism should leave alone.
 
 What is reproduced: the talk's mechanism, a transcoder running only while a client of another

@@ -577,7 +577,7 @@ At six viewers: the measured latency exceeds the model's by about 50 ms for ever
 which lowers the measured QoE of everyone alike. LUA and DF decide alike there: with capacity
 to spare both keep every viewer's preferred rung and its nearest covering edge; the differences
 the paper reports need binding capacity, which the model-level report
-(`reports/live_edge-model/`) and `live_edge-capacity` show. MHCP serves every viewer the
+(`reports/live_edge/model/`) and `live_edge-capacity` show. MHCP serves every viewer the
 untranscoded top rung, so at G = 50 ms/Mbps it has the lowest latency and the highest QoE,
 predicted and measured, as in the model-level ablation.
 

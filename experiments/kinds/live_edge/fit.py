@@ -6,18 +6,18 @@ things, each on instances of its own:
 1. **Fit.** A seeded search (Optuna's TPE sampler, multivariate) over
    :data:`~controller.policies.live_edge.reconstructions.UNKNOWNS` for the point whose
    figures come closest to the paper's. The figures are the ``paper:`` entries of
-   ``experiments/live_edge-model.yaml`` (each a claim of ``experiments/kinds/live_edge/model.py``
+   ``experiments/live_edge/model.yaml`` (each a claim of ``experiments/kinds/live_edge/model.py``
    with the sentence it comes from), measured exactly as that experiment's report measures
    them, on the sweeps they cite, with the paper's Table 3 parameters, on **fit instances**:
    root seed :data:`FIT_INSTANCE_SEED` (the reported ones use 2023) and a few repetitions
    per value. The first trial is the spec's reconstruction. The best point is written to
    ``controller/policies/live_edge/fitted.json`` (the ``fitted`` reconstruction) with how it
-   was found; every trial goes to ``reports/live_edge-fit/trials.csv``.
-2. **Report instances.** ``experiments/live_edge-model.yaml`` (the spec's reconstruction) and
-   ``experiments/live_edge-fitted.yaml`` (the fitted one, plus a sweep of every unknown around
+   was found; every trial goes to ``reports/live_edge/fit/trials.csv``.
+2. **Report instances.** ``experiments/live_edge/model.yaml`` (the spec's reconstruction) and
+   ``experiments/live_edge/fitted.yaml`` (the fitted one, plus a sweep of every unknown around
    it) run through the ordinary sweep runner into their own reports (seed 2023, 20
    repetitions; resumable like ``edgebed experiment``).
-3. **Report.** ``reports/live_edge-fit/report.md``: the paper's figures with their sentences,
+3. **Report.** ``reports/live_edge/fit/report.md``: the paper's figures with their sentences,
    the unknowns with their ranges and both reconstructions' values, the fit's budget and
    distance, every figure for both reconstructions on the report instances (met or not, by how
    much), and how the ordering of mean QoE moves with each unknown.
@@ -61,9 +61,9 @@ from experiments.sweeps.experiment import Experiment, PaperEntry, load, loads
 from experiments.sweeps.runner import RESULTS, read_results
 from edgebed.files import atomic_output, atomic_write
 
-MODEL_FILE = Path("experiments/live_edge-model.yaml")
-FITTED_FILE = Path("experiments/live_edge-fitted.yaml")
-OUT = Path("reports/live_edge-fit")
+MODEL_FILE = Path("experiments/live_edge/model.yaml")
+FITTED_FILE = Path("experiments/live_edge/fitted.yaml")
+OUT = Path("reports/live_edge/fit")
 FIT_INSTANCE_SEED = 7
 TRIALS = 30
 REPETITIONS = 3
@@ -238,7 +238,7 @@ def reported(path: Path, executor: Executor) -> tuple[Experiment, pd.DataFrame]:
     """Step 2: ``path``'s experiment run (what is missing of it) and its report written; its
     cells."""
     experiment = load(path)
-    out = Path("reports") / experiment.name
+    out = experiment.report_directory
     runner.run(experiment, out, executor=executor)
     write(experiment, out)
     results = read_results(out / RESULTS, experiment.kind)

@@ -491,7 +491,7 @@ states but are the project's, as are the stand-in formula for MHCP's remaining-s
 weights the paper does not give (gamma, alpha, k). Which values the unknowns take (the ladder,
 gamma, alpha, k, the shapes of Q and U, MHCP's score, the history generator) is the cells'
 `reconstruction`: `spec` (the spec's guesses) or `fitted` (fitted to the paper's own figures on
-other instances; `reports/live_edge-fit/report.md`). Mean QoE per viewer counts a viewer no
+other instances; `reports/live_edge/fit/report.md`). Mean QoE per viewer counts a viewer no
 server and bitrate fit as 0 (the paper's Algorithm 1, line 11); the mean over the served
 viewers alone is tabulated beside it. **The geometry is synthetic**: servers,
 viewers and streamers are placed uniformly at random in a square (the paper's Melbourne

@@ -285,7 +285,7 @@ process CPU over its budget and its interface's bytes over its link rate; L is e
 **Scale reductions.** The paper's test is 100 cameras (10 hot) and 1,000 requests in 10
 minutes; one 2-core machine emulating every host in real time takes 10 cameras (1 hot, the
 same tenth), 24 requests in 60 s: time 10x faster, 40x fewer
-requests. The model-level reports (`reports/surveillance-model`, `reports/surveillance-large`)
+requests. The model-level reports (`reports/surveillance/model`, `reports/surveillance/large`)
 have the paper's scale. Three repetitions (three traces, each served by both policies);
 with three samples the intervals are wide.
 
