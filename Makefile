@@ -1,7 +1,7 @@
 # Two commands matter: `make demo` and `make test` (as root). Both set the machine up first.
 VENV := .venv
 EDGEBED := $(VENV)/bin/edgebed
-SCENARIO ?= topologies/live_edge-demo.yaml
+SCENARIO ?= topologies/live_edge/demo.yaml
 
 .PHONY: setup demo test unit clean schema dissector bench vm-test
 

@@ -11,7 +11,7 @@
 Decision-to-flow latency on real packets (a decision's rules installed in the switches) is not
 measured here: it is the controller's, whatever the policy, and ``benchmarks/controller.py``
 measures it; each emulated run also records the clients' access response times
-(``decisions_followed``' ``response_ms``, ``topologies/surveillance.yaml``).
+(``decisions_followed``' ``response_ms``, ``topologies/surveillance/surveillance.yaml``).
 
     .venv/bin/python benchmarks/surveillance.py [--decisions N]
 """

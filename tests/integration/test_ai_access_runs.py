@@ -1,4 +1,4 @@
-"""Seed 003's emulated cluster (topologies/ai_access.yaml) on a real Mininet network: twelve AI
+"""Seed 003's emulated cluster (topologies/ai_access/ai_access.yaml) on a real Mininet network: twelve AI
 data flows from three terminal hosts join the access service through the controller, least
 connections gives each of the three heterogeneous access servers four, and ar3, whose processing
 budget (350 packets/s) is below what four flows send (400 packets/s, more in their send
@@ -35,7 +35,7 @@ from tests.conftest import ROOT
 from tests.integration.conftest import (SINGLE_SHOT_CONFIDENCE, SystemState, emulator_made,
                                         assert_nothing_left, edgebed, only_run_dir)
 
-SCENARIO = ROOT / "topologies" / "ai_access.yaml"
+SCENARIO = ROOT / "topologies" / "ai_access" / "ai_access.yaml"
 DURATION = 16.0
 SERVERS = ("ar1", "ar2", "ar3")
 OVERLOADED = "ar3"

@@ -1,4 +1,4 @@
-"""Seed 002 emulated (topologies/bloom_cdn.yaml) on a real Mininet network: eight content nodes
+"""Seed 002 emulated (topologies/bloom_cdn/bloom_cdn.yaml) on a real Mininet network: eight content nodes
 on a Chord ring with real FIFO queues, a data center, eight user groups; one short run per
 strategy at 0 % hits.
 
@@ -42,7 +42,7 @@ def runs(tmp_path_factory):
     found = {}
     for strategy in STRATEGIES:
         runs_dir = tmp_path_factory.mktemp(strategy)
-        run_dir, summary = run_scenario("topologies/bloom_cdn.yaml", strategy, 0.0,
+        run_dir, summary = run_scenario("topologies/bloom_cdn/bloom_cdn.yaml", strategy, 0.0,
                                         REQUESTS_FOR, runs_dir)
         assert run_dir == only_run_dir(runs_dir)
         figures = measure(run_dir, ORDER_CONFIDENCE)

@@ -1,4 +1,4 @@
-"""Seed 001's emulated scenario (topologies/dispatch.yaml) on a real Mininet network: capacity
+"""Seed 001's emulated scenario (topologies/dispatch/dispatch.yaml) on a real Mininet network: capacity
 kept across three dispatch centers by tickets or not by a shared capacity figure, redirect
 after a load report, and a cross-border link cut mid-stream. Everything is checked on what
 the agents measured (the media nodes' sessions, the viewers' arrivals) and the controller's
@@ -27,7 +27,7 @@ from tests.conftest import ROOT
 from tests.integration.conftest import assert_nothing_left, edgebed, only_run_dir
 from tests.integration.test_controller_runs import addresses
 
-SCENARIO = ROOT / "topologies" / "dispatch.yaml"
+SCENARIO = ROOT / "topologies" / "dispatch" / "dispatch.yaml"
 CAPACITY = 3  # streams per media node: the scenario's capacity over the service's demand
 CUT_AT = 9.0  # seconds into the timeline: the cn-eu link goes down
 DURATION = 14.0

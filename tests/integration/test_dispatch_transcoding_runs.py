@@ -1,4 +1,4 @@
-"""Seed 001's passive transcoding (topologies/dispatch-transcoding.yaml) on a real Mininet
+"""Seed 001's passive transcoding (topologies/dispatch/transcoding.yaml) on a real Mininet
 network: the transcoder tc1 is fed only while the webrtc viewer webv1 is in the room under
 ``passive``, and from the start under ``always``. Checked on what the agents measured (the
 frames tc1 got, the bytes it pulled, webv1's frames, the nodes' sessions) and the decision
@@ -22,7 +22,7 @@ from tests.conftest import ROOT
 from tests.integration.conftest import assert_nothing_left, edgebed, only_run_dir
 from tests.integration.test_dispatch_runs import rows_of, state_before_module  # noqa: F401
 
-SCENARIO = ROOT / "topologies" / "dispatch-transcoding.yaml"
+SCENARIO = ROOT / "topologies" / "dispatch" / "transcoding.yaml"
 LATE_JOIN_S, STAY_S = 6.0, 4.0
 # After webv1's last frame, tc1's session for it ends a pull timeout (1 s) after its last
 # pull, tc1 stops pulling, and the origin's session for tc1 ends a pull timeout after that:

@@ -1,4 +1,4 @@
-"""The default demo (`make demo`: topologies/live_edge-demo.yaml) on a real Mininet network:
+"""The default demo (`make demo`: topologies/live_edge/demo.yaml) on a real Mininet network:
 LUA places the viewers, the scheduled impairment on edge1's link toward viewer1 makes edge2
 better, the controller (told of the new delay) moves viewer1 at its next period, and what
 viewer1 measured shows the move paid. Checked from the measured tables (the viewers'
@@ -14,7 +14,7 @@ from experiments.measurements import read_table
 from tests.conftest import ROOT
 from tests.integration.conftest import assert_nothing_left, edgebed, only_run_dir
 
-SCENARIO = ROOT / "topologies" / "live_edge-demo.yaml"
+SCENARIO = ROOT / "topologies" / "live_edge" / "demo.yaml"
 # What the impairment adds toward viewer1 through edge1 (5 -> 45 ms) against what edge2's way
 # costs more than edge1's unimpaired one (175 against 165 ms): the move saves 30 ms. Under a
 # loaded machine both sides of the comparison carry the same queueing; half is required.

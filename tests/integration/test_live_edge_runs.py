@@ -1,4 +1,4 @@
-"""Seed 000's emulated experiment (topologies/live_edge.yaml) on a real Mininet network: the
+"""Seed 000's emulated experiment (topologies/live_edge/live_edge.yaml) on a real Mininet network: the
 controller's policy gives each viewer an edge server and a bitrate, and the data plane carries
 it out. Checked at the edges (whom each served, at which bitrate), at the viewers (what
 arrived, how late) and against the controller's own records.
@@ -22,7 +22,7 @@ from tests.integration.conftest import assert_nothing_left, edgebed, only_run_di
 from tests.integration.test_agent_runs import TIMING_FLAGS
 from tests.integration.test_controller_runs import addresses
 
-SCENARIO = ROOT / "topologies" / "live_edge.yaml"
+SCENARIO = ROOT / "topologies" / "live_edge" / "live_edge.yaml"
 GOODPUT_TOLERANCE = 0.15
 # How much later than its path and transcoding a packet may arrive: the source frame's own
 # arrival (it is transcoded whole) and the spreading of the transcoded frame's packets over as

@@ -1,4 +1,4 @@
-"""Seed 004's emulated scenario (topologies/surveillance.yaml) on a real Mininet network: the
+"""Seed 004's emulated scenario (topologies/surveillance/surveillance.yaml) on a real Mininet network: the
 improved balancer with a hot camera whose clients exceed one node. Everything is checked on what
 the agents measured (the clients' streams, the nodes' inputs and sessions) and the controller's
 records (decisions, policy trace, load reports with their metrics).
@@ -27,7 +27,7 @@ from tests.conftest import ROOT
 from tests.integration.conftest import SystemState, assert_nothing_left, edgebed, only_run_dir
 from tests.integration.test_controller_runs import addresses
 
-SCENARIO = ROOT / "topologies" / "surveillance.yaml"
+SCENARIO = ROOT / "topologies" / "surveillance" / "surveillance.yaml"
 LIGHT, HEAVY = 0.4, 0.5
 HOT = [f"client{i}" for i in range(1, 6)]  # camera 1's clients, in the order they start
 NODES = ("node1", "node2", "node3")

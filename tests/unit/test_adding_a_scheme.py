@@ -250,7 +250,7 @@ def test_every_shipped_scheme_follows_the_layout():
     root = Path(__file__).resolve().parents[2]
     assert not (root / "controller" / "live_edge").exists()
     for path in ("controller/policies/live_edge/__init__.py", "experiments/kinds/live_edge/model.py",
-                 "agents/live_edge.py", "topologies/live_edge.yaml",
+                 "agents/live_edge.py", "topologies/live_edge/live_edge.yaml",
                  "experiments/live_edge/model.yaml", "reports/live_edge/model/report.md"):
         assert (root / path).exists(), path
     assert {"lua", "df", "mhcp", "random", "optimal"} <= set(policies.available())

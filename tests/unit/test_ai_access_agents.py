@@ -173,12 +173,12 @@ def test_a_terminal_counts_nacks_for_streams_it_does_not_send_and_keeps_sending(
 
 class AccessController:
     """Seed 003's access through the control protocol on loopback: a real ControllerCore on
-    topologies/ai_access.yaml with the least-connections policy, answering joins as the
+    topologies/ai_access/ai_access.yaml with the least-connections policy, answering joins as the
     controller app does (a decision, or the policy's rejection), without OpenFlow."""
 
     def __init__(self):
         self.core = ControllerCore(NetworkView.from_scenario(load(ROOT / "topologies" /
-                                                                  "ai_access.yaml")),
+                                                                  "ai_access" / "ai_access.yaml")),
                                    create("ai_lc", {"flow_memory": 200000}))
         sock = netns.udp_socket("127.0.0.1", 0)
         self.address = "%s:%d" % sock.getsockname()
@@ -276,7 +276,7 @@ def test_the_emulated_kind_gives_the_forecast_error_as_a_results_column(tmp_path
     # from settle 4 s to a second before the end at 16 s), errors 0.05, 0.05, 0.0375; the last
     # value misses by 0.05 each time. The report at 3 s feeds the smoothing unscored, the one
     # at 15 s (past the window) is not scored however far off.
-    view = NetworkView.from_scenario(load(ROOT / "topologies" / "ai_access.yaml"))
+    view = NetworkView.from_scenario(load(ROOT / "topologies" / "ai_access" / "ai_access.yaml"))
     (tmp_path / "controller").mkdir()
     ControllerConfig(out=tmp_path / "controller", view=view.to_json(), policy="ai_lc",
                      policy_params={"alpha": 0.5}, control_port=1, loopback_control_port=2

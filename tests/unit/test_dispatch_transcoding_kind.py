@@ -55,7 +55,7 @@ def test_the_models_timeline_is_the_scenarios():
 
     from experiments.kinds.dispatch.transcoding import STAY_S, STREAM_AT_S, predicted
     from tests.conftest import ROOT
-    scenario = yaml.safe_load((ROOT / "topologies" / "dispatch-transcoding.yaml").read_text())
+    scenario = yaml.safe_load((ROOT / "topologies" / "dispatch" / "transcoding.yaml").read_text())
     [web] = [w for w in scenario["workload"] if w.get("nodes") == ["webv1"]]
     [streamer] = [w for w in scenario["workload"] if w["agent"] == "streamer"]
     assert web["params"]["duration"] == f"{STAY_S:g}s"

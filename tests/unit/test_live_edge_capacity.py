@@ -1,4 +1,4 @@
-"""topologies/live_edge-capacity.yaml's claim, checked without Mininet: on its inputs the
+"""topologies/live_edge/capacity.yaml's claim, checked without Mininet: on its inputs the
 edges' uplinks bind (no deterministic policy serves every viewer its preferred rung) and LUA, DF
 and MHCP place the same viewers differently, the first period's 15 viewers then the second's 15
 (the emulated experiment, experiments/live_edge/capacity.yaml, measures what that costs)."""
@@ -15,7 +15,7 @@ from controller.core import ControllerCore
 from controller.view import NetworkView
 from tests.conftest import ROOT
 
-SCENARIO = ROOT / "topologies" / "live_edge-capacity.yaml"
+SCENARIO = ROOT / "topologies" / "live_edge" / "capacity.yaml"
 LADDER = (1e6, 0.625e6, 0.3125e6, 0.125e6)
 FIRST = [f"viewer{i}" for start in (1, 11, 21) for i in range(start, start + 5)]
 SECOND = [f"viewer{i}" for start in (6, 16, 26) for i in range(start, start + 5)]

@@ -18,7 +18,7 @@ from controller.view import NetworkView
 from experiments.kinds.live_edge.emulation import phases, timeline_plot
 from tests.conftest import ROOT
 
-DEMO = ROOT / "topologies" / "live_edge-demo.yaml"
+DEMO = ROOT / "topologies" / "live_edge" / "demo.yaml"
 VIEWERS = ("viewer1", "viewer2", "viewer3")
 
 

@@ -7,7 +7,7 @@ import jsonschema
 import pytest
 import yaml
 
-from tests.conftest import EXAMPLES, ROOT
+from tests.conftest import EXAMPLES, ROOT, example_id
 from experiments import scenarios
 from experiments.scenarios import json_schema
 from topologies.model import Role
@@ -119,7 +119,7 @@ def test_resolved_scenario_is_plain_data():
     assert data["topology"]["links"][-1]["reverse"]["bw"] == 5e6
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", EXAMPLES, ids=example_id)
 def test_examples_are_valid_and_match_the_json_schema(path):
     loaded = scenarios.load(path, {})
     assert loaded.hosts

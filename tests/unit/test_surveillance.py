@@ -503,9 +503,9 @@ def test_a_request_for_a_camera_its_origin_reports_silent_is_refused():
 # --- leaving: the controller releases the placement ----------------------------------------
 
 def surveillance_core(policy: str) -> ControllerCore:
-    """A controller core over topologies/surveillance.yaml (node1-3 with room for 4, 3 and 2
+    """A controller core over topologies/surveillance/surveillance.yaml (node1-3 with room for 4, 3 and 2
     streams of 1 Mbit/s; client1-5 ask for camera 1) running ``policy``."""
-    return ControllerCore(NetworkView.from_scenario(load("topologies/surveillance.yaml")),
+    return ControllerCore(NetworkView.from_scenario(load("topologies/surveillance/surveillance.yaml")),
                           create(policy))
 
 

@@ -1,4 +1,4 @@
-"""Seed 003 emulated (``topologies/ai_access.yaml``): what one run of an AI access policy did,
+"""Seed 003 emulated (``topologies/ai_access/ai_access.yaml``): what one run of an AI access policy did,
 as the ``scheme`` of its summary (:class:`~experiments.sweeps.kinds.RunSummary`), and the
 ``ai_access_emulation`` kind of experiment cell (one ``edgebed run`` per cell, with or without
 migration).
@@ -232,7 +232,7 @@ class Parameters(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    scenario: str = Field("topologies/ai_access.yaml", description="the scenario file")
+    scenario: str = Field("topologies/ai_access/ai_access.yaml", description="the scenario file")
     duration: float = Field(16.0, gt=0, description="run length (s)")
     migrate: bool = Field(False, description="migration by load prediction on every report")
     flows_per_terminal: int = Field(4, ge=1, description="terminal flows on each of the three "
@@ -306,7 +306,7 @@ METRICS = (Metric("loss", "first copies lost, all servers", "fraction"),
            Metric("fidelity_ok", "runs the fidelity monitor passed"))
 
 ABOUT = """\
-Each cell is one emulated run of `topologies/ai_access.yaml` (real packets on a Mininet network,
+Each cell is one emulated run of `topologies/ai_access/ai_access.yaml` (real packets on a Mininet network,
 userspace Open vSwitch, edgebed's controller running the access policy and, with `migrate`,
 migration by load prediction on every load report): twelve AI data flows from three terminal
 hosts, 100 KB units of 100 packets a second each (the spec's are 672 KB in 945 packets: a scale

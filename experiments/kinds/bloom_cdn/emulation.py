@@ -1,5 +1,5 @@
 """Seed 002 emulated: the ``bloom_cdn_emulation`` kind of experiment cell (one ``edgebed run`` of
-``topologies/bloom_cdn.yaml`` per cell, the cell's policy its strategy) and what the run measured
+``topologies/bloom_cdn/bloom_cdn.yaml`` per cell, the cell's policy its strategy) and what the run measured
 beside what the analytic model predicts for it.
 
 :func:`measure` reads a run's tables: the users' response times (``responses``), every job each
@@ -31,7 +31,7 @@ from experiments.measurements import host_addresses, read_table
 from experiments.sweeps.kinds import Cell, Kind, Metric, edgebed_run, emulated_run
 
 ROOT = Path(__file__).resolve().parents[2]
-SCENARIO = "topologies/bloom_cdn.yaml"
+SCENARIO = "topologies/bloom_cdn/bloom_cdn.yaml"
 BATCHES = 20  # batch means for the intervals: consecutive requests, by request number
 QUEUES = ("routing", "lookup", "fetch", "response")
 # The model without the DC link: a run's transfers are in its network time, measured.
@@ -217,7 +217,7 @@ METRICS = (
 )
 
 ABOUT = """\
-**A cell is one emulated run** of `topologies/bloom_cdn.yaml` (real packets on a Mininet
+**A cell is one emulated run** of `topologies/bloom_cdn/bloom_cdn.yaml` (real packets on a Mininet
 network, userspace Open vSwitch): 8 content nodes on a Chord ring, each with routing, lookup
 and response queues that are single-server FIFOs with exponential service at the paper's
 low-traffic rates (mu_t = 300, mu_l = 500, mu_r = 60 req/s), a data center fetching at

@@ -1,5 +1,5 @@
 """Seed 001 emulated: the ``dispatch_emulation`` kind of experiment cell, one ``edgebed run`` of
-``topologies/dispatch.yaml`` per cell, each mechanism against its absence on the same seeds.
+``topologies/dispatch/dispatch.yaml`` per cell, each mechanism against its absence on the same seeds.
 
 The cell's policy says which mechanism is on, through the scenario's variables:
 
@@ -77,7 +77,7 @@ class Parameters(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    scenario: str = Field("topologies/dispatch.yaml", description="the scenario file")
+    scenario: str = Field("topologies/dispatch/dispatch.yaml", description="the scenario file")
     duration: float = Field(14.0, gt=0, description="run length (s)")
     database_error: float = Field(0.0, ge=0, le=1, description="clients the database "
                                                                 "misplaces")
@@ -372,7 +372,7 @@ PLOTS = ("misplaced_by_database", "served_abroad", "access_rtt_ms",
          "playout_lag_mean_ms", "viewers_served")
 
 ABOUT = """\
-Each cell is one emulated run of `topologies/dispatch.yaml` (real packets on a Mininet network,
+Each cell is one emulated run of `topologies/dispatch/dispatch.yaml` (real packets on a Mininet network,
 userspace Open vSwitch, edgebed's controller running the dispatch policy for three regional
 centers): one 1 Mbit/s stream pushed in cn and back-sourced to seven media nodes in cn, us and
 eu, six viewers (four in cn, one in us, one in eu), a relay host hk1 between cn and us. The

@@ -1,5 +1,5 @@
 """Seed 001 emulated, back-to-source lookup: the ``dispatch_lookup`` kind of experiment cell,
-one ``edgebed run`` of ``topologies/dispatch.yaml`` per cell in which the three dispatch
+one ``edgebed run`` of ``topologies/dispatch/dispatch.yaml`` per cell in which the three dispatch
 centers look streams up among themselves by broadcast or by following a hint (the cell's
 policy), on the same seeds.
 
@@ -47,7 +47,7 @@ class Parameters(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    scenario: str = Field("topologies/dispatch.yaml", description="the scenario file")
+    scenario: str = Field("topologies/dispatch/dispatch.yaml", description="the scenario file")
     duration: float = Field(14.0, gt=0, description="run length (s)")
     rate: float = Field(4.0, gt=0, description="lookups a second each center starts "
                                                "(Poisson)")
@@ -175,7 +175,7 @@ LINES = {"messages_per_lookup": "model_messages_per_lookup", "lookup_ms_mean": "
          "lookup_ms_p95": "model_ms_p95"}
 
 ABOUT = """\
-Each cell is one emulated run of `topologies/dispatch.yaml` (real packets on a Mininet
+Each cell is one emulated run of `topologies/dispatch/dispatch.yaml` (real packets on a Mininet
 network, userspace Open vSwitch; the scenario's stream, seven media nodes and six viewers run
 beside) in which each of the three regional dispatch centers, dcn (cn), dus (us) and deu
 (eu), starts back-to-source lookups, Poisson at `rate` a second, for streams registered at

@@ -1,5 +1,5 @@
 """Seed 001 emulated, scheduling modes: the ``dispatch_rooms`` kind of experiment cell, one
-``edgebed run`` of ``topologies/dispatch-rooms.yaml`` per cell: single-point against
+``edgebed run`` of ``topologies/dispatch/rooms.yaml`` per cell: single-point against
 multi-point scheduling (the cell's policy) for a same-city or a cross-border room (the
 ``room`` parameter), on the same seeds.
 
@@ -41,7 +41,7 @@ class Parameters(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    scenario: str = Field("topologies/dispatch-rooms.yaml", description="the scenario file")
+    scenario: str = Field("topologies/dispatch/rooms.yaml", description="the scenario file")
     duration: float = Field(12.0, gt=0, description="run length (s)")
     room: Literal["city", "border"] = Field("city", description="same-city (viewers in cn) "
                                                                 "or cross-border (us, eu)")
@@ -197,7 +197,7 @@ PLOTS = ("delay_p50_ms", "delay_p95_ms", "frame_loss_pct", "cross_border_mbps",
          "first_frame_mean_ms")
 
 ABOUT = """\
-Each cell is one emulated run of `topologies/dispatch-rooms.yaml` (real packets on a Mininet
+Each cell is one emulated run of `topologies/dispatch/rooms.yaml` (real packets on a Mininet
 network, userspace Open vSwitch, edgebed's controller running the dispatch policy for three
 regional centers): one 1 Mbit/s stream (25 frames/s, an I frame every 2 s) pushed in cn to the
 origin cn1, six viewers joining 0.6 s apart from 2 s, seven media nodes (cn1, cn2 in machine

@@ -1,5 +1,5 @@
 """Seed 001 emulated, passive transcoding: the ``dispatch_transcoding`` kind of experiment
-cell, one ``edgebed run`` of ``topologies/dispatch-transcoding.yaml`` per cell: a transcoder
+cell, one ``edgebed run`` of ``topologies/dispatch/transcoding.yaml`` per cell: a transcoder
 fed only while a viewer of another protocol than the stream's is in the room (``passive``)
 against one fed from the start (``always``), the cell's policy.
 
@@ -45,7 +45,7 @@ class Parameters(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    scenario: str = Field("topologies/dispatch-transcoding.yaml",
+    scenario: str = Field("topologies/dispatch/transcoding.yaml",
                           description="the scenario file")
     duration: float = Field(14.0, gt=0, description="run length (s)")
     late_join: float = Field(7.0, gt=0, description="when the webrtc viewer joins (s)")
@@ -193,7 +193,7 @@ PLOTS = ("transcoder_mbps", "transcoder_pulling_s", "transcoder_wasted_s", "late
          "same_frame_loss_pct")
 
 ABOUT = """\
-Each cell is one emulated run of `topologies/dispatch-transcoding.yaml` (real packets on a
+Each cell is one emulated run of `topologies/dispatch/transcoding.yaml` (real packets on a
 Mininet network, userspace Open vSwitch, edgebed's controller running the dispatch policy with
 `transcoding` set to the cell's policy): one 1 Mbit/s stream (25 frames/s, an I frame every
 2 s) pushed in rtmp to the origin cn1 at 0.5 s; three rtmp viewers joining 0.6 s apart from

@@ -1,5 +1,5 @@
 """Seed 000 emulated: the ``live_edge_emulation`` kind of experiment cell (one ``edgebed run`` of
-``topologies/live_edge.yaml`` per cell), and the run's QoE twice: as the model predicted it and as
+``topologies/live_edge/live_edge.yaml`` per cell), and the run's QoE twice: as the model predicted it and as
 the agents measured it.
 
 The prediction is the policy's own view of the run's last period: the instance it built from
@@ -379,7 +379,7 @@ class Parameters(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    scenario: str = Field("topologies/live_edge.yaml", description="the scenario file")
+    scenario: str = Field("topologies/live_edge/live_edge.yaml", description="the scenario file")
     duration: float = Field(20.0, gt=0, description="run length (s)")
     G: float = Field(50.0, ge=0, description="transcoding delay per Mbps below the source "
                                              "(ms/Mbps)")
@@ -541,11 +541,11 @@ source through a streamer-side edge to three transcoding edges over 150-174 ms i
 links, viewers 5-15 ms from the two edges covering each, half of them joining in the second
 period. Two scenarios use this kind:
 
-- `topologies/live_edge.yaml` (experiment `live_edge-emulation`): an 8 Mbit/s source and six
+- `topologies/live_edge/live_edge.yaml` (experiment `live_edge-emulation`): an 8 Mbit/s source and six
   viewers. The scale is a machine's, not the paper's: 6 viewers on 3 edges, not 50-125 on
   2-12, so capacities (the paper's 40 Mbit/s and 15 vCPU) do not bind and the allocation is
   driven by latency, interaction demand and preferences.
-- `topologies/live_edge-capacity.yaml` (experiment `live_edge-capacity`):
+- `topologies/live_edge/capacity.yaml` (experiment `live_edge-capacity`):
   thirty viewers on the same three edges with every rate 1/8 of the paper's (source R =
   1 Mbit/s, ladder 0.125/0.3125/0.625/1 Mbit/s, C_m = 1.875 vCPU at H = 0.5 vCPU per Mbit/s,
   G x8 so that G·(R−R_v) is the paper's delay for the same rung). The edges' uplinks D_m are

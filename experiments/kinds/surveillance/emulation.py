@@ -1,5 +1,5 @@
 """Seed 004 emulated: the ``surveillance_emulation`` kind of experiment cell, one ``edgebed run``
-of ``topologies/surveillance.yaml`` per cell with its clients replaced by a request trace.
+of ``topologies/surveillance/surveillance.yaml`` per cell with its clients replaced by a request trace.
 
 The trace is the model's (:func:`controller.policies.surveillance.model.draw_trace`: cameras, a
 hot few of them likelier by ``hot_factor``, requests at uniform random times, exponential
@@ -51,7 +51,7 @@ class Parameters(BaseModel):
     requests: int = Field(24, ge=1, description="client requests (one client host each)")
     horizon_s: float = Field(60.0, gt=0, description="requests arrive within this time (s)")
     session_mean_s: float = Field(20.0, gt=0, description="mean session (exponential, s)")
-    scenario: str = Field("topologies/surveillance.yaml", description="the scenario file")
+    scenario: str = Field("topologies/surveillance/surveillance.yaml", description="the scenario file")
     duration: float = Field(70.0, gt=0, description="run length (s)")
     light_below: float = Field(0.6, gt=0, description="light queue: L below")
     heavy_above: float = Field(HEAVY_ABOVE, gt=0, description="heavy queue: L above")
@@ -271,7 +271,7 @@ METRICS = (
 )
 
 ABOUT = """\
-**Emulated, real packets.** Each cell is one `edgebed run` of `topologies/surveillance.yaml`
+**Emulated, real packets.** Each cell is one `edgebed run` of `topologies/surveillance/surveillance.yaml`
 (Mininet, userspace Open vSwitch, edgebed's controller running the balancer) with its clients
 replaced by a request trace drawn as the model's is: 10 cameras (camera 1 hot, 10x as likely),
 24 requests at uniform random times within 60 s, exponential sessions of mean 20 s, each request
