@@ -34,7 +34,7 @@ bench: setup
 	$(VENV)/bin/python benchmarks/impairment.py
 	$(VENV)/bin/python benchmarks/agents.py
 	$(VENV)/bin/python benchmarks/controller.py
-	$(VENV)/bin/python benchmarks/policies.py
+	$(VENV)/bin/python benchmarks/live_edge.py
 	$(VENV)/bin/python benchmarks/sweeps.py
 	$(VENV)/bin/python benchmarks/dispatch.py
 	$(VENV)/bin/python benchmarks/bloom_cdn.py

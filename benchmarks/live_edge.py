@@ -10,7 +10,7 @@
 
 Goal: LUA < 1 s at 10k x 100 x 5.
 
-    .venv/bin/python benchmarks/policies.py [--rounds N] [--seeds N]
+    .venv/bin/python benchmarks/live_edge.py [--rounds N] [--seeds N]
 """
 
 from __future__ import annotations
