@@ -254,3 +254,8 @@ def test_every_shipped_scheme_follows_the_layout():
                  "experiments/live_edge/model.yaml", "reports/live_edge/model/report.md"):
         assert (root / path).exists(), path
     assert {"lua", "df", "mhcp", "random", "optimal"} <= set(policies.available())
+    for slug in ("live_edge", "dispatch", "bloom_cdn", "ai_access", "surveillance"):
+        for place in (f"controller/policies/{slug}", f"experiments/kinds/{slug}",
+                      f"experiments/{slug}", f"topologies/{slug}", f"reports/{slug}",
+                      f"benchmarks/{slug}.py", f"tests/unit/{slug}", f"tests/integration/{slug}"):
+            assert (root / place).exists(), place

@@ -428,7 +428,7 @@ def test_a_model_line_is_drawn_beside_the_measured_points(fake, tmp_path):
 
 
 def test_an_emulated_cell_run_again_reads_its_new_run_not_an_earlier_one(tmp_path, monkeypatch):
-    # `edgebed run` needs root and Mininet (tests/integration/test_live_edge_runs.py runs it);
+    # `edgebed run` needs root and Mininet (tests/integration/live_edge/test_live_edge_runs.py runs it);
     # here a stand-in makes the run directory each real run makes, numbered by call.
     from experiments.kinds.live_edge import emulation
     from experiments.sweeps import kinds as sweep_kinds  # where an emulated cell's run is made
@@ -473,7 +473,7 @@ def test_a_decision_whose_stream_never_arrived_has_no_measured_latency_and_no_qo
     # experiment with a KeyError.
     from experiments.kinds.live_edge.emulation import decision_qoe, run_totals, viewer_qoe
 
-    run_dir = Path(__file__).parent / "recorded" / "live_edge-unserved"
+    run_dir = Path(__file__).parent / "live_edge" / "recorded" / "unserved"
     rows = decision_qoe(run_dir)
     [replaced] = [row for row in rows if (row["viewer"], row["flow"]) == ("viewer1", "stream-1")]
     assert replaced["goodput_bps"] == 0 and replaced["qoe_measured"] == 0

@@ -333,7 +333,7 @@ def report_markdown(model: tuple[Experiment, pd.DataFrame],
         "below beta and falls in I above it; U = ((min(R, R*)/r_min)^u − 1)/u (ln at u = 0) "
         "rises to R* and saturates for every u; so both reconstructions keep every property "
         "the paper states, and QoE rises with the bitrate (Theorem 2), which the unit tests "
-        "check for both (`tests/unit/test_live_edge_reconstructions.py`).", "",
+        "check for both (`tests/unit/live_edge/test_live_edge_reconstructions.py`).", "",
         "## 3. The fit", "",
     ]
     if record is not None:

@@ -20,7 +20,7 @@ from experiments.kinds.dispatch.transcoding import measure
 from experiments.measurements import host_addresses, read_table
 from tests.conftest import ROOT
 from tests.integration.conftest import assert_nothing_left, edgebed, only_run_dir
-from tests.integration.test_dispatch_runs import rows_of, state_before_module  # noqa: F401
+from tests.integration.dispatch.test_dispatch_runs import rows_of, state_before_module  # noqa: F401
 
 SCENARIO = ROOT / "topologies" / "dispatch" / "transcoding.yaml"
 LATE_JOIN_S, STAY_S = 6.0, 4.0

@@ -15,7 +15,7 @@ from __future__ import annotations
 from experiments.playout import playout
 from tests.integration.conftest import assert_nothing_left
 from tests.integration.test_agent_runs import run
-from tests.integration.test_dispatch_runs import rows_of
+from tests.integration.dispatch.test_dispatch_runs import rows_of
 
 FPS = 25
 GOP = 100  # frames: 4 s

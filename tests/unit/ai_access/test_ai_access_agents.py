@@ -18,7 +18,7 @@ from agents import ai_receiver
 from agents.common import ProcessingBudget, receiving_socket
 from agents.follower import FOLLOWER_TABLES
 from agents.formats import AI_DATA, AI_NACK
-from tests.unit.test_ai_agents import (SHORT, SHORT_FRAGMENTS, SHORT_TIMING, RowsKept,
+from tests.unit.ai_access.test_ai_agents import (SHORT, SHORT_FRAGMENTS, SHORT_TIMING, RowsKept,
                                        every_seventh, free_udp_port, transfer)
 from controller import netns
 from edgebed import protocol

@@ -13,7 +13,7 @@ import pytest
 
 from agents.ai_gpu import ClusterManager, GpuServer, Handoff
 from agents.formats import AI_UNIT, GPU_GRANT, GPU_REQUEST
-from tests.unit.test_ai_agents import RowsKept
+from tests.unit.ai_access.test_ai_agents import RowsKept
 from tests.unit.test_media_agents import LOOPBACK
 
 HANG_GUARD_S = 30.0

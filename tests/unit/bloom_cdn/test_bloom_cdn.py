@@ -288,6 +288,6 @@ def test_kind_runs_a_cell_with_model_beside_it_and_the_files_load():
     assert math.isnan(cut["theory_nominal_ms"])
     # The kind is found by convention (experiments/kinds/bloom_cdn/model.py) and the files load.
     for name in ("low", "high"):
-        loaded = experiment.load(Path(__file__).parents[2] / "experiments"
-                                 / f"bloom_cdn-{name}.yaml")
+        loaded = experiment.load(Path(__file__).parents[3] / "experiments"
+                                 / "bloom_cdn" / f"{name}.yaml")
         assert loaded.kind is kind and loaded.sweeps[0].parameter == "hit_rate"

@@ -1,6 +1,6 @@
 """The dispatch centers' back-to-source lookups, run as programs over loopback (no root): each
 center on an address of its own (127.0.0.1, .2, .3: all loopback), started in turn so that
-each binds the next address. The emulated run (tests/integration/test_dispatch_runs.py) does
+each binds the next address. The emulated run (tests/integration/dispatch/test_dispatch_runs.py) does
 the same across lossy cross-border links."""
 
 from __future__ import annotations

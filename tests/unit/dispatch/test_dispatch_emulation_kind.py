@@ -1,5 +1,5 @@
 """The dispatch_emulation kind: which scenario variables each policy sets (a cell's run is the
-experiment's; tests/integration/test_dispatch_runs.py runs the scenario itself)."""
+experiment's; tests/integration/dispatch/test_dispatch_runs.py runs the scenario itself)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from experiments.kinds.dispatch.lookup import METRICS, Parameters, measure, rema
 from experiments.sweeps import experiment
 from experiments.sweeps.kinds import Cell
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 # The centers' addresses as topologies/dispatch/dispatch.yaml resolves them.
 DCN, DUS, DEU = "10.0.0.3", "10.0.0.4", "10.0.0.5"
 CENTERS = {"dcn": ("cn", DCN), "dus": ("us", DUS), "deu": ("eu", DEU)}

@@ -2,7 +2,7 @@
 first (the frames since the latest I frame, once, in order, then the live stream), that the
 cache never holds more than one GOP, and that the burst is paced at ``gop_burst`` times the
 session's bitrate and counted in ``live_sessions``. Over loopback, no root; the edge is the
-real agent, the source and viewers are sockets (tests.unit.test_live_edge_agents)."""
+real agent, the source and viewers are sockets (tests.unit.live_edge.test_live_edge_agents)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from agents.live_edge import GopCache, SourceFrame
 from agents.streamer import I_FRAME, P_FRAME
-from tests.unit.test_live_edge_agents import (FRAGMENT_BYTES, FRAGMENTS, SOURCE_KBPS, Source,
+from tests.unit.live_edge.test_live_edge_agents import (FRAGMENT_BYTES, FRAGMENTS, SOURCE_KBPS, Source,
                                               Viewer, sessions, start_edge, summary_of)
 
 GOP = 10

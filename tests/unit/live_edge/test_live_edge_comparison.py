@@ -101,7 +101,7 @@ def test_a_last_stream_of_one_packet_counts_as_nothing_arrived_not_as_minus_infi
     from experiments.kinds.live_edge.emulation import run_totals, viewer_qoe
 
     run_dir = tmp_path / "run"
-    shutil.copytree(Path(__file__).parent / "recorded" / "live_edge-unserved", run_dir)
+    shutil.copytree(Path(__file__).parent / "recorded" / "unserved", run_dir)
     path = run_dir / "tables" / "flows.csv"
     with open(path, newline="") as stream:
         rows = list(csv.DictReader(stream))

@@ -23,7 +23,7 @@ from experiments.sweeps.experiment import PaperEntry, load, loads
 from experiments.sweeps.kinds import Cell
 from topologies.problems import ScenarioInvalid
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @cache

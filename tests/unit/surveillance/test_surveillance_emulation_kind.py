@@ -1,6 +1,6 @@
 """The surveillance_emulation kind: the scenario a cell runs (its clients replaced by the
 request trace) and the figures read off a run's records (a cell's run is the experiment's;
-tests/integration/test_surveillance_runs.py runs the scenario itself)."""
+tests/integration/surveillance/test_surveillance_runs.py runs the scenario itself)."""
 
 from __future__ import annotations
 
