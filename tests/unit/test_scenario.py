@@ -2,6 +2,7 @@
 
 import ipaddress
 import json
+import os
 
 import jsonschema
 import pytest
@@ -125,7 +126,9 @@ def test_examples_are_valid_and_match_the_json_schema(path):
     assert loaded.hosts
     document = yaml.safe_load(path.read_text())
     jsonschema.validate(document, json_schema())
-    assert path.read_text().startswith("# yaml-language-server: $schema=schema/scenario.schema.json")
+    # The editor resolves the schema relative to the file: a scheme's scenario is a level deeper.
+    schema = os.path.relpath(ROOT / "topologies" / "schema" / "scenario.schema.json", path.parent)
+    assert path.read_text().startswith(f"# yaml-language-server: $schema={schema}")
 
 
 def test_big_example_has_more_than_100_hosts():
