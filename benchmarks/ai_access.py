@@ -1,4 +1,4 @@
-"""Seed 003's access policies: decision time at scale and at the paper's scales.
+"""ai_access's access policies: decision time at scale and at the paper's scales.
 
 * every access algorithm (ADGA, improved ADGA, least connections, IPVS wlc, power of two
   choices) placing 10,000 flows on 100 heterogeneous access servers (1 to 4 receive ports of
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
-    table = Table(title="Seed 003 access policies: decision time")
+    table = Table(title="ai_access access policies: decision time")
     for column in ("case", "policy", "median", "range", "flows placed", "goal"):
         table.add_column(column)
     for row in rows(args.rounds):

@@ -1,4 +1,4 @@
-"""Seed 001's dispatch policy at scale: decisions per second at 10,000 clients x 100 media
+"""dispatch's dispatch policy at scale: decisions per second at 10,000 clients x 100 media
 nodes (5 regions, 20 sites), on the controller's policy interface (``Dispatch.decide`` on a
 :class:`controller.policy.State`, as the controller calls it).
 

@@ -1,4 +1,4 @@
-"""Seed 000's allocators: LUA's decision time at scale, and the exact MILP's time to optimality.
+"""live_edge's allocators: LUA's decision time at scale, and the exact MILP's time to optimality.
 
 * LUA, DF and MHCP on 10,000 viewers x 100 edge servers x 5 bitrates, timed from the instance
   to the allocation (building the model's per-(viewer, server, bitrate) tables included, as a
@@ -88,7 +88,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="instances per scale case")
     parser.add_argument("--seeds", type=int, default=10, help="small-case instances")
     arguments = parser.parse_args()
-    table = Table(title=f"seed 000 allocators (scale: 10k viewers x 100 servers x 5 bitrates, "
+    table = Table(title=f"live_edge allocators (scale: 10k viewers x 100 servers x 5 bitrates, "
                         f"{arguments.rounds} instances each, median; small case: "
                         f"{arguments.seeds} seeds)", title_justify="left")
     for column in ("measure", "median", "min-max", "detail", "goal"):

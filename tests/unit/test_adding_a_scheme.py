@@ -246,7 +246,7 @@ def test_discovery_refuses_two_entries_under_one_name(tmp_path, monkeypatch):
 
 
 def test_every_shipped_scheme_follows_the_layout():
-    """Seed 000 has one slug in every layer and nothing left in the old mirrored tree."""
+    """live_edge has one slug in every layer and nothing left in the old mirrored tree."""
     root = Path(__file__).resolve().parents[2]
     assert not (root / "controller" / "live_edge").exists()
     for path in ("controller/policies/live_edge/__init__.py", "experiments/kinds/live_edge/model.py",

@@ -87,7 +87,7 @@ sweeps:
     values: [1, 2, 3, 4]
 """
 
-# Seed 000 at model level on a small grid: 2 values x 2 repetitions x 2 policies = 8 cells.
+# live_edge at model level on a small grid: 2 values x 2 repetitions x 2 policies = 8 cells.
 LIVE_EDGE_EXPERIMENT = """
 name: live-edge-small
 kind: live_edge_model

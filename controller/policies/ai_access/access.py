@@ -1,4 +1,4 @@
-"""Seed 003's access algorithms: which access server and receive port takes each new AI data
+"""ai_access's access algorithms: which access server and receive port takes each new AI data
 flow.
 
 Every algorithm here starts from the servers' :class:`~.resources.ServerLoad` (measured and

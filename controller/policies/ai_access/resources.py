@@ -1,4 +1,4 @@
-"""Seed 003's resource model: what an AI access server and an AI data flow need and have.
+"""ai_access's resource model: what an AI access server and an AI data flow need and have.
 
 An access server ``R_i`` has receive ports ``P_j`` with a maximum receive rate ``Vmax_Pj``
 (bit/s), a memory ``Mmax`` (bytes) for the AI data units it holds, and a CPU it reports as a

@@ -1,4 +1,4 @@
-"""Seed 002: Bloom-filter content routing in a media cloud (slug ``bloom_cdn``).
+"""bloom_cdn: Bloom-filter content routing in a media cloud (slug ``bloom_cdn``).
 
 :mod:`.model` is the analytic queueing model of the routing strategies, :mod:`.simulation` the
 discrete-event simulation of the whole CDN. The Bloom filters and their synchronisation

@@ -1,4 +1,4 @@
-"""A discrete-event simulation (SimPy) of the media-cloud CDN of seed 002 at the paper's scale.
+"""A discrete-event simulation (SimPy) of the media-cloud CDN of bloom_cdn at the paper's scale.
 
 What is simulated: N content nodes on a Chord ring (:mod:`controller.policies.bloom_cdn.chord`), each with single-server FIFO
 routing, lookup and response queues with exponential service; the DC's fetch queue, also

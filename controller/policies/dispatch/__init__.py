@@ -1,4 +1,4 @@
-"""Seed 001 (ZEGO's real-time dispatch for cross-region live video): the pure decision logic.
+"""dispatch (ZEGO's real-time dispatch for cross-region live video): the pure decision logic.
 
 :mod:`.quality` judges paths by VIA's thresholds; :mod:`.access` places clients with a
 synthetic IP-location database, ranks candidate media nodes and picks one from probes;

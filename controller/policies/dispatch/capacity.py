@@ -1,4 +1,4 @@
-"""Capacity control across K dispatch centers (seed 001, mechanism 3).
+"""Capacity control across K dispatch centers (dispatch, mechanism 3).
 
 Several regional dispatch centers admit clients to the same media nodes at once. Two ways to
 keep a node from being oversold:

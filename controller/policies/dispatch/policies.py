@@ -1,4 +1,4 @@
-"""Seed 001's dispatch policy on the plain-Python policy interface (:mod:`controller.policy`).
+"""dispatch's dispatch policy on the plain-Python policy interface (:mod:`controller.policy`).
 
 One :class:`Dispatch` object stands for the K regional dispatch centers of a scenario (the
 controller is a single process; each center's view is kept apart inside the policy, so the

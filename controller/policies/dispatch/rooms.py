@@ -1,4 +1,4 @@
-"""What the dispatch centers know about rooms and streams (seed 001, mechanisms 5 and 7).
+"""What the dispatch centers know about rooms and streams (dispatch, mechanisms 5 and 7).
 
 * :class:`Directory` — dynamic back-to-source: each regional center knows the streams pushed in
   its region; a center asked for a stream it does not know either broadcasts the query to the

@@ -1,4 +1,4 @@
-"""Where a viewer pulls from and how the stream gets there (seed 001, mechanisms 4 and 6).
+"""Where a viewer pulls from and how the stream gets there (dispatch, mechanisms 4 and 6).
 
 * :func:`schedule` — single-point (the viewer pulls from the node the streamer pushes to:
   cheapest, fewest hops, what the talk uses within a city) or multi-point (the viewer pulls

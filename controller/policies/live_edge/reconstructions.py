@@ -1,4 +1,4 @@
-"""The reconstructions of seed 000's model: the values of what the paper leaves unknown, by name.
+"""The reconstructions of live_edge's model: the values of what the paper leaves unknown, by name.
 
 The paper's text lost its equations and its Table 2 (the bitrate ladder), so the QoE model of
 :mod:`controller.policies.live_edge.model` has unknowns besides the weights of Table 3: the

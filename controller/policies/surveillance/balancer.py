@@ -1,4 +1,4 @@
-"""Seed 004's balancers: which node server a client's request for a camera goes to.
+"""surveillance's balancers: which node server a client's request for a camera goes to.
 
 A :class:`Cluster` is what a balancer knows: per node its weight W, the load L it last
 reported (and so its queue), its tasks T (client sessions the balancer gave it) and whether it

@@ -1,4 +1,4 @@
-"""Seed 004 at model level: the paper's test as a discrete-event simulation (SimPy).
+"""surveillance at model level: the paper's test as a discrete-event simulation (SimPy).
 
 **The test** (the paper's section 4): heterogeneous node servers behind one balancer;
 ``cameras`` emulated cameras of which the first ``hot`` are requested ``hot_factor`` times as

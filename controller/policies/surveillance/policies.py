@@ -1,4 +1,4 @@
-"""Seed 004's balancers on the controller's policy interface (:mod:`controller.policy`).
+"""surveillance's balancers on the controller's policy interface (:mod:`controller.policy`).
 
 One policy class per balancer of :mod:`controller.policies.surveillance.balancer`, named as
 the balancer. Each call keeps, per service, a :class:`~.balancer.Cluster` built from the
@@ -67,7 +67,7 @@ HARDWARE_LABELS = ("cpu_ghz", "memory_gb", "bandwidth_mbps", "disk_gb")
 
 
 class SurveillanceParams(PolicyParams):
-    """What every seed 004 policy takes."""
+    """What every surveillance policy takes."""
 
     cameras: tuple[str, ...] | None = Field(None, description="the cameras clients may ask "
                                                               "for; none: any")

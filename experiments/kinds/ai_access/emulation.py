@@ -1,4 +1,4 @@
-"""Seed 003 emulated (``topologies/ai_access/ai_access.yaml``): what one run of an AI access policy did,
+"""ai_access emulated (``topologies/ai_access/ai_access.yaml``): what one run of an AI access policy did,
 as the ``scheme`` of its summary (:class:`~experiments.sweeps.kinds.RunSummary`), and the
 ``ai_access_emulation`` kind of experiment cell (one ``edgebed run`` per cell, with or without
 migration).

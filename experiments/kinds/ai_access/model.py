@@ -1,4 +1,4 @@
-"""Seed 003 at model level: the ``ai_access_model`` kind of experiment cell, and the paper's
+"""ai_access at model level: the ``ai_access_model`` kind of experiment cell, and the paper's
 results it is compared with.
 
 A cell is one access policy placing ``flows`` AI data flows that ask at once on the idle

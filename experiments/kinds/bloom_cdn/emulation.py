@@ -1,4 +1,4 @@
-"""Seed 002 emulated: the ``bloom_cdn_emulation`` kind of experiment cell (one ``edgebed run`` of
+"""bloom_cdn emulated: the ``bloom_cdn_emulation`` kind of experiment cell (one ``edgebed run`` of
 ``topologies/bloom_cdn/bloom_cdn.yaml`` per cell, the cell's policy its strategy) and what the run measured
 beside what the analytic model predicts for it.
 

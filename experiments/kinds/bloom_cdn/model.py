@@ -1,4 +1,4 @@
-"""Seed 002 at model level: the ``bloom_cdn_model`` kind of experiment cell.
+"""bloom_cdn at model level: the ``bloom_cdn_model`` kind of experiment cell.
 
 A cell is one discrete-event simulation (:mod:`controller.policies.bloom_cdn.simulation`) of
 the CDN with one routing strategy (the cell's policy) at one target hit rate, and the analytic

@@ -1,4 +1,4 @@
-"""Seed 001 emulated: the ``dispatch_emulation`` kind of experiment cell, one ``edgebed run`` of
+"""dispatch emulated: the ``dispatch_emulation`` kind of experiment cell, one ``edgebed run`` of
 ``topologies/dispatch/dispatch.yaml`` per cell, each mechanism against its absence on the same seeds.
 
 The cell's policy says which mechanism is on, through the scenario's variables:

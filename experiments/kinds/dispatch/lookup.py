@@ -1,4 +1,4 @@
-"""Seed 001 emulated, back-to-source lookup: the ``dispatch_lookup`` kind of experiment cell,
+"""dispatch emulated, back-to-source lookup: the ``dispatch_lookup`` kind of experiment cell,
 one ``edgebed run`` of ``topologies/dispatch/dispatch.yaml`` per cell in which the three dispatch
 centers look streams up among themselves by broadcast or by following a hint (the cell's
 policy), on the same seeds.

@@ -1,4 +1,4 @@
-"""Seed 001 at model level: the ``dispatch_model`` kind of experiment cell.
+"""dispatch at model level: the ``dispatch_model`` kind of experiment cell.
 
 A cell draws one synthetic world with :func:`controller.policies.dispatch.model.generate`
 (regions, sites, media nodes, clients; every number made up, see that module) and runs one of

@@ -1,4 +1,4 @@
-"""Seed 001 emulated, scheduling modes: the ``dispatch_rooms`` kind of experiment cell, one
+"""dispatch emulated, scheduling modes: the ``dispatch_rooms`` kind of experiment cell, one
 ``edgebed run`` of ``topologies/dispatch/rooms.yaml`` per cell: single-point against
 multi-point scheduling (the cell's policy) for a same-city or a cross-border room (the
 ``room`` parameter), on the same seeds.

@@ -1,4 +1,4 @@
-"""Seed 001 emulated, passive transcoding: the ``dispatch_transcoding`` kind of experiment
+"""dispatch emulated, passive transcoding: the ``dispatch_transcoding`` kind of experiment
 cell, one ``edgebed run`` of ``topologies/dispatch/transcoding.yaml`` per cell: a transcoder
 fed only while a viewer of another protocol than the stream's is in the room (``passive``)
 against one fed from the start (``always``), the cell's policy.
@@ -202,7 +202,7 @@ webv1, joining at 7 s and leaving 4 s later, placed on the transcoder tc1 (a nod
 site, 2 ms from the media nodes' switch). Every media node keeps a GOP cache. Policies:
 
 * `passive` — the transcoder is a media node that back-sources the stream from cn1 only while
-  it serves a viewer (seed 001's passive transcoding, the policy's `rooms.Transcoding` saying
+  it serves a viewer (dispatch's passive transcoding, the policy's `rooms.Transcoding` saying
   that webv1's join started it: decision attribute `transcoder_started`);
 * `always` — the transcoder pulls the stream from cn1 from its start, viewers or not (the
   always-on transcoder: `live_edge`'s `back_source_mode: always`).

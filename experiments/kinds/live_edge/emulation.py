@@ -1,4 +1,4 @@
-"""Seed 000 emulated: the ``live_edge_emulation`` kind of experiment cell (one ``edgebed run`` of
+"""live_edge emulated: the ``live_edge_emulation`` kind of experiment cell (one ``edgebed run`` of
 ``topologies/live_edge/live_edge.yaml`` per cell), and the run's QoE twice: as the model predicted it and as
 the agents measured it.
 
@@ -230,7 +230,7 @@ def run_summary(run_dir: Path, summary: dict) -> dict:
             "after": _figures(after[0]) if after else None})
     plot = timeline_plot(run_dir, seconds, changes, moves)
     return {
-        "title": f"{config.policy} decisions (seed 000's model) and what the viewers measured",
+        "title": f"{config.policy} decisions (live_edge's model) and what the viewers measured",
         "decisions": [{key: value for key, value in row.items() if key != "time_s"}
                       for row in decisions],
         "phases": measured, "migrations": migrations, "plots": [plot.name],

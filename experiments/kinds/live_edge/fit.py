@@ -1,4 +1,4 @@
-"""Seed 000's unknowns fitted to the paper's own figures, and the report on both reconstructions.
+"""live_edge's unknowns fitted to the paper's own figures, and the report on both reconstructions.
 
 ``python -m experiments.kinds.live_edge.fit`` (about a quarter of an hour on two cores) does three
 things, each on instances of its own:
@@ -294,7 +294,7 @@ def report_markdown(model: tuple[Experiment, pd.DataFrame],
     claims = model_experiment.kind.claims
     record = best.fit
     parts = [
-        "# live_edge-fit: seed 000's unknowns fitted to the paper's own figures", "",
+        "# live_edge-fit: live_edge's unknowns fitted to the paper's own figures", "",
         "The paper (Liu et al., JCRD 60(8), 2023) lost its equations and its bitrate ladder "
         "(Table 2), so the QoE model is a **reconstruction** with unknowns. This report puts "
         "two reconstructions beside the paper: the spec's (the stand-in ladder 1-8 Mbps and "
@@ -425,7 +425,7 @@ def _trial_sensitivity(trials: pd.DataFrame) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m experiments.kinds.live_edge.fit",
-        description="Fit seed 000's unknowns to the paper's figures and report both "
+        description="Fit live_edge's unknowns to the paper's figures and report both "
                     "reconstructions (see the module docstring).")
     parser.add_argument("--trials", type=int, default=TRIALS)
     parser.add_argument("--seed", type=int, default=OPTIMISER_SEED, help="the optimiser's")

@@ -1,4 +1,4 @@
-"""Seed 000 at model level: the ``live_edge_model`` kind of experiment cell, and the paper's
+"""live_edge at model level: the ``live_edge_model`` kind of experiment cell, and the paper's
 results it is compared with.
 
 A cell draws one random instance with :func:`controller.policies.live_edge.model.generate`

@@ -1,4 +1,4 @@
-"""Seed 004 emulated: the ``surveillance_emulation`` kind of experiment cell, one ``edgebed run``
+"""surveillance emulated: the ``surveillance_emulation`` kind of experiment cell, one ``edgebed run``
 of ``topologies/surveillance/surveillance.yaml`` per cell with its clients replaced by a request trace.
 
 The trace is the model's (:func:`controller.policies.surveillance.model.draw_trace`: cameras, a

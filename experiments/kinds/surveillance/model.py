@@ -1,4 +1,4 @@
-"""Seed 004 at model level: the ``surveillance_model`` kind of experiment cell.
+"""surveillance at model level: the ``surveillance_model`` kind of experiment cell.
 
 A cell is one run of the paper's test (:func:`controller.policies.surveillance.model.simulate`)
 with one balancer: the repetition's seed draws the request trace, so every balancer of a

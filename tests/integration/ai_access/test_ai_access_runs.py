@@ -1,4 +1,4 @@
-"""Seed 003's emulated cluster (topologies/ai_access/ai_access.yaml) on a real Mininet network: twelve AI
+"""ai_access's emulated cluster (topologies/ai_access/ai_access.yaml) on a real Mininet network: twelve AI
 data flows from three terminal hosts join the access service through the controller, least
 connections gives each of the three heterogeneous access servers four, and ar3, whose processing
 budget (350 packets/s) is below what four flows send (400 packets/s, more in their send

@@ -1,4 +1,4 @@
-"""Seed 002 emulated (topologies/bloom_cdn/bloom_cdn.yaml) on a real Mininet network: eight content nodes
+"""bloom_cdn emulated (topologies/bloom_cdn/bloom_cdn.yaml) on a real Mininet network: eight content nodes
 on a Chord ring with real FIFO queues, a data center, eight user groups; one short run per
 strategy at 0 % hits.
 

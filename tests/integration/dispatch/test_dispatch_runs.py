@@ -1,4 +1,4 @@
-"""Seed 001's emulated scenario (topologies/dispatch/dispatch.yaml) on a real Mininet network: capacity
+"""dispatch's emulated scenario (topologies/dispatch/dispatch.yaml) on a real Mininet network: capacity
 kept across three dispatch centers by tickets or not by a shared capacity figure, redirect
 after a load report, and a cross-border link cut mid-stream. Everything is checked on what
 the agents measured (the media nodes' sessions, the viewers' arrivals) and the controller's
@@ -35,7 +35,7 @@ STREAM_AT = 0.5  # the streamer starts
 HOT_STANDBY_GAP_S = 1.0
 FPS = 25  # the streamer's frames per second
 # The media nodes' load reports: one when they start, then only when their sessions pass their
-# capacity (an urgent report, seed 004's active notification), never on a period within the
+# capacity (an urgent report, surveillance's active notification), never on a period within the
 # run. With periodic reports the oversell needed all four cn joins between two of cn1's reports,
 # which six viewers' start-ups on a busy machine do not promise; now the report that shows the
 # oversell comes because of it, whenever the joins come.

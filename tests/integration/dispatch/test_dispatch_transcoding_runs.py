@@ -1,4 +1,4 @@
-"""Seed 001's passive transcoding (topologies/dispatch/transcoding.yaml) on a real Mininet
+"""dispatch's passive transcoding (topologies/dispatch/transcoding.yaml) on a real Mininet
 network: the transcoder tc1 is fed only while the webrtc viewer webv1 is in the room under
 ``passive``, and from the start under ``always``. Checked on what the agents measured (the
 frames tc1 got, the bytes it pulled, webv1's frames, the nodes' sessions) and the decision

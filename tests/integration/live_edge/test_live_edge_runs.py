@@ -1,4 +1,4 @@
-"""Seed 000's emulated experiment (topologies/live_edge/live_edge.yaml) on a real Mininet network: the
+"""live_edge's emulated experiment (topologies/live_edge/live_edge.yaml) on a real Mininet network: the
 controller's policy gives each viewer an edge server and a bitrate, and the data plane carries
 it out. Checked at the edges (whom each served, at which bitrate), at the viewers (what
 arrived, how late) and against the controller's own records.

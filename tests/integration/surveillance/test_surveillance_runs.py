@@ -1,4 +1,4 @@
-"""Seed 004's emulated scenario (topologies/surveillance/surveillance.yaml) on a real Mininet network: the
+"""surveillance's emulated scenario (topologies/surveillance/surveillance.yaml) on a real Mininet network: the
 improved balancer with a hot camera whose clients exceed one node. Everything is checked on what
 the agents measured (the clients' streams, the nodes' inputs and sessions) and the controller's
 records (decisions, policy trace, load reports with their metrics).
@@ -179,7 +179,7 @@ def test_a_node_turning_heavy_reports_at_once_and_gets_no_new_client(run):
         for i in range(1, len(rows)):
             periodic = [j for j in range(i) if rows[j]["urgent"] == "0"]
             # The node's CPU crossed its level since its last periodic report: it said so at
-            # once, before its next periodic report (seed 004's active notification).
+            # once, before its next periodic report (surveillance's active notification).
             if rows[i]["urgent"] == "1" and periodic and cpu[i] >= CPU_LEVEL > cpu[periodic[-1]]:
                 later = [float(r["time"]) for r in rows[i + 1:] if r["urgent"] == "0"]
                 assert not later or float(rows[i]["time"]) < later[0]

@@ -1,4 +1,4 @@
-"""Seed 003's resource model, access algorithms and migration planning (pure code)."""
+"""ai_access's resource model, access algorithms and migration planning (pure code)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Seed 003's fluid cluster model and its experiment kind."""
+"""ai_access's fluid cluster model and its experiment kind."""
 
 from __future__ import annotations
 

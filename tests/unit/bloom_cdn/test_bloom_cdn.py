@@ -1,4 +1,4 @@
-"""Seed 002 (bloom_cdn): the queueing model, the Bloom filters, the Chord ring and the
+"""bloom_cdn (bloom_cdn): the queueing model, the Bloom filters, the Chord ring and the
 simulation checked against the model."""
 
 from __future__ import annotations

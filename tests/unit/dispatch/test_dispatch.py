@@ -1,4 +1,4 @@
-"""Seed 001's pure dispatch logic: ranking, probing, tickets, redirect, scheduling modes,
+"""dispatch's pure dispatch logic: ranking, probing, tickets, redirect, scheduling modes,
 relay choice, hot standby, back-to-source lookup, passive transcoding."""
 
 from __future__ import annotations

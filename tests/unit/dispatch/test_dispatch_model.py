@@ -1,4 +1,4 @@
-"""Seed 001's model-level simulation on small worlds: the world generator, access by database
+"""dispatch's model-level simulation on small worlds: the world generator, access by database
 and by probing, and the join burst with tickets and with shared capacity."""
 
 from __future__ import annotations

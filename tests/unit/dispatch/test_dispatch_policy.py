@@ -1,4 +1,4 @@
-"""Seed 001's dispatch policy on hand-built controller states: ranking by the database,
+"""dispatch's dispatch policy on hand-built controller states: ranking by the database,
 candidates, tickets vs shared capacity across centers, redirect, bad input."""
 
 from __future__ import annotations

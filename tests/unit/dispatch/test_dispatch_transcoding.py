@@ -1,4 +1,4 @@
-"""Seed 001's passive transcoding in the dispatch policy, on hand-built controller states: a
+"""dispatch's passive transcoding in the dispatch policy, on hand-built controller states: a
 viewer of another protocol than the stream's goes to a transcoder node and its join starts the
 room's transcoder (passive) or finds it running (always); the last such viewer's leave stops
 it; viewers of the stream's protocol never go to a transcoder; without ``transcoding`` the

@@ -1,4 +1,4 @@
-"""The live-edge model of seed 000 (QoE properties, constraints), its allocators and policies."""
+"""The live-edge model of live_edge (QoE properties, constraints), its allocators and policies."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The seed 000 emulated report's comparison of policies, without Mininet: where a run left each
+"""The live_edge emulated report's comparison of policies, without Mininet: where a run left each
 viewer (from its tables, built here by hand: no network runs in a unit test), and the remarks
 drawn from results rows (placements compared pair by pair, the predicted and measured
 orderings, what the emulation adds to the model's latency)."""

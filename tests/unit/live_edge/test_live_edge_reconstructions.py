@@ -1,4 +1,4 @@
-"""Seed 000's reconstructions (the spec's and the fitted one): every property the spec's QoE
+"""live_edge's reconstructions (the spec's and the fitted one): every property the spec's QoE
 model has, for both; selecting one by name; the fit's distance."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Seed 004: node load and weights, queues, every balancer on hand-checked states, stream
+"""surveillance: node load and weights, queues, every balancer on hand-checked states, stream
 sharing, cascades and their collapse, the simulation of the paper's test and the controller
 policies."""
 

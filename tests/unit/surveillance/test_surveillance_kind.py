@@ -1,4 +1,4 @@
-"""Seed 004's experiment kind: every policy on one trace, the report with the paper's Fig. 3."""
+"""surveillance's experiment kind: every policy on one trace, the report with the paper's Fig. 3."""
 
 from __future__ import annotations
 
