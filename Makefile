@@ -1,7 +1,7 @@
 # Two commands matter: `make demo` and `make test` (as root). Both set the machine up first.
 VENV := .venv
 EDGEBED := $(VENV)/bin/edgebed
-SCENARIO ?= topologies/live_edge-demo.yaml
+SCENARIO ?= topologies/live_edge/demo.yaml
 
 .PHONY: setup demo test unit clean schema dissector bench vm-test
 
@@ -35,7 +35,7 @@ bench: setup
 	$(VENV)/bin/python benchmarks/impairment.py
 	$(VENV)/bin/python benchmarks/agents.py
 	$(VENV)/bin/python benchmarks/controller.py
-	$(VENV)/bin/python benchmarks/policies.py
+	$(VENV)/bin/python benchmarks/live_edge.py
 	$(VENV)/bin/python benchmarks/sweeps.py
 	$(VENV)/bin/python benchmarks/dispatch.py
 	$(VENV)/bin/python benchmarks/bloom_cdn.py

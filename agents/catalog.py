@@ -29,7 +29,7 @@ def modules() -> dict[str, ModuleType]:
     """Every agent module, by agent name (the module's last name part); ValueError if two
     packages have an agent of one name."""
     found: dict[str, ModuleType] = {}
-    for module in discovery.walk(sys.modules[agents.__name__]):
+    for module in discovery.modules(sys.modules[agents.__name__], nested=True):
         if not is_agent(module):
             continue
         name = module.__name__.rsplit(".", 1)[-1]
@@ -44,7 +44,7 @@ def roles() -> dict[str, str]:
     differently."""
     found: dict[str, str] = {}
     where: dict[str, str] = {}
-    for module in discovery.walk(sys.modules[agents.__name__]):
+    for module in discovery.modules(sys.modules[agents.__name__], nested=True):
         for name, meaning in getattr(module, "ROLES", {}).items():
             if found.setdefault(name, meaning) != meaning:
                 raise ValueError(f"role {name!r} is declared by both {where[name]} and "

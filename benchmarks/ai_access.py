@@ -1,4 +1,4 @@
-"""Seed 003's access policies: decision time at scale and at the paper's scales.
+"""ai_access's access policies: decision time at scale and at the paper's scales.
 
 * every access algorithm (ADGA, improved ADGA, least connections, IPVS wlc, power of two
   choices) placing 10,000 flows on 100 heterogeneous access servers (1 to 4 receive ports of
@@ -7,7 +7,7 @@
   allocation; once on an idle cluster (room for every flow) and once on a cluster with room
   for about half of them (rejections and full servers in the rounds);
 * the same on the paper's scale: 100 to 500 flows on the four servers of
-  ``experiments/kinds/ai_access.py``.
+  ``experiments/kinds/ai_access/model.py``.
 
 Goal: every policy < 1 s at 10k x 100. Times are medians over rounds, run side by side in one
 process (the machine is shared: compare the policies with each other, not across runs).
@@ -34,7 +34,7 @@ from controller.policies.ai_access.access import ALLOCATORS  # noqa: E402
 from controller.policies.ai_access.model import Traffic  # noqa: E402
 from controller.policies.ai_access.resources import (LoadWeights, Port, ServerLoad,  # noqa: E402
                                                      ServerSpec)
-from experiments.kinds.ai_access import DEFAULT_SERVERS  # noqa: E402
+from experiments.kinds.ai_access.model import DEFAULT_SERVERS  # noqa: E402
 
 TRAFFIC = Traffic()
 
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
-    table = Table(title="Seed 003 access policies: decision time")
+    table = Table(title="ai_access access policies: decision time")
     for column in ("case", "policy", "median", "range", "flows placed", "goal"):
         table.add_column(column)
     for row in rows(args.rounds):

@@ -1,4 +1,4 @@
-"""Seed 002's simulation and filters: how fast the paper's 1,000 s run is simulated, and how many
+"""bloom_cdn's simulation and filters: how fast the paper's 1,000 s run is simulated, and how many
 global-filter lookups a node makes per second.
 
 * The simulation (SimPy) at the paper's scale, N = 50, 50,000 items, 100 req/s Poisson for

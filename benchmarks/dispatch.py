@@ -1,4 +1,4 @@
-"""Seed 001's dispatch policy at scale: decisions per second at 10,000 clients x 100 media
+"""dispatch's dispatch policy at scale: decisions per second at 10,000 clients x 100 media
 nodes (5 regions, 20 sites), on the controller's policy interface (``Dispatch.decide`` on a
 :class:`controller.policy.State`, as the controller calls it).
 
@@ -10,7 +10,7 @@ Each for tickets and shared capacity, K = 3 centers. The world is the model's
 (:func:`controller.policies.dispatch.model.generate`) turned into a graph of site switches,
 media node hosts and client hosts.
 
-With ``--emulated`` it also runs ``topologies/dispatch.yaml`` once per capacity control (real
+With ``--emulated`` it also runs ``topologies/dispatch/dispatch.yaml`` once per capacity control (real
 Mininet: hold the machine lock) and gives the controller's decision latency from its
 ``decisions`` table: the policy's time and the time to install the rules, p50 and p99.
 
@@ -108,7 +108,7 @@ def emulated(control: str) -> list[dict]:
     """The controller's decision rows of one run of the dispatch scenario."""
     with tempfile.TemporaryDirectory() as runs:
         subprocess.run([sys.executable, "-m", "experiments.cli", "run",
-                        str(ROOT / "topologies" / "dispatch.yaml"), "--runs-dir", runs],
+                        str(ROOT / "topologies" / "dispatch" / "dispatch.yaml"), "--runs-dir", runs],
                        check=True, capture_output=True, cwd=ROOT,
                        env={**os.environ, "EDGEBED_CAPACITY": control})
         [run_dir] = Path(runs).iterdir()
@@ -123,7 +123,7 @@ def main() -> None:
     parser.add_argument("--single", type=int, default=200,
                         help="joins decided one call each, after the rest are placed")
     parser.add_argument("--emulated", action="store_true",
-                        help="also run topologies/dispatch.yaml (needs root and the lock)")
+                        help="also run topologies/dispatch/dispatch.yaml (needs root and the lock)")
     args = parser.parse_args()
     graph, servers, clients = world_state(args.clients, args.nodes)
     table = Table(title=f"dispatch policy, {args.clients} clients x {args.nodes} nodes, K = 3")
@@ -141,7 +141,7 @@ def main() -> None:
                       f"{statistics.median(seconds) * 1e3:.1f} ms", f"{p99 * 1e3:.1f} ms")
     Console().print(recording.table(table))
     if args.emulated:
-        live = Table(title="decision latency in the emulated run (topologies/dispatch.yaml)")
+        live = Table(title="decision latency in the emulated run (topologies/dispatch/dispatch.yaml)")
         for column in ("capacity control", "decisions", "policy p50", "policy p99",
                        "install p50", "install p99"):
             live.add_column(column)

@@ -1,4 +1,4 @@
-"""Seed 004's balancers: decisions per second, side by side in one run.
+"""surveillance's balancers: decisions per second, side by side in one run.
 
 * the balancer alone (:meth:`Balancer.choose` plus carrying the choice out), on a standing
   cluster: the paper's scale (3 nodes, 100 cameras) and a larger one (20 nodes, 1,000
@@ -11,7 +11,7 @@
 Decision-to-flow latency on real packets (a decision's rules installed in the switches) is not
 measured here: it is the controller's, whatever the policy, and ``benchmarks/controller.py``
 measures it; each emulated run also records the clients' access response times
-(``decisions_followed``' ``response_ms``, ``topologies/surveillance.yaml``).
+(``decisions_followed``' ``response_ms``, ``topologies/surveillance/surveillance.yaml``).
 
     .venv/bin/python benchmarks/surveillance.py [--decisions N]
 """
@@ -101,7 +101,7 @@ def main() -> int:
     parser.add_argument("--decisions", type=int, default=20_000,
                         help="balancer decisions timed per case (policy calls: a tenth)")
     arguments = parser.parse_args()
-    table = Table(title="seed 004 balancers: decisions per second (this machine, one run)",
+    table = Table(title="surveillance balancers: decisions per second (this machine, one run)",
                   title_justify="left")
     table.add_column("balancer")
     for scale in SCALES:

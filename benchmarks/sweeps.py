@@ -1,6 +1,6 @@
 """An experiment's cells in one process against the local pool of worker processes.
 
-The model-level seed 000 experiment (experiments/live_edge-model.yaml: 2,360 cells of 5
+The model-level live_edge experiment (experiments/live_edge/model.yaml: 2,360 cells of 5
 periods, the exact MILP's 120 among them), run into a fresh results.csv once in this process
 (``--workers 1``) and once on the local Dask pool (the default of ``edgebed experiment``), side
 by side in one run, alternating which goes first over ``--rounds``. The pool's time includes
@@ -45,7 +45,7 @@ from experiments.sweeps import experiment as experiments_file  # noqa: E402
 from experiments.sweeps.executors import Dask, Executor, Serial, cores  # noqa: E402
 from experiments.sweeps.runner import RESULTS, read_results, run  # noqa: E402
 
-EXPERIMENT = ROOT / "experiments" / "live_edge-model.yaml"
+EXPERIMENT = ROOT / "experiments" / "live_edge" / "model.yaml"
 WALL_CLOCK = ["decision_ms"]
 
 

@@ -442,7 +442,7 @@ class ControllerCore:
 
     def reallocate(self, now: float = 0.0) -> Outcome:
         """A new period: every placed flow is decided again, with this period's placements as
-        the previous state (seed 000's model works in periods). A flow the policy puts on
+        the previous state (live_edge's model works in periods). A flow the policy puts on
         another server migrates; one it gives other terms (bitrate, candidates, via,
         attributes) keeps its server with the new terms; one it rejects keeps what it has (a
         period's decision never cuts a running stream)."""

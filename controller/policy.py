@@ -86,7 +86,7 @@ class Terms:
 
     * ``bitrate`` to serve the flow at (None: the policy chooses none);
     * ``candidates``: servers ranked best first for the client to probe before it confirms
-      one with ``steer`` (seed 001); the decided server is the policy's own pick;
+      one with ``steer`` (dispatch); the decided server is the policy's own pick;
     * ``via``: relay hosts the flow goes through, in order from the client's side (relays,
       back-to-source, cascades, a streamer's edge); a forwarder at ``via[i]`` sends on to
       ``via[i + 1]``, the last one to the server;

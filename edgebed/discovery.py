@@ -9,23 +9,18 @@ from collections.abc import Iterator, Mapping
 from types import ModuleType
 
 
-def modules(package: ModuleType) -> Iterator[ModuleType]:
+def modules(package: ModuleType, nested: bool = False) -> Iterator[ModuleType]:
     """The modules and subpackages directly inside ``package``, imported, in name order; names
-    starting with ``_`` are private and skipped. A module that fails to import raises: an entry
-    that silently vanished would be worse."""
-    names = sorted({info.name for info in pkgutil.iter_modules(package.__path__)
+    starting with ``_`` are private and skipped. With ``nested``, each subpackage is followed by
+    its own modules, scanned the same way (a layer with a package per scheme). A module that
+    fails to import raises: an entry that silently vanished would be worse."""
+    found = sorted({(info.name, info.ispkg) for info in pkgutil.iter_modules(package.__path__)
                     if not info.name.startswith("_")})
-    for name in names:
-        yield importlib.import_module(f"{package.__name__}.{name}")
-
-
-def walk(package: ModuleType) -> Iterator[ModuleType]:
-    """The modules of ``package`` and, depth first, of every subpackage in it, imported, each
-    subpackage right before its own modules."""
-    for module in modules(package):
+    for name, is_package in found:
+        module = importlib.import_module(f"{package.__name__}.{name}")
         yield module
-        if hasattr(module, "__path__"):
-            yield from walk(module)
+        if nested and is_package:
+            yield from modules(module, nested)
 
 
 def submodules(package: ModuleType, name: str) -> Iterator[ModuleType]:
@@ -40,13 +35,15 @@ def submodules(package: ModuleType, name: str) -> Iterator[ModuleType]:
                 yield importlib.import_module(f"{subpackage.__name__}.{name}")
 
 
-def declared(package: ModuleType, attribute: str, key=lambda entry: entry.name) -> dict:
-    """Every entry the modules of ``package`` declare in their iterable ``attribute`` (a mapping
-    counts by its values), by ``key``; ValueError naming both modules when two declare different entries under one key
-    (a module re-exporting another's entry is fine)."""
+def declared(package: ModuleType, attribute: str, key=lambda entry: entry.name,
+             nested: bool = False) -> dict:
+    """Every entry the modules of ``package`` (with ``nested``, of its subpackages too) declare
+    in their iterable ``attribute`` (a mapping counts by its values), by ``key``; ValueError
+    naming both modules when two declare different entries under one key (a module
+    re-exporting another's entry is fine)."""
     found: dict = {}
     where: dict = {}
-    for module in modules(package):
+    for module in modules(package, nested):
         entries = getattr(module, attribute, ())
         for entry in entries.values() if isinstance(entries, Mapping) else entries:
             name = key(entry)

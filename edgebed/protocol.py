@@ -88,7 +88,7 @@ METRIC_KINDS = {
     "packets_in": "amount", "packets_out": "amount",  # packets/s received and sent
     "sessions": "count", "streams": "count",
     # A path to a peer as the sender probes it (``path.<peer>.rtt`` ...): round trip and
-    # jitter in seconds, loss 0 to 1 (seed 001's relay choice reads them).
+    # jitter in seconds, loss 0 to 1 (dispatch's relay choice reads them).
     "rtt": "amount", "jitter": "amount", "loss": "fraction",
 }
 

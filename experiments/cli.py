@@ -107,7 +107,8 @@ def parser() -> argparse.ArgumentParser:
     experiment.add_argument("file", metavar="FILE")
     experiment.add_argument("--out", metavar="DIR",
                             help="where results.csv, summary.csv, plots/ and report.md go "
-                                 "(default: reports/<name>)")
+                                 "(default: reports/<slug>/<name> for a scheme's "
+                                 "experiments/<slug>/<name>.yaml, else reports/<name>)")
     experiment.add_argument("--fresh", action="store_true",
                             help="discard the results of earlier runs instead of resuming")
     experiment.add_argument("--report-only", action="store_true",

@@ -25,7 +25,7 @@ def command_experiment(arguments: argparse.Namespace) -> int:
         return report_invalid(error)
     if arguments.quick:
         loaded = loaded.quick_version()
-    out = Path(arguments.out or Path("reports") / loaded.name)
+    out = Path(arguments.out or loaded.report_directory)
     if arguments.report_only:
         return _write_experiment_report(loaded, out)
     try:

@@ -384,7 +384,7 @@ class Run:
         management = self.network.management
         if management is not None and \
                 self.scenario.document.controller.control_network == "out-of-band":
-            # Agents that talk to each other on the side band (seed 003's cluster manager)
+            # Agents that talk to each other on the side band (ai_access's cluster manager)
             # find their peers' management addresses here.
             environment[SIDE_BAND_VARIABLE] = ",".join(
                 f"{host}={address}" for host, address in sorted(management.addresses.items()))

@@ -10,7 +10,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-EXAMPLES = sorted((ROOT / "topologies").glob("*.yaml"))
+# The shipped scenarios: the generic ones and each scheme's in topologies/<slug>/.
+EXAMPLES = sorted([*(ROOT / "topologies").glob("*.yaml"), *(ROOT / "topologies").glob("*/*.yaml")])
+
+
+def example_id(path: Path) -> str:
+    """A shipped scenario's test id, its path under topologies/."""
+    return str(path.relative_to(ROOT / "topologies"))
 
 
 def wait_until(condition, what: str, timeout_s: float, poll_s: float = 0.01) -> None:

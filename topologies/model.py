@@ -236,7 +236,7 @@ class Controller(StrictModel):
                                          description="virtual IPs the controller steers")
     period: Optional[PositiveDuration] = Field(
         None, description="re-decide every placed flow this often (policies that work in "
-                          "periods, such as seed 000's); default: flows stay where placed")
+                          "periods, such as live_edge's); default: flows stay where placed")
     fast_failover: bool = Field(True, description="pre-install OpenFlow fast-failover backups "
                                                   "where a loop-free alternate exists; false: "
                                                   "reroute only when the controller hears of "

@@ -320,7 +320,7 @@ class Management:
     """The out-of-band management network: a Linux bridge in the root namespace with one link
     to every host (``mgmt0`` inside it) and one to the controller's namespace, whose address is
     the subnet's first. A kernel bridge rather than an OVS one keeps control traffic off the
-    emulated switches and their controller entirely (seed 003 requires that control traffic
+    emulated switches and their controller entirely (ai_access requires that control traffic
     not share data links). No address lives in the root namespace, so runs side by side can
     use the same management subnet."""
 

@@ -235,7 +235,7 @@ PAGES = {
 
 # Files of the repository the pages show as they are, served at the same path as in the
 # repository (the demo's picture is the one `make demo` wrote; no copy lives under docs/).
-REPOSITORY_FILES = ("reports/demo/timeline.png",)
+REPOSITORY_FILES = ("reports/live_edge/demo/timeline.png",)
 
 
 def on_files(files, config):

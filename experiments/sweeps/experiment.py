@@ -23,6 +23,9 @@ from .kinds import Cell, Kind
 
 QUICK_REPETITIONS = 2
 
+# Where the schemes' experiment files live, experiments/<slug>/<name>.yaml.
+SCHEMES_EXPERIMENTS = Path(__file__).resolve().parents[1]
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -120,6 +123,16 @@ class Experiment:
     sweeps: tuple[Sweep, ...]
     paper: Mapping[str, PaperEntry]
     quick: bool = False
+
+    @property
+    def report_directory(self) -> Path:
+        """Where the report goes unless told: a scheme's ``experiments/<slug>/<name>.yaml`` to
+        ``reports/<slug>/<name>/``, so the reports mirror the experiment files; any other file
+        to ``reports/<its name>/``."""
+        file = Path(self.file).resolve()
+        if file.parent.parent == SCHEMES_EXPERIMENTS:
+            return Path("reports") / file.parent.name / file.stem
+        return Path("reports") / self.name
 
     def cells(self) -> Iterator[Cell]:
         """Every cell, sweep by sweep and value by value, the policies side by side on each

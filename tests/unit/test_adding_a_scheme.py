@@ -281,11 +281,16 @@ def test_discovery_refuses_two_entries_under_one_name(tmp_path, monkeypatch):
 
 
 def test_every_shipped_scheme_follows_the_layout():
-    """Seed 000 has one slug in every layer and nothing left in the old mirrored tree."""
+    """live_edge has one slug in every layer and nothing left in the old mirrored tree."""
     root = Path(__file__).resolve().parents[2]
     assert not (root / "controller" / "live_edge").exists()
-    for path in ("controller/policies/live_edge/__init__.py", "experiments/kinds/live_edge.py",
-                 "agents/edge_server.py", "topologies/live_edge.yaml",
-                 "experiments/live_edge-model.yaml", "reports/live_edge-model/report.md"):
+    for path in ("controller/policies/live_edge/__init__.py", "experiments/kinds/live_edge/model.py",
+                 "agents/edge_server.py", "topologies/live_edge/live_edge.yaml",
+                 "experiments/live_edge/model.yaml", "reports/live_edge/model/report.md"):
         assert (root / path).exists(), path
     assert {"lua", "df", "mhcp", "random", "optimal"} <= set(policies.available())
+    for slug in ("live_edge", "dispatch", "bloom_cdn", "ai_access", "surveillance"):
+        for place in (f"controller/policies/{slug}", f"experiments/kinds/{slug}",
+                      f"experiments/{slug}", f"topologies/{slug}", f"reports/{slug}",
+                      f"benchmarks/{slug}.py", f"tests/unit/{slug}", f"tests/integration/{slug}"):
+            assert (root / place).exists(), place

@@ -25,11 +25,10 @@ from experiments import cli
 from experiments.cli_output import EXIT_INVALID
 from experiments.export import ExportError, targets
 from experiments.export import containerlab
-from tests.conftest import wait_until
+from tests.conftest import EXAMPLES, example_id, wait_until
 from tests.unit.test_media_agents import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = sorted((ROOT / "topologies").glob("*.yaml"))
 DEMO = ROOT / "topologies" / "demo.yaml"
 
 
@@ -44,7 +43,7 @@ def host_commands(topology: dict) -> list[str]:
             if item["target"] == "host"]
 
 
-@pytest.mark.parametrize("path", SHIPPED, ids=lambda path: path.name)
+@pytest.mark.parametrize("path", EXAMPLES, ids=example_id)
 def test_every_shipped_scenario_exports_to_a_valid_containerlab_topology(path):
     topology = exported(path).topology
     assert containerlab.problems(topology) == []
@@ -154,7 +153,7 @@ def test_a_controlled_scenario_gets_a_controller_on_the_management_network():
 
 
 def test_unmapped_features_are_stated_in_the_output():
-    path = ROOT / "topologies" / "dispatch.yaml"  # has a schedule of impairment changes
+    path = ROOT / "topologies" / "dispatch" / "dispatch.yaml"  # has a schedule of impairment changes
     export = exported(path)
     assert any(item.startswith("schedule:") for item in export.unmapped)
     text = export.text()

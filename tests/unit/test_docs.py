@@ -93,7 +93,7 @@ def test_a_benchmark_recording_is_what_the_benchmarks_page_reads(reference, tmp_
     table.add_column("policy")
     table.add_column("per second")
     table.add_row("lua", "[green]1,234[/green]")
-    recording = Recording("benchmarks/policies.py", "What it measures.\n\nMore detail.")
+    recording = Recording("benchmarks/live_edge.py", "What it measures.\n\nMore detail.")
     recording.table(table)
     saved = recording.save(tmp_path)
     assert saved.parent == tmp_path / "policies"

@@ -126,7 +126,7 @@ def test_streams_go_by_the_flow_that_names_them(pusher):
 
 
 def test_a_fanning_origin_reroutes_only_the_copy_for_the_decisions_server(pusher):
-    """Seed 001's origin sends the stream to every media node; a decision that back-sources the
+    """dispatch's origin sends the stream to every media node; a decision that back-sources the
     server vw through relay r2 (chain: origin r1, then r2) moves vw's copy to r2 and keeps the
     others; the relay taken off again sends vw's copy straight to vw."""
     others = ["10.0.0.8", "10.0.0.9"]

@@ -278,7 +278,7 @@ def test_policies_leave_state_alone_and_repeat_themselves(policy_name):
 
 
 def test_registry_lists_the_policies_and_creates_them():
-    # Every scheme's package adds its own; these are the baselines' and seed 000's.
+    # Every scheme's package adds its own; these are the baselines' and live_edge's.
     assert {"df", "least_loaded", "lua", "mhcp", "optimal", "random",
             "round_robin"} <= set(policies.available())
     assert policies.available() == sorted(policies.available())

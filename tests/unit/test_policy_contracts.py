@@ -4,7 +4,7 @@ draws: every request is assigned or rejected exactly once, no server ends up wit
 its capacity, and two policies made with the same parameters decide the same.
 
 A policy package may shape the drawn states with its own labels: a function
-``contract_state(state: State, rng: random.Random) -> State`` beside its ``POLICIES`` (seed 000's
+``contract_state(state: State, rng: random.Random) -> State`` beside its ``POLICIES`` (live_edge's
 is in controller/policies/live_edge/__init__.py). Without one the generic state is used.
 
 Capacity is used by an assignment's or placement's bitrate when it has one (a policy choosing

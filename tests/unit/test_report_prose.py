@@ -25,7 +25,8 @@ from experiments import report
 from experiments.sweeps import experiment as experiment_module
 
 ROOT = Path(__file__).resolve().parents[2]
-EXPERIMENTS = sorted((ROOT / "experiments").glob("*.yaml"))
+EXPERIMENTS = sorted((ROOT / "experiments").glob("*/*.yaml"))
+EXPERIMENT_IDS = [f"{path.parent.name}/{path.stem}" for path in EXPERIMENTS]
 # An ordinal (the 99th percentile) names a statistic, not a value.
 NUMBER = re.compile(r"(?:(?<![\w.])\d{1,3}(?:,\d{3})+(?:\.\d+)?|(?<![\w.,])\d+(?:\.\d+)?)"
                     r"(?!\d|st\b|nd\b|rd\b|th\b)")
@@ -70,7 +71,7 @@ def _from_the_checkout(monkeypatch):
 
 def _render(path: Path, into: Path) -> tuple[str, str, object]:
     experiment = experiment_module.load(path.relative_to(ROOT))
-    shipped = ROOT / "reports" / experiment.name
+    shipped = ROOT / experiment.report_directory
     into.mkdir(parents=True)
     shutil.copy(shipped / "results.csv", into / "results.csv")
     report.write(experiment, into, plots=False)
@@ -120,17 +121,17 @@ def _without_figures_over_time(text: str) -> str:
     return re.sub(r"## Over time\n.*?(?=^## )", "", text, count=1, flags=re.S | re.M)
 
 
-@pytest.mark.parametrize("path", EXPERIMENTS, ids=[path.stem for path in EXPERIMENTS])
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=EXPERIMENT_IDS)
 def test_the_shipped_report_is_its_results_rendered(path, tmp_path):
     shipped, rendered, experiment = _render(path, tmp_path / "report")
     if "## Over time" in shipped and "## Over time" not in rendered:
         # Its figures over time need its runs, not on this machine: the rest must still agree.
         shipped = _without_figures_over_time(shipped)
-    assert rendered == shipped, f"reports/{experiment.name}/report.md is stale: rerender it " \
-                                f"with edgebed experiment {path.name} --report-only"
+    assert rendered == shipped, f"{experiment.report_directory}/report.md is stale: rerender it " \
+                                f"with edgebed experiment {path.relative_to(ROOT)} --report-only"
 
 
-@pytest.mark.parametrize("path", EXPERIMENTS, ids=[path.stem for path in EXPERIMENTS])
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=EXPERIMENT_IDS)
 def test_every_number_in_the_prose_comes_from_data_configuration_or_paper(path, tmp_path,
                                                                            request):
     experiment = experiment_module.load(path.relative_to(ROOT))

@@ -2,12 +2,13 @@
 
 import ipaddress
 import json
+import os
 
 import jsonschema
 import pytest
 import yaml
 
-from tests.conftest import EXAMPLES, ROOT
+from tests.conftest import EXAMPLES, ROOT, example_id
 from experiments import scenarios
 from experiments.scenarios import json_schema
 from topologies.problems import ScenarioInvalid
@@ -118,13 +119,15 @@ def test_resolved_scenario_is_plain_data():
     assert data["topology"]["links"][-1]["reverse"]["bw"] == 5e6
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", EXAMPLES, ids=example_id)
 def test_examples_are_valid_and_match_the_json_schema(path):
     loaded = scenarios.load(path, {})
     assert loaded.hosts
     document = yaml.safe_load(path.read_text())
     jsonschema.validate(document, json_schema())
-    assert path.read_text().startswith("# yaml-language-server: $schema=schema/scenario.schema.json")
+    # The editor resolves the schema relative to the file: a scheme's scenario is a level deeper.
+    schema = os.path.relpath(ROOT / "topologies" / "schema" / "scenario.schema.json", path.parent)
+    assert path.read_text().startswith(f"# yaml-language-server: $schema={schema}")
 
 
 def test_big_example_has_more_than_100_hosts():

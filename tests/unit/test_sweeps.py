@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict
 from controller.policies.live_edge.allocators import ALLOCATORS
 from controller.policies.live_edge.model import MBPS, MS, evaluate
 from experiments import report
-from experiments.kinds import live_edge
+from experiments.kinds.live_edge import model as live_edge
 from experiments.cli import main
 from experiments.sweeps import experiment as experiments
 from experiments.sweeps.kinds import Claim, Kind, Metric
@@ -85,7 +85,7 @@ def problems(text: str) -> list:
 
 
 def test_the_papers_experiment_file_is_valid():
-    loaded = experiments.load(ROOT / "experiments" / "live_edge-model.yaml")
+    loaded = experiments.load(ROOT / "experiments" / "live_edge" / "model.yaml")
     assert loaded.repetitions >= 5
     assert {"viewers", "servers", "demand", "a", "G"} <= {s.parameter for s in loaded.sweeps}
     small = [s for s in loaded.sweeps if "optimal" in s.policies]
@@ -428,9 +428,9 @@ def test_a_model_line_is_drawn_beside_the_measured_points(fake, tmp_path):
 
 
 def test_an_emulated_cell_run_again_reads_its_new_run_not_an_earlier_one(tmp_path, monkeypatch):
-    # `edgebed run` needs root and Mininet (tests/integration/test_live_edge_runs.py runs it);
+    # `edgebed run` needs root and Mininet (tests/integration/live_edge/test_live_edge_runs.py runs it);
     # here a stand-in makes the run directory each real run makes, numbered by call.
-    from experiments.kinds import live_edge_emulation as emulation
+    from experiments.kinds.live_edge import emulation
     from experiments.sweeps import kinds as sweep_kinds  # where an emulated cell's run is made
 
     made = []
@@ -471,9 +471,9 @@ def test_a_decision_whose_stream_never_arrived_has_no_measured_latency_and_no_qo
     # From a real run on a saturated machine: viewer1's first decision (stream-1, 2.5 Mbit/s)
     # was replaced 90 ms later, before any of its packets came; the run's tables stopped the
     # experiment with a KeyError.
-    from experiments.kinds.live_edge_emulation import decision_qoe, run_totals, viewer_qoe
+    from experiments.kinds.live_edge.emulation import decision_qoe, run_totals, viewer_qoe
 
-    run_dir = Path(__file__).parent / "recorded" / "live_edge-unserved"
+    run_dir = Path(__file__).parent / "live_edge" / "recorded" / "unserved"
     rows = decision_qoe(run_dir)
     [replaced] = [row for row in rows if (row["viewer"], row["flow"]) == ("viewer1", "stream-1")]
     assert replaced["goodput_bps"] == 0 and replaced["qoe_measured"] == 0

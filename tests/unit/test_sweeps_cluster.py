@@ -87,7 +87,7 @@ sweeps:
     values: [1, 2, 3, 4]
 """
 
-# Seed 000 at model level on a small grid: 2 values x 2 repetitions x 2 policies = 8 cells.
+# live_edge at model level on a small grid: 2 values x 2 repetitions x 2 policies = 8 cells.
 LIVE_EDGE_EXPERIMENT = """
 name: live-edge-small
 kind: live_edge_model
@@ -241,7 +241,7 @@ def test_emulated_cells_take_the_serial_lane_or_a_machine_of_the_cluster(cluster
     # The test cluster's workers declare no machine: emulated cells are refused before
     # anything is written, saying how to start a worker that takes them.
     experiment = experiments_file.load(Path(__file__).resolve().parents[2]
-                                       / "experiments" / "live_edge-emulation.yaml")
+                                       / "experiments" / "live_edge" / "emulation.yaml")
     with executor_for(emulated, cluster=cluster.scheduler_address) as executor:
         with pytest.raises(ClusterUnavailable, match="--resources machine=1") as refused:
             run(experiment, tmp_path / "out", executor=executor)

@@ -13,11 +13,10 @@ from hypothesis import strategies as st
 
 from experiments import scenarios
 from experiments.cli import main
-from tests.conftest import ROOT
+from tests.conftest import EXAMPLES
 from topologies.problems import ScenarioInvalid
 
-SHIPPED = sorted((ROOT / "topologies").glob("*.yaml"))
-SEEDS = [path.read_bytes() for path in SHIPPED]
+SEEDS = [path.read_bytes() for path in EXAMPLES]
 
 
 @st.composite

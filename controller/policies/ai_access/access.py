@@ -1,4 +1,4 @@
-"""Seed 003's access algorithms: which access server and receive port takes each new AI data
+"""ai_access's access algorithms: which access server and receive port takes each new AI data
 flow."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Seed 003's migration by load prediction: forecast each access server's load degree, and when
+"""ai_access's migration by load prediction: forecast each access server's load degree, and when
 the forecasts spread too far, move the flows that use least from overloaded servers to
 underloaded ones, as many as the targets' remaining resources admit."""
 

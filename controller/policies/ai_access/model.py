@@ -1,4 +1,4 @@
-"""Seed 003 at model level: an access-server cluster receiving AI data flows period after period,
+"""ai_access at model level: an access-server cluster receiving AI data flows period after period,
 with loss from overload computed as a fluid, and the resource model, the access algorithms and
 migration of this package run on what the cluster "measures"."""
 

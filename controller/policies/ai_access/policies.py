@@ -1,4 +1,4 @@
-"""Seed 003's access algorithms and migration on the controller's policy interface
+"""ai_access's access algorithms and migration on the controller's policy interface
 (:mod:`controller.policy`)."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ SPEC_UNIT_MEMORY = 2 * SPEC_UNIT_BYTES  # the open unit and the one handed to a 
 
 
 class AiAccessParams(PolicyParams):
-    """What every seed 003 policy takes."""
+    """What every ai_access policy takes."""
 
     weights: LoadWeights = Field(default_factory=LoadWeights,
                                  description="weights of CPU, memory, network in L_i")
@@ -88,7 +88,7 @@ class AccessView:
 
 
 class AiAccessPolicy(ModelPolicy):
-    """Base of the seed 003 policies; ``allocator`` is the access algorithm's name."""
+    """Base of the ai_access policies; ``allocator`` is the access algorithm's name."""
 
     name: str
     allocator: str
@@ -232,7 +232,7 @@ class AiAccessPolicy(ModelPolicy):
 def _policy(allocator: str) -> type[AiAccessPolicy]:
     return type(f"AiAccess_{allocator}", (AiAccessPolicy,),
                 {"name": allocator, "allocator": allocator,
-                 "__doc__": f"Seed 003's {allocator} access (with migration when asked)."})
+                 "__doc__": f"ai_access's {allocator} access (with migration when asked)."})
 
 
 AI_ACCESS_POLICIES = tuple(_policy(name) for name in ALLOCATORS)

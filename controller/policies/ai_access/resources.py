@@ -1,4 +1,4 @@
-"""Seed 003's resource model: what an AI access server and an AI data flow need and have."""
+"""ai_access's resource model: what an AI access server and an AI data flow need and have."""
 
 from __future__ import annotations
 

@@ -1,1 +1,1 @@
-"""Seed 002: Bloom-filter content routing in a media cloud (slug ``bloom_cdn``)."""
+"""bloom_cdn: Bloom-filter content routing in a media cloud (slug ``bloom_cdn``)."""

@@ -1,4 +1,4 @@
-"""The queueing model of seed 002 (Yu, Jin, Yin: Bloom-filter content routing in a media
+"""The queueing model of bloom_cdn (Yu, Jin, Yin: Bloom-filter content routing in a media
 cloud), rebuilt: the three routing strategies of the paper and an adaptive one as open Jackson
 networks of M/M/1 queues, their stability, and the filter-judged hit probability."""
 

@@ -1,4 +1,4 @@
-"""A discrete-event simulation (SimPy) of the media-cloud CDN of seed 002 at the paper's scale."""
+"""A discrete-event simulation (SimPy) of the media-cloud CDN of bloom_cdn at the paper's scale."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Seed 001 (ZEGO's real-time dispatch for cross-region live video): the pure decision logic."""
+"""dispatch (ZEGO's real-time dispatch for cross-region live video): the pure decision logic."""
 
 from .policies import POLICIES
 

@@ -1,4 +1,4 @@
-"""First- and last-mile access in seed 001: where a client is believed to be, which media nodes
+"""First- and last-mile access in dispatch: where a client is believed to be, which media nodes
 the dispatch center offers it, and which one the client takes after probing them."""
 
 from __future__ import annotations

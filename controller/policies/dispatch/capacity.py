@@ -1,4 +1,4 @@
-"""Capacity control across K dispatch centers (seed 001, mechanism 3)."""
+"""Capacity control across K dispatch centers (dispatch, mechanism 3)."""
 
 from __future__ import annotations
 

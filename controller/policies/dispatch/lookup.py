@@ -1,4 +1,4 @@
-"""One back-to-source lookup (seed 001, mechanism 5), without I/O: a dispatch center that does
+"""One back-to-source lookup (dispatch, mechanism 5), without I/O: a dispatch center that does
 not know a stream asks the other centers where it lives, by broadcast or by following a hint
 (the center the streamer registered with), falling back to broadcast when the hinted center
 says "not here". Shared by the model (``controller.policies.dispatch.rooms.Directory``, replies

@@ -1,4 +1,4 @@
-"""Seed 001 at model level: a synthetic world of regions, sites, media nodes and clients, and
+"""dispatch at model level: a synthetic world of regions, sites, media nodes and clients, and
 the three experiments emulation cannot reach at scale — access by database vs by probing,
 tickets vs shared capacity under a burst of joins to K dispatch centers, and back-to-source
 lookup by broadcast vs by hint among K centers."""

@@ -1,4 +1,4 @@
-"""Seed 001's dispatch policy on the plain-Python policy interface (:mod:`controller.policy`)."""
+"""The dispatch scheme's policy on the plain-Python policy interface (:mod:`controller.policy`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Path quality as seed 001 judges it: RTT, loss and jitter, VIA's thresholds for a poor
+"""Path quality as dispatch judges it: RTT, loss and jitter, VIA's thresholds for a poor
 session, and what a path through a relay is worth given its two legs."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What the dispatch centers know about rooms and streams (seed 001, mechanisms 5 and 7)."""
+"""What the dispatch centers know about rooms and streams (dispatch, mechanisms 5 and 7)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Where a viewer pulls from and how the stream gets there (seed 001, mechanisms 4 and 6)."""
+"""Where a viewer pulls from and how the stream gets there (dispatch, mechanisms 4 and 6)."""
 
 from __future__ import annotations
 

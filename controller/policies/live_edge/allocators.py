@@ -1,4 +1,4 @@
-"""The allocators of seed 000: LUA (the paper's greedy) and its baselines DF, MHCP, Random and
+"""The allocators of live_edge: LUA (the paper's greedy) and its baselines DF, MHCP, Random and
 Optimal, on the model of :mod:`controller.policies.live_edge.model`."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The QoE model of seed 000 (Liu, Zhang, Du, Peng, *JCRD* 60(8), 2023): allocating the viewers
+"""The QoE model of live_edge (Liu, Zhang, Du, Peng, *JCRD* 60(8), 2023): allocating the viewers
 of interactive live streams to edge servers and bitrates. A **reconstruction**."""
 
 from __future__ import annotations

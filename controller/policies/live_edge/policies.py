@@ -1,4 +1,4 @@
-"""The live-edge user allocation policies of seed 000 (LUA and its baselines DF, MHCP, Random,
+"""The live-edge user allocation policies of live_edge (LUA and its baselines DF, MHCP, Random,
 Optimal) on the plain-Python policy interface."""
 
 from __future__ import annotations

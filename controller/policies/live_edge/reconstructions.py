@@ -1,4 +1,4 @@
-"""The reconstructions of seed 000's model: the values of what the paper leaves unknown, by name."""
+"""The reconstructions of live_edge's model: the values of what the paper leaves unknown, by name."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ NonNegative = Annotated[float, Field(ge=0)]
 class FitRecord(BaseModel):
     """How a fitted reconstruction was found: the optimiser, its seed and trials, the seed and
     repetitions of the fit instances (apart from the reported ones), and the distance to the
-    paper's figures it reached there (see ``experiments/live_edge_fit.py``)."""
+    paper's figures it reached there (see ``experiments/kinds/live_edge/fit.py``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -1,4 +1,4 @@
-"""Seed 004's balancers: which node server a client's request for a camera goes to."""
+"""surveillance's balancers: which node server a client's request for a camera goes to."""
 
 from __future__ import annotations
 

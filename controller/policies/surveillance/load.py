@@ -1,4 +1,4 @@
-"""Seed 004's load figures: a node's real-time load L, its maximum load from hardware, the
+"""surveillance's load figures: a node's real-time load L, its maximum load from hardware, the
 node weights derived from it, and the light / moderate / heavy queues."""
 
 from __future__ import annotations

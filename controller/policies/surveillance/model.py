@@ -1,4 +1,4 @@
-"""Seed 004 at model level: the paper's test as a discrete-event simulation (SimPy)."""
+"""surveillance at model level: the paper's test as a discrete-event simulation (SimPy)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Seed 004's balancers on the controller's policy interface (:mod:`controller.policy`)."""
+"""surveillance's balancers on the controller's policy interface (:mod:`controller.policy`)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ HARDWARE_LABELS = ("cpu_ghz", "memory_gb", "bandwidth_mbps", "disk_gb")
 
 
 class SurveillanceParams(PolicyParams):
-    """What every seed 004 policy takes."""
+    """What every surveillance policy takes."""
 
     cameras: tuple[str, ...] | None = Field(None, description="the cameras clients may ask "
                                                               "for; none: any")
