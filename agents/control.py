@@ -363,7 +363,7 @@ class LoadReporter:
     """Sends an agent's load reports through ``client`` (None: the run has no controller, and
     nothing is sent): one every ``period`` seconds, on absolute deadlines, and one at once
     (``urgent``) when a value named in ``thresholds`` has crossed its level, either way, since
-    the last report (seed 004's active notification: a node turning heavy says so without
+    the last report (surveillance's active notification: a node turning heavy says so without
     waiting). The agent calls :meth:`tick` often (every poll of its loop) with what it knows
     itself (``load`` in the service's demand unit and ``metrics``); a ``host`` meter adds the
     host's figures to every report (a periodic report's rates over the period) and, when

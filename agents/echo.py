@@ -1,5 +1,5 @@
-"""Round trips by ICMP echo, as a client probes its candidates (seed 001's access by probing)
-and as a node watches its paths to its peers (seed 001's relay choice)."""
+"""Round trips by ICMP echo, as a client probes its candidates (dispatch's access by probing)
+and as a node watches its paths to its peers (dispatch's relay choice)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A viewer-side edge server of seed 000 (live streaming at the edge): receives a live source
+"""A viewer-side edge server of live_edge (live streaming at the edge): receives a live source
 stream and serves the viewers that pull it, each transcoded down to the bitrate it pulls, within
 a compute budget."""
 
@@ -57,11 +57,11 @@ class Params(ReportingParams, AgentParams):
     pull_timeout: PositiveDuration = Field(1.0, description="a session ends this long after "
                                                             "its last pull")
     transcoding_delay: Duration = Field(0.05, description="G: delay per Mbit/s taken off the "
-                                                          "source bitrate (seed 000: 50ms)")
+                                                          "source bitrate (live_edge: 50ms)")
     transcoding_vcpu: float = Field(0.5, ge=0, description="H: vCPU per Mbit/s taken off the "
-                                                           "source bitrate (seed 000: 0.5)")
+                                                           "source bitrate (live_edge: 0.5)")
     vcpu: float = Field(15.0, ge=0, description="C_m: vCPU the admitted sessions may use "
-                                                "together (seed 000: 15)")
+                                                "together (live_edge: 15)")
     payload: Size = Field(1200, description=f"largest UDP payload of a packet sent, "
                                             f"{2 * MEDIA.header_size} to {MAX_PAYLOAD} bytes")
     duration: Optional[Duration] = Field(None, description="default: until stopped")

@@ -19,7 +19,7 @@ TABLES = {
     # Joins decided together (one policy call, one barrier per switch) have a row each, with
     # the batch's figures; ``together`` counts the flows decided in that pass. ``attributes``:
     # a placed or moved flow's decision attributes as JSON (what the policy told its hosts,
-    # seed 001's transcoder_started say), ``{}`` for other rows.
+    # dispatch's transcoder_started say), ``{}`` for other rows.
     "decisions": ("node", "agent", "time", "kind", "flow", "server", "switches", "messages",
                   "policy_ms", "send_ms", "install_ms", "together", "attributes"),
     # One row per policy call: what it was given, what it answered, how long it took.

@@ -1,4 +1,4 @@
-"""A GPU server of seed 003's cluster, and the hand-over of AI data units to the GPU servers."""
+"""A GPU server of ai_access's cluster, and the hand-over of AI data units to the GPU servers."""
 
 from __future__ import annotations
 

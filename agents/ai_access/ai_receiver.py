@@ -1,4 +1,4 @@
-"""An AI access server's receiving port (seed 003): reassembles AI data units from AI data
+"""An AI access server's receiving port (ai_access): reassembles AI data units from AI data
 packets and asks the terminals for the missing fragments with NACKs."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""An AI terminal (seed 003): one AI data unit per period, sent as AI data packets and repaired by
+"""An AI terminal (ai_access): one AI data unit per period, sent as AI data packets and repaired by
 selective retransmission of the fragments the receiver reports lost."""
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ DATA_PORT = 6100
 NACK_PORT = 6101
 MAX_DATAGRAM = 1500 - 20 - 8  # the UDP payload of one Ethernet frame, IPv4 without options
 WIRE_OVERHEAD = 8 + 20 + 14  # UDP, IPv4, Ethernet around each datagram
-PORT_ATTRIBUTE = "port"  # the decision attribute naming the receive port (seed 003's policies)
+PORT_ATTRIBUTE = "port"  # the decision attribute naming the receive port (ai_access's policies)
 MAX_FRAGMENT_PAYLOAD = MAX_DATAGRAM - AI_DATA.header_size
 # Fragment indexes one NACK carries without leaving its Ethernet frame.
 NACK_CAPACITY = (MAX_DATAGRAM - AI_NACK.header_size) // 2
-SPEC_FRAGMENTS, SPEC_FRAGMENT_PAYLOAD = 945, 711  # seed 003: "one 672 KB unit = 945 packets"
+SPEC_FRAGMENTS, SPEC_FRAGMENT_PAYLOAD = 945, 711  # ai_access: "one 672 KB unit = 945 packets"
 # What changes from packet to packet: unit, fragment, fragments, length, send time.
 PER_PACKET = struct.Struct("!IHHHQ")
 PER_PACKET_OFFSET = AI_DATA.field_offset("unit")

@@ -14,7 +14,7 @@ ai_unit                  15  stream u32, unit u32, sequence u32, length u32, the
                              unit bytes
 =====================  ====  ===========================================================
 
-Seed 003's hand-over of AI data units to the GPU servers: an access server that completed a
+ai_access's hand-over of AI data units to the GPU servers: an access server that completed a
 unit asks the cluster manager where it goes (``gpu_request``, on the side band), the manager
 answers with the GPU server whose turn it is (``gpu_grant``: its data-plane address and port,
 and the grant's number in the rotation, :class:`agents.ai_access.ai_gpu.GpuRotation`), and the

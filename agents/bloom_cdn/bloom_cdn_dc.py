@@ -1,4 +1,4 @@
-"""The data center of seed 002's media cloud: one fetch queue, a single-server FIFO with
+"""The data center of bloom_cdn's media cloud: one fetch queue, a single-server FIFO with
 exponential service at ``fetch_rate`` (the paper's mu_o), that sends each fetched item where the
 fetch says over its rate-limited link."""
 

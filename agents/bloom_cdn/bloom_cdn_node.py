@@ -1,4 +1,4 @@
-"""A content node of seed 002's media cloud (Yu, Jin, Yin): three single-server FIFO queues,
+"""A content node of bloom_cdn's media cloud (Yu, Jin, Yin): three single-server FIFO queues,
 routing over a Chord ring, an LRU cache with its Bloom filter, and the three strategies that
 decide where a request the filter calls a miss goes."""
 

@@ -12,7 +12,7 @@ filter_update            12  node u16, filter_version u32, then the deflated XOR
                              bits since the previous version
 =====================  ====  ===========================================================
 
-A cdn message is seed 002's traffic between content nodes and the data center
+A cdn message is bloom_cdn's traffic between content nodes and the data center
 (:mod:`agents.bloom_cdn.bloom_cdn_node`): a user's request routed over the Chord ring toward its
 home node (``route``), a fetch from the data center (``fetch``: the item goes to ``deliver``,
 and a second copy to ``copy_to`` when it is not zero) and an item sent to a node (``item``);

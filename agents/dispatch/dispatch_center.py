@@ -1,4 +1,4 @@
-"""A regional dispatch center of seed 001, as a host: its side of the dynamic back-to-source
+"""A regional dispatch center of dispatch, as a host: its side of the dynamic back-to-source
 lookup between centers, on real datagrams."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ lookup_reply             17  lookup u32, stream u32, attempt u8, found u8, node 
                              query_send_ns u64
 =====================  ====  ===========================================================
 
-Seed 001's back-to-source lookup between dispatch centers
+dispatch's back-to-source lookup between dispatch centers
 (:mod:`agents.dispatch.dispatch_center`): a center that does not know ``stream`` asks another
 (``lookup_query``: its lookup's number, and ``attempt`` 0 for the first query, 1, 2, ... for
 retransmissions), which answers whether the stream is registered with it and on which media node

@@ -1,4 +1,4 @@
-"""Seed 003's AI data units on a real Mininet path (experiments.fidelity's v1 - s1 - s2 - e1,
+"""ai_access's AI data units on a real Mininet path (experiments.fidelity's v1 - s1 - s2 - e1,
 fallback backend): the terminal in v1, the receiver in e1, started as a run starts them, at the
 spec's scale (one 672 KB unit of 945 packets a second).
 

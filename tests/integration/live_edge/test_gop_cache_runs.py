@@ -1,4 +1,4 @@
-"""The live edge's GOP cache (agents.edge_server ``gop_cache``, seed 001's startup) on a real
+"""The live edge's GOP cache (agents.edge_server ``gop_cache``, dispatch's startup) on a real
 Mininet network: two media nodes get the same stream at the same time, one keeping a GOP
 cache and one not, and a viewer joins each in the middle of a GOP. Checked on what the agents
 measured: the nodes' sessions (``live_sessions``, ``sender_lateness``) and frames, and the

@@ -1,4 +1,4 @@
-"""Seed 003's agents as the emulated cluster runs them: an access server's receiver with several
+"""ai_access's agents as the emulated cluster runs them: an access server's receiver with several
 receive ports, one processing budget and its load reports, and a terminal host sending several
 flows. The budget's drops follow from the arrival times handed to it, so nothing here depends
 on how fast the machine is; the program-level test sends over loopback.
@@ -173,7 +173,7 @@ def test_a_terminal_counts_nacks_for_streams_it_does_not_send_and_keeps_sending(
 
 
 class AccessController:
-    """Seed 003's access through the control protocol on loopback: a real ControllerCore on
+    """ai_access's access through the control protocol on loopback: a real ControllerCore on
     topologies/ai_access/ai_access.yaml with the least-connections policy, answering joins as the
     controller app does (a decision, or the policy's rejection), without OpenFlow."""
 

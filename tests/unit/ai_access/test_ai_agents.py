@@ -1,4 +1,4 @@
-"""The AI data agents (seed 003's terminal and access-server receiver): NACK messages, unit
+"""The AI data agents (ai_access's terminal and access-server receiver): NACK messages, unit
 sizes, and the two agents run as programs over loopback (no root needed), directly or through a
 relay that drops chosen first copies, so selective retransmission is tested deterministically.
 

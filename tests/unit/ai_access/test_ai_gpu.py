@@ -1,4 +1,4 @@
-"""Seed 003's hand-over of AI data units to the GPU servers, over loopback: the cluster manager's
+"""ai_access's hand-over of AI data units to the GPU servers, over loopback: the cluster manager's
 grants in rotation (side band), the access servers' hand-over threads and the GPU servers
 receiving the units whole over TCP. Everything waits for what was counted, never for a time."""
 

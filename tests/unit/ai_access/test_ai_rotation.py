@@ -1,4 +1,4 @@
-"""Seed 003's rotation of AI data units over the GPU servers (the cluster manager's, pure code in agents/ai_access/ai_gpu.py)."""
+"""ai_access's rotation of AI data units over the GPU servers (the cluster manager's, pure code in agents/ai_access/ai_gpu.py)."""
 
 from __future__ import annotations
 

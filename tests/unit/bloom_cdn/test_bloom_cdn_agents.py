@@ -1,4 +1,4 @@
-"""Seed 002's content node and data center agents run as programs over loopback (no root): a
+"""bloom_cdn's content node and data center agents run as programs over loopback (no root): a
 ring of one node, so every request's home is its entry and each strategy's path is visible in
 what the node, the data center and the user recorded. The emulated ring of eight is
 tests/integration/bloom_cdn/test_bloom_cdn_runs.py."""

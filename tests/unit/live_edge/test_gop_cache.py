@@ -1,4 +1,4 @@
-"""The live edge's GOP cache (agents.edge_server, seed 001): what a viewer joining mid-GOP gets
+"""The live edge's GOP cache (agents.edge_server, dispatch): what a viewer joining mid-GOP gets
 first (the frames since the latest I frame, once, in order, then the live stream), that the
 cache never holds more than one GOP, and that the burst is paced at ``gop_burst`` times the
 session's bitrate and counted in ``live_sessions``. Over loopback, no root; the edge is the

@@ -1,4 +1,4 @@
-"""Seed 000's live-edge agents over loopback (no root needed): the edge server (agents.edge_server)
+"""live_edge's live-edge agents over loopback (no root needed): the edge server (agents.edge_server)
 serving pulls with transcoded frames, sessions expiring and refused over the compute budget,
 load reports, hostile datagrams; the viewer's pull mode following a controller's decisions.
 
