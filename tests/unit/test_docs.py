@@ -96,7 +96,7 @@ def test_a_benchmark_recording_is_what_the_benchmarks_page_reads(reference, tmp_
     recording = Recording("benchmarks/live_edge.py", "What it measures.\n\nMore detail.")
     recording.table(table)
     saved = recording.save(tmp_path)
-    assert saved.parent == tmp_path / "policies"
+    assert saved.parent == tmp_path / "live_edge"
     page = reference.benchmarks_page(tmp_path)
     assert "What it measures." in page and "More detail" not in page
     assert "**decisions**" in page and "| lua | 1,234 |" in page
