@@ -123,6 +123,7 @@ class RunController:
         time.sleep(wait)
 
     def running(self) -> bool:
+        """Whether the controller process is up."""
         return self.process.process is not None and self.process.process.poll() is None
 
     def announce_delay(self, link: int, delays: dict[str, float]) -> None:
