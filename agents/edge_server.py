@@ -22,13 +22,15 @@ from agents.pacing import SPIN_NS, Pacer
 from agents.sockets import POLL_S, receive
 from agents.formats import MEDIA, PULL
 from agents.wire import MAGIC, VERSION
-from agents.streamer import (I_FRAME, MAX_PAYLOAD, MIN_FRAME_SIZE, PER_PACKET,
-                             PER_PACKET_OFFSET, flow_name, fragment_sizes)
-from agents.control import ControlClient, LoadReporter, ReportingParams, controller_client
+from agents.streamer import (MAX_PAYLOAD, MIN_FRAME_SIZE, PER_PACKET, PER_PACKET_OFFSET,
+                             flow_name, fragment_sizes)
+from agents.control import LoadReporter, ReportingParams, controller_client
 from agents.agent import NodeRef, epoch_seconds
 from agents.sockets import DATAGRAM_BUFFER, listen
 from agents.echo import PATH_TABLES
-from agents.follower import FOLLOWER_TABLES, DecisionFollower, follow_pushed
+from agents.back_source import BackSource
+from agents.follower import FOLLOWER_TABLES
+from agents.gop_cache import GopCache, SourceFrame
 from agents.media import MEDIA_TABLES, MediaMeter
 from edgebed.quantities import Duration, PositiveDuration, Rate, Size
 
@@ -110,29 +112,6 @@ class Params(ReportingParams, AgentParams):
         return self
 
 
-@dataclass(slots=True)
-class SourceFrame:
-    """What arrived of one source frame."""
-
-    number: int
-    frame_type: int
-    fragments: int
-    bitrate: float  # R, bit/s, as its packets say
-    send_ns: int  # its first fragment's send time
-    first_received_ns: int
-    last_received_ns: int
-    size: int = 0  # bytes received, media headers included
-    seen: set[int] = field(default_factory=set)
-    transcoded: bool = False
-
-    def add(self, fragment: int, size: int, send_ns: int, received_ns: int) -> None:
-        self.seen.add(fragment)
-        self.size += size
-        self.send_ns = min(self.send_ns, send_ns)
-        self.first_received_ns = min(self.first_received_ns, received_ns)
-        self.last_received_ns = max(self.last_received_ns, received_ns)
-
-
 @dataclass
 class Session:
     """One viewer's pull of one stream at one bitrate, and what it was sent."""
@@ -186,30 +165,6 @@ class Transcoded:
     @property
     def due_ns(self) -> int:
         return self.start_ns + round(self.next * self.spacing_ns)
-
-
-class GopCache:
-    """Each stream's frames since its latest I frame, in order (docs/schemes/live_edge.md):
-    an I frame starts a stream's cache afresh, so it never holds more than one GOP; frames
-    before a stream's first I frame are not kept, and a cache reaching ``limit`` frames (its
-    next I frame lost) is dropped until the next I frame."""
-
-    def __init__(self, limit: int):
-        self.limit = limit
-        self.held: dict[int, list[SourceFrame]] = {}
-
-    def add(self, stream: int, frame: SourceFrame) -> None:
-        if frame.frame_type == I_FRAME:
-            self.held[stream] = [frame]
-        elif stream in self.held:
-            if len(self.held[stream]) >= self.limit:
-                del self.held[stream]
-            else:
-                self.held[stream].append(frame)
-
-    def gop(self, stream: int) -> list[SourceFrame]:
-        """The frames a joining viewer of ``stream`` gets first, oldest (the I frame) first."""
-        return list(self.held.get(stream, ()))
 
 
 class EdgeServer:
@@ -438,73 +393,6 @@ class EdgeServer:
                 if self.cache is not None else None,
                 "send_errors": self.send_errors,
                 "malformed_pulls": self.malformed_pulls.count}
-
-
-class BackSource:
-    """Where each stream comes from, as the controller's decisions about the flows placed on
-    this edge say, and the pulls that bring it (docs/schemes/live_edge.md)."""
-
-    def __init__(self, node: str, control: ControlClient, source: socket.socket,
-                 port: int, interval: float, standing: dict[int, float] | None = None,
-                 upstreams: dict[int, str] | None = None):
-        self.node = node
-        self.control = control
-        self.source = source
-        self.port = port
-        self.interval_ns = round(interval * 1e9)
-        self.followers: dict[str, DecisionFollower] = {}
-        self.upstreams: dict[int, str] = dict(upstreams or {})  # stream -> address
-        # back_source_mode always: stream -> bitrate, pulled whether sessions ask or not
-        self.standing = dict(standing or {})
-        self.changes: list[dict] = []
-        self.due_ns: dict[int, int] = {}
-        self.pulls: dict[int, int] = {}
-        self.send_errors = 0
-
-    def take_pushed(self) -> None:
-        """Follow the decisions pushed since the last call about flows placed here."""
-        for pushed in self.control.pending():
-            followed = follow_pushed(self.followers, self.control, pushed)
-            if followed is None or followed.server != self.node:
-                continue
-            stream = followed.attributes.get("stream")
-            upstream = followed.attributes.get("upstream")
-            if (isinstance(stream, int) and not isinstance(stream, bool)
-                    and isinstance(upstream, str) and self.upstreams.get(stream) != upstream):
-                self.changes.append({"time_s": epoch_seconds(followed.heard_ns),
-                                     "stream": stream, "flow": pushed.flow,
-                                     "from": self.upstreams.get(stream), "to": upstream})
-                self.upstreams[stream] = upstream
-                self.due_ns[stream] = 0  # pull from the new upstream at once
-
-    def pull(self, wanted: dict[int, float], now_ns: int) -> None:
-        """Pull every wanted stream (and every standing one) whose upstream is known and whose
-        pull is due."""
-        if self.standing:
-            wanted = wanted | {stream: max(bitrate, wanted.get(stream, 0.0))
-                               for stream, bitrate in self.standing.items()}
-        for stream, bitrate in wanted.items():
-            upstream = self.upstreams.get(stream)
-            if upstream is None or now_ns < self.due_ns.get(stream, 0):
-                continue
-            self.due_ns[stream] = now_ns + self.interval_ns
-            # One user per stream: the upstream keeps a session for each, from one socket.
-            pull = PULL.pack(stream=stream, delivered_stream=stream, user=stream,
-                             send_ns=time.time_ns(),
-                             bitrate_kbps=max(1, round(bitrate / 1e3)), rung=0)
-            try:
-                self.source.sendto(pull, (upstream, self.port))
-                self.pulls[stream] = self.pulls.get(stream, 0) + 1
-            except OSError:
-                self.send_errors += 1  # the upstream's session outlives a lost pull or two
-
-    def write(self, agent: Agent) -> dict:
-        """The followers' ``decisions_followed`` rows; the summary of pulls and upstreams."""
-        for follower in self.followers.values():
-            follower.write(agent)
-        return {"pulls": {flow_name(stream): count for stream, count in self.pulls.items()},
-                "upstreams": self.changes, "send_errors": self.send_errors,
-                "decisions": sum(len(f.followed) for f in self.followers.values())}
 
 
 def back_source_for(agent: Agent, params: Params, source: socket.socket) -> BackSource | None:

@@ -3,7 +3,6 @@ decisions, and says what every switch should hold."""
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import math
 import time
@@ -14,92 +13,16 @@ import networkx as nx
 
 from edgebed import protocol
 
-from . import rules
-from .policy import (ON_LOAD, Client, Decision, LoadReport, Placement, Policy, Rejection,
-                     Request, Server, State, Terms)
+from . import persistence, rules
+from .desired import DesiredRules, FlowRecord
+from .loads import LOAD_HISTORY, LOAD_MAX_AGE, LoadReports
+from .policy import (ON_LOAD, Client, Decision, Placement, Policy, Rejection, Request, Server,
+                     State, Terms)
+from .traces import PolicyTrace
 from .view import NetworkView
 
-# Load reports kept per server: enough for a mean over tens of report periods, few enough that
-# every decision can be handed all of them.
-LOAD_HISTORY = 32
-# A report sent longer ago than this (by the sender's clock, which the hosts of a run share
-# with the controller) is stale when it arrives: a decision must not act on it.
-LOAD_MAX_AGE = 10.0
-# How far ahead of the controller's clock a sender's may be before its reports are refused.
-LOAD_MAX_SKEW = 1.0
 # The most candidates, relays and attributes a decision carries (the control protocol's limits).
 MAX_TERMS = 16
-LOAD_COUNTERS = ("accepted", "stale", "reordered", "from_the_future", "not_a_server")
-
-
-@dataclass
-class FlowRecord:
-    """A placed flow: where it is and how it got there."""
-
-    placement: Placement
-    path: tuple[str, ...] | None = None  # waypoint switches, when pinned
-    migrations: int = 0
-    # Servers the flow was moved away from: their answers still in flight (or sent before they
-    # learn of the move) keep coming back from the service address until the flow leaves.
-    former_servers: tuple[str, ...] = ()
-    # Counts the flow's decisions (1: placed), so a host can tell a late push from a newer one.
-    version: int = 1
-
-
-TRACE_COLUMNS = ("now_s", "kind", "policy", "requests", "servers", "placements", "previous",
-                 "loads_seen", "load_age_max_s", "load_age_mean_s", "assignments", "rejections",
-                 "migrations", "assigned", "rejected", "migrated", "decide_ms")
-
-
-@dataclass(frozen=True)
-class PolicyTrace:
-    """One call of the policy: when (``now``, the controller's clock) and why (``kind``: place,
-    rebalance or reallocate), what it was given (counts of requests, servers, placed flows and
-    previous placements; how many servers' load reports it saw and how old the latest were),
-    what it answered and how long :meth:`Policy.decide` took."""
-
-    now: float
-    kind: str
-    policy: str
-    requests: int
-    servers: int
-    placements: int
-    previous: int
-    loads_seen: int
-    load_age_max: float | None
-    load_age_mean: float | None
-    decision: Decision
-    decide_ms: float
-
-    @classmethod
-    def of(cls, state: State, kind: str, policy: str, decision: Decision,
-           decide_ms: float) -> PolicyTrace:
-        ages = [state.load_age(server.name) for server in state.servers
-                if state.latest_load(server.name) is not None]
-        return cls(state.now, kind, policy, len(state.requests), len(state.servers),
-                   len(state.placements), len(state.previous), len(ages),
-                   max(ages) if ages else None, sum(ages) / len(ages) if ages else None,
-                   decision, decide_ms)
-
-    def row(self) -> tuple:
-        """The trace's values in :data:`TRACE_COLUMNS` order; flows as ``flow@server`` (an
-        assignment with a bitrate ``flow@server@bits``), ``;``-separated."""
-        decision = self.decision
-
-        def placed(item) -> str:
-            bitrate = "" if item.bitrate is None else f"@{item.bitrate:.0f}"
-            return f"{item.flow}@{item.server}{bitrate}"
-
-        def seconds(value: float | None) -> str:
-            return "" if value is None else f"{value:.3f}"
-
-        return (f"{self.now:.6f}", self.kind, self.policy, self.requests, self.servers,
-                self.placements, self.previous, self.loads_seen, seconds(self.load_age_max),
-                seconds(self.load_age_mean), len(decision.assignments),
-                len(decision.rejections), len(decision.migrations),
-                ";".join(placed(a) for a in decision.assignments),
-                ";".join(r.flow for r in decision.rejections),
-                ";".join(placed(m) for m in decision.migrations), f"{self.decide_ms:.3f}")
 
 
 @dataclass
@@ -128,34 +51,23 @@ class ControllerCore:
             raise ValueError(f"policy {getattr(policy, 'name', policy)!r}: on_load must be one "
                              f"of {', '.join(ON_LOAD)}, not {self.on_load!r}")
         self.down: frozenset[int] = frozenset()
-        self.load_max_age = load_max_age
-        self.loads: dict[str, collections.deque[LoadReport]] = {
-            name: collections.deque(maxlen=load_history)
-            for service in view.services.values() for name in service.servers}
-        self.load_counts = dict.fromkeys(LOAD_COUNTERS, 0)
+        self.loads = LoadReports((name for service in view.services.values()
+                                  for name in service.servers), load_history, load_max_age)
         self.flows: dict[str, FlowRecord] = {}
         # Link delays announced since the start (link -> forward, reverse seconds).
         self.link_delays: dict[int, tuple[float, float]] = {}
         # Every policy call since the app last took them (:meth:`take_traces`).
         self.traces: list[PolicyTrace] = []
         self._ports_down: set[tuple[str, int]] = set()
-        self._placed_rules: dict[str, dict[str, list[rules.Rule]]] = {
-            switch: {} for switch in view.switches}
-        # Per switch and rule key, the flows holding a rule with that key, in the order they
-        # were last refreshed (the last one wins, as it would when adding them all in turn):
-        # a flow's change then rewrites the keys it touches instead of the whole switch.
-        self._holders: dict[str, dict[tuple, dict[str, rules.Rule]]] = {
-            switch: {} for switch in view.switches}
+        self.switch_rules = DesiredRules(view, fast_failover)
         # Each flow's steering key, and the flows by client and service, so a join checks
         # the flows of its own client instead of every placed one.
         self._steered: dict[tuple, dict[int | None, str]] = {}
         self._steering_of: dict[str, tuple] = {}
-        self._base = rules.base_rules(view)
         # The hosts never change during a run: built once, not per decision.
         self._clients = tuple(Client(a.host, a.address, view.labels.get(a.host, {}))
                               for a in view.attachments)
         self._graph = None  # the policy's view of the network while no link changes
-        self._set_forwarding()
         self._trunk_of_port = {(t.a, t.a_port): t.link for t in view.trunks} | {
             (t.b, t.b_port): t.link for t in view.trunks}
 
@@ -163,14 +75,19 @@ class ControllerCore:
 
     def servers(self) -> tuple[Server, ...]:
         return tuple(Server(name, service.name, self.view.attachment(name).address, capacity,
-                            self.loads[name][-1].load if self.loads[name] else 0.0,
+                            self.loads.latest_load(name),
                             self.view.labels.get(name, {}))
                      for service in self.view.services.values()
                      for name, capacity in sorted(service.servers.items()))
 
     def load_history(self) -> MappingProxyType:
         """Every server's kept load reports, oldest first, as :attr:`State.loads` holds them."""
-        return MappingProxyType({name: tuple(history) for name, history in self.loads.items()})
+        return self.loads.history()
+
+    @property
+    def load_counts(self) -> dict[str, int]:
+        """Load reports kept and refused, by reason."""
+        return self.loads.counts
 
     def state(self, requests: tuple[Request, ...] = (), now: float = 0.0,
               reallocating: bool = False) -> State:
@@ -186,43 +103,22 @@ class ControllerCore:
 
     def desired(self, switch: str) -> rules.SwitchRules:
         """Everything ``switch`` should hold (a copy)."""
-        wanted = self._desired[switch]
-        return rules.SwitchRules(dict(wanted.rules), dict(wanted.groups))
+        return self.switch_rules.desired(switch)
 
     def changes(self, switch: str, installed: rules.SwitchRules,
                 everything: bool = False) -> rules.Changes:
-        """What to send ``switch``, holding ``installed`` (kept in step by the caller with
-        :meth:`controller.rules.SwitchRules.apply`), for it to hold what it should. Only the
-        rules changed since the last call are compared, unless forwarding changed meanwhile or
-        ``everything`` is asked for (a switch that just connected): a decision then costs the
-        rules it touched, not the rules the switch holds."""
-        keys = self._changed[switch]
-        self._changed[switch] = set()
-        return rules.diff(installed, self._desired[switch], None if everything else keys)
+        """What to send ``switch``, holding ``installed``, for it to hold what it should
+        (:meth:`DesiredRules.changes`)."""
+        return self.switch_rules.changes(switch, installed, everything)
 
     def _set_forwarding(self) -> None:
         """Forwarding from the links as they are now, and every switch's desired state anew."""
-        self._forwarding = rules.forwarding(self.view, self.down, self.fast_failover)
+        self.switch_rules.set_forwarding(self.down)
         self._graph = None
-        self._desired = {}
-        for switch in self.view.switches:
-            wanted = self._base.merged(self._forwarding[switch])
-            for holders in self._holders[switch].values():
-                rule = next(reversed(holders.values()))
-                wanted.rules[rule.key] = rule
-            self._desired[switch] = wanted
-        self._changed = {switch: None for switch in self.view.switches}
 
     def _refresh(self, flow: str) -> set[str]:
-        """Recompute one flow's rules after it changed; returns the switches they were or are
-        on. Kept per switch and rule key, so a decision costs the flows it touches, not all of
-        them."""
-        touched = {switch for switch, held in self._placed_rules.items() if flow in held}
-        keys: dict[str, set[tuple]] = {switch: set() for switch in touched}
-        for switch in touched:
-            for rule in self._placed_rules[switch].pop(flow):
-                keys[switch].add(rule.key)
-                self._holders[switch][rule.key].pop(flow, None)
+        """Recompute one flow's steering key and rules after it changed; returns the switches
+        its rules were or are on."""
         steering = self._steering_of.pop(flow, None)
         if steering is not None:
             self._steered[steering[:2]].pop(steering[2], None)
@@ -231,53 +127,12 @@ class ControllerCore:
             steering = self._steering_key(record.placement.request)
             self._steering_of[flow] = steering
             self._steered.setdefault(steering[:2], {})[steering[2]] = flow
-        for switch, rule in self._flow_rules(flow, record) if record else ():
-            self._placed_rules[switch].setdefault(flow, []).append(rule)
-            holders = self._holders[switch].setdefault(rule.key, {})
-            holders.pop(flow, None)  # re-added last: the latest refresh wins, as before
-            holders[flow] = rule
-            keys.setdefault(switch, set()).add(rule.key)
-            touched.add(switch)
-        for switch, changed in keys.items():
-            wanted = self._desired[switch]
-            for key in changed:
-                holders = self._holders[switch].get(key)
-                if holders:
-                    wanted.rules[key] = next(reversed(holders.values()))
-                    continue
-                if holders is not None:
-                    del self._holders[switch][key]
-                fallback = (self._forwarding[switch].rules.get(key)
-                            or self._base.rules.get(key))
-                if fallback is None:
-                    wanted.rules.pop(key, None)
-                else:
-                    wanted.rules[key] = fallback
-            if self._changed[switch] is not None:
-                self._changed[switch] |= changed
-        return touched
+        return self.switch_rules.refresh(flow, record)
 
-    def _flow_rules(self, flow: str, record: FlowRecord) -> list[tuple[str, rules.Rule]]:
-        request = record.placement.request
-        service = self.view.services[request.service]
-        client = self.view.attachment(request.client)
-        server = self.view.attachment(record.placement.server)
-        port = request.client_port
-        switch, steering = rules.steering(self.view, service, client, server, port)
-        placed = [(switch, rule) for rule in steering]
-        for former in record.former_servers:
-            _, (_, answers) = rules.steering(self.view, service, client,
-                                             self.view.attachment(former), port)
-            placed.append((switch, answers))
-        if record.path:
-            outbound = dict(steering[0].match) | {"ipv4_dst": server.address}
-            try:
-                placed += rules.explicit_path(self.view, client, record.path,
-                                              rules.match(**outbound), self.down)
-            except ValueError:
-                pass  # its waypoints are cut off: the flow follows the shortest path meanwhile
-        return placed
-
+    def adopt(self, flow: str, record: FlowRecord) -> None:
+        """Take ``flow`` as placed by an earlier controller, as ``record`` says."""
+        self.flows[flow] = record
+        self._refresh(flow)
 
     # events
 
@@ -321,36 +176,10 @@ class ControllerCore:
                 self._refresh(flow)
         return set(self.view.switches)
 
-    def report_load(self, server: str, load: float, *, metrics: dict | None = None,
-                    now: float = 0.0, sent: float | None = None, urgent: bool = False,
-                    wall_clock: float | None = None) -> bool:
-        """Keep a load report from ``server`` that arrived at ``now`` (the clock of
-        :attr:`State.now`); returns whether it was kept. ``sent`` is the sender's
-        CLOCK_REALTIME, checked against ``wall_clock`` (default: this process's): a report
-        sent more than ``load_max_age`` seconds ago is stale, one sent before the last kept
-        report of the server came out of order, one from more than LOAD_MAX_SKEW seconds
-        ahead has a broken clock; each is counted in :attr:`load_counts` and dropped, as is a
-        report from a node that serves nothing. ``sent`` None skips the clock checks (a test
-        or a tool feeding reports in by hand)."""
-        history = self.loads.get(server)
-        problem = None
-        if history is None:
-            problem = "not_a_server"
-        elif sent is not None:
-            wall = time.time() if wall_clock is None else wall_clock
-            if sent > wall + LOAD_MAX_SKEW:
-                problem = "from_the_future"
-            elif wall - sent > self.load_max_age:
-                problem = "stale"
-            elif history and sent <= history[-1].sent:
-                problem = "reordered"
-        if problem is not None:
-            self.load_counts[problem] += 1
-            return False
-        history.append(LoadReport(server, now, load, MappingProxyType(dict(metrics or {})),
-                                  0.0 if sent is None else sent, urgent))
-        self.load_counts["accepted"] += 1
-        return True
+    def report_load(self, server: str, load: float, **report) -> bool:
+        """Keep a load report from ``server``; returns whether it was kept
+        (:meth:`LoadReports.report`)."""
+        return self.loads.report(server, load, **report)
 
     def react_to_load(self, now: float = 0.0) -> Outcome:
         """What the policy's ``on_load`` says a kept load report calls for."""
@@ -531,53 +360,10 @@ class ControllerCore:
     # persistence: a restarted controller takes over the flows placed before
 
     def snapshot(self) -> dict:
-        return {"flows": [{"flow": flow, "client": r.placement.request.client,
-                           "service": r.placement.request.service,
-                           "port": r.placement.request.client_port,
-                           "demand": r.placement.request.demand,
-                           "bitrates": list(r.placement.request.bitrates),
-                           "server": r.placement.server, "bitrate": r.placement.bitrate,
-                           "candidates": list(r.placement.candidates),
-                           "via": list(r.placement.via),
-                           "attributes": dict(r.placement.attributes),
-                           "path": list(r.path) if r.path else None,
-                           "migrations": r.migrations, "version": r.version,
-                           "former_servers": list(r.former_servers)}
-                          for flow, r in self.flows.items()],
-                "load_reports": [{"server": name, "load": history[-1].load,
-                                  "metrics": dict(history[-1].metrics),
-                                  "sent": history[-1].sent}
-                                 for name, history in self.loads.items() if history],
-                "link_delays": [{"link": link, "forward": forward, "reverse": reverse}
-                                for link, (forward, reverse) in sorted(self.link_delays.items())]}
+        return persistence.snapshot(self)
 
     def restore(self, snapshot: dict) -> None:
-        # The network as last announced first: the flows' rules follow its paths.
-        for item in snapshot.get("link_delays", []):
-            try:
-                self.link_delay_changed(item["link"], item["forward"], item["reverse"])
-            except KeyError:
-                continue  # not a link of this view
-        for item in snapshot.get("flows", []):
-            if item["service"] not in self.view.services:
-                continue
-            request = self.request_for(item["client"], item["service"], item["demand"],
-                                       tuple(item["bitrates"]), item["flow"], item.get("port"))
-            terms = Terms(item["bitrate"], tuple(item.get("candidates", ())),
-                          tuple(item.get("via", ())), dict(item.get("attributes", {})))
-            self.flows[item["flow"]] = FlowRecord(
-                Placement.of(request, item["server"], terms),
-                tuple(item["path"]) if item["path"] else None, item["migrations"],
-                tuple(item.get("former_servers", ())), item.get("version", 1))
-            self._refresh(item["flow"])
-        # Each server's last report carries over, as arrived when this controller started (the
-        # earlier controller's clock is gone); its history starts again from there.
-        for item in snapshot.get("load_reports", []):
-            if item.get("server") in self.loads and _finite(item.get("load")):
-                self.loads[item["server"]].append(LoadReport(
-                    item["server"], 0.0, item["load"], MappingProxyType(
-                        {k: v for k, v in item.get("metrics", {}).items() if _finite(v)}),
-                    item.get("sent", 0.0) if _finite(item.get("sent")) else 0.0))
+        persistence.restore(self, snapshot)
 
     def request_for(self, client: str, service: str, demand: float | None = None,
                     bitrates: tuple[float, ...] = (), flow: str | None = None,
@@ -615,8 +401,3 @@ class ControllerCore:
     def client_of(self, address: str) -> str | None:
         attachment = self.view.by_address.get(address)
         return attachment.host if attachment else None
-
-
-
-def _finite(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from edgebed.files import atomic_write
 
-from .core import TRACE_COLUMNS
+from .traces import TRACE_COLUMNS
 
 TABLES = {
     # One row per decision carried out: from the policy's answer to the switches' barriers.

@@ -8,8 +8,6 @@ import functools
 import logging
 import os
 import platform
-import signal
-import socket
 import sys
 import time
 import traceback
@@ -17,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from agents.control import SIDE_BAND_VARIABLE
 from agents.processes import NodeProcesses, describe_exit, failures, tcpdump_command
 from agents.reachability import ping_pairs, role_pairs
 from topologies import capabilities as caps
@@ -29,24 +26,16 @@ from topologies.scenario import Scenario
 from agents import catalog
 from topologies import commands
 
-from . import delivery, measurements, registry
+from . import measurements, registry, run_accounts
 from .flow_dumps import FlowDumps
 from .machine_lock import machine_lock
+from .run_controller import RunController
+from .run_signals import RunTerminated, signals_ignored, signals_raise
 from .rundir import RunDirectory, edgebed_version, iso, utc_now
 
 LOAD_CHECK_PERIOD_S = 1.0
 AGENT_STOP_GRACE_S = 5.0  # agents write their tables and summaries when told to stop
-# How long the runner waits for the controller to acknowledge an announced delay change (three
-# tries, the wait doubling): the timeline must not stall on a controller that died.
-ANNOUNCE_TIMEOUT_S = 0.2
 EXIT_CODES = {"completed": 0, "failed": 1, "interrupted": 130, "terminated": 143}
-
-
-class RunTerminated(BaseException):
-    """SIGTERM or SIGHUP arrived; unwinds the run like Ctrl-C does."""
-
-    def __init__(self, signal_number: int):
-        super().__init__(signal.Signals(signal_number).name)
 
 
 @dataclass
@@ -70,37 +59,6 @@ class RunResult:
     @property
     def exit_code(self) -> int:
         return EXIT_CODES.get(self.status, 1)
-
-
-@contextlib.contextmanager
-def _signals_handled(handler, signals) -> Iterator[None]:
-    """Handle ``signals`` with ``handler`` inside the block, as before after it."""
-    previous = {number: signal.signal(number, handler) for number in signals}
-    try:
-        yield
-    finally:
-        for number, action in previous.items():
-            signal.signal(number, action)
-
-
-def _raise_terminated(number, _frame):
-    raise RunTerminated(number)
-
-
-@contextlib.contextmanager
-def _signals_raise() -> Iterator[None]:
-    """SIGTERM and SIGHUP unwind the run like Ctrl-C, and Ctrl-C (SIGINT) raises
-    KeyboardInterrupt even where the runner was started with SIGINT ignored: Python installs
-    its own handler only when SIGINT is not ignored at start-up, and a shell's background job
-    (``cmd &`` in a script, nohup) starts ignoring it, so ``kill -INT`` did nothing there."""
-    with _signals_handled(signal.default_int_handler, (signal.SIGINT,)), \
-            _signals_handled(_raise_terminated, (signal.SIGTERM, signal.SIGHUP)):
-        yield
-
-
-def _signals_ignored():
-    """Teardown runs to its end, whatever arrives."""
-    return _signals_handled(signal.SIG_IGN, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
 
 
 @contextlib.contextmanager
@@ -148,9 +106,7 @@ class Run:
         self.processes = NodeProcesses(self.names.prefix)
         self.network = None
         self.links: LinkControl | None = None
-        self.controller = None  # controller.launcher.ControllerProcess, when the scenario has one
-        # Why the controller failed: it ended by itself, or an app's event handler raised.
-        self.controller_failure: str | None = None
+        self.controller = RunController(scenario, self.names.prefix)
         self.flow_dumps: FlowDumps | None = None  # when a controller runs the switches
         self.cpu = measurements.CpuMonitor()
         self._agent_count = 0
@@ -179,7 +135,7 @@ class Run:
         status, error = "failed", None
         with _mininet_log_to(self.run_dir.path / "runner.log") as log:
             try:
-                with _signals_raise():
+                with signals_raise():
                     self._run(datapath, backend, log)
                 status = "completed"
             except KeyboardInterrupt:
@@ -190,10 +146,10 @@ class Run:
                 status, error = "failed", f"{type(problem).__name__}: {problem}"
                 log.error("run failed:\n%s", traceback.format_exc())
             finally:
-                with _signals_ignored():
+                with signals_ignored():
                     self._teardown(log)
-            if self.controller_failure is not None and status == "completed":
-                status, error = "failed", self.controller_failure
+            if self.controller.failure is not None and status == "completed":
+                status, error = "failed", self.controller.failure
             failed = failures(self.summary.get("processes", []))
             if failed:
                 log.error("failed workload processes: %s", "; ".join(failed))
@@ -203,7 +159,7 @@ class Run:
                     status = "failed"
                     error = (f"{len(failed)} workload process{'es' if len(failed) > 1 else ''} "
                              f"failed: {'; '.join(failed)}")
-            if self._policy_controller is not None and not self.options.cli:
+            if self.controller.policy_process is not None and not self.options.cli:
                 self._scheme_summary(log)
         self.summary.update(status=status, error=error, warnings=self.warnings)
         self.run_dir.write_json("summary.json", self.summary)
@@ -269,10 +225,10 @@ class Run:
         controller = self.scenario.document.controller
         if controller.apps:
             self.options.on_phase("starting the controller")
-            self._start_controller()
+            self.controller.start(self.network, self.run_dir)
         elif controller.remotes:
             self.options.on_phase("waiting for the remote controller")
-            self._connect_remote_controller()
+            self.controller.connect_remote(self.network, self.run_dir)
         if controller.controls_switches:
             self.flow_dumps = FlowDumps(self.run_dir.path, {
                 node.name: self.network.bridge_of(node) for node in self.scenario.switches})
@@ -309,87 +265,6 @@ class Run:
                 f"kernel's default buffer ({', '.join(small[:5])}): bursts may overflow them "
                 "(counted as emulator-made loss, cause switch)")
 
-    def _start_controller(self) -> None:
-        """The controller process, listening before the switches are pointed at it; returns
-        once every switch holds its rules."""
-        from controller.launcher import ControllerProcess, free_port, scenario_config
-
-        settings = self.scenario.document.controller
-        endpoint = self._control_endpoint()
-        directory = self.run_dir.path / "controller"
-        self.controller = ControllerProcess(directory, scenario_config(
-            self.scenario, directory, free_port(socket.SOCK_DGRAM), endpoint),
-            self.names.prefix)
-        self._controller_up()
-        self.run_dir.update_manifest(controller={
-            "openflow": self.controller.openflow_target,
-            "control": endpoint and f"{endpoint.address}:{settings.control_port}",
-            "control_network": settings.control_network,
-            "control_loopback": "{}:{}".format(*self.controller.control_address)})
-
-    def _controller_up(self) -> None:
-        """Start a controller, point the switches at it, wait until they hold edgebed's rules
-        (or, with only users' apps, until every switch is connected)."""
-        self.controller.start()
-        self.controller.wait_listening()
-        self.network.use_controller([self.controller.openflow_target])
-        if self.controller.runs_edgebed:
-            self.controller.wait_synced(len(self.scenario.switches))
-        else:
-            self.controller.wait_connected(self.network.unconnected_switches)
-
-    def _connect_remote_controller(self) -> None:
-        """Point the switches at the scenario's remote controllers, which edgebed does not
-        start, and wait until every switch is connected to one."""
-        from controller.launcher import wait_remote_connected
-
-        targets = self.scenario.document.controller.remotes
-        self.run_dir.update_manifest(controller={"remote": targets})
-        self.network.use_controller(targets)
-        wait_remote_connected(self.network.unconnected_switches, targets)
-
-    @property
-    def _policy_controller(self):
-        """The controller when edgebed's app runs in it (policies, the control protocol);
-        None otherwise."""
-        if self.controller is None or not self.controller.runs_edgebed:
-            return None
-        return self.controller
-
-    def _control_endpoint(self):
-        """Where hosts reach the control protocol (a :class:`controller.config.ControlEndpoint`):
-        the controller's address on the management network (out-of-band), or the control
-        host's data-plane address in its namespace (in-band: control messages cross the
-        switches and impaired links); None when hosts cannot reach it."""
-        from controller.config import ControlEndpoint
-
-        settings = self.scenario.document.controller
-        if self.network is None or not settings.runs_edgebed:
-            return None
-        if settings.control_network == "in-band":
-            host = self.scenario.nodes[settings.control_host]
-            return ControlEndpoint(address=str(host.ip.ip),
-                                   netns_pid=self.network.net[host.name].pid)
-        management = self.network.management
-        return management and ControlEndpoint(address=management.controller_address,
-                                              netns_pid=management.controller_pid)
-
-    def _controller_environment(self) -> dict[str, str]:
-        """Where agents find the control protocol."""
-        endpoint = self._control_endpoint()
-        if endpoint is None:
-            return {}
-        port = self.scenario.document.controller.control_port
-        environment = {"EDGEBED_CONTROLLER": f"{endpoint.address}:{port}"}
-        management = self.network.management
-        if management is not None and \
-                self.scenario.document.controller.control_network == "out-of-band":
-            # Agents that talk to each other on the side band (ai_access's cluster manager)
-            # find their peers' management addresses here.
-            environment[SIDE_BAND_VARIABLE] = ",".join(
-                f"{host}={address}" for host, address in sorted(management.addresses.items()))
-        return environment
-
     def _write_host_logs(self) -> None:
         for node in self.scenario.hosts:
             host = self.network.net[node.name]
@@ -413,7 +288,7 @@ class Run:
             node = self.scenario.nodes[name]
             self.processes.start(self.network.net[name], name, self._agent_argv(entry, name),
                                  self.run_dir.node_log(name),
-                                 self._controller_environment() | node.env
+                                 self.controller.environment(self.network) | node.env
                                  | {commands.RUN_DIR_VARIABLE: str(self.run_dir.path.resolve())},
                                  may_fail=entry.may_fail)
 
@@ -440,7 +315,7 @@ class Run:
         skipped = [description for at, description, _ in actions if at > duration]
         if skipped:
             self.warnings.append(f"the run ends at {duration:g}s, before: {'; '.join(skipped)}")
-        self._align_with_periods(log)
+        self.controller.align_with_periods(log)
         self.options.on_phase(f"running for {duration:g}s")
         self.run_dir.update_manifest(timeline_started=iso(utc_now()))
         origin = self._origin = time.monotonic()
@@ -454,21 +329,6 @@ class Run:
             log.info("t=%.3fs %s", time.monotonic() - origin, description)
             action()
         self._wait_until(origin + duration, log)
-
-    def _align_with_periods(self, log: logging.Logger) -> None:
-        """With a controller deciding in periods and a schedule, start the timeline on a period
-        boundary, so that every period ends at a multiple of the period on the timeline and a
-        scheduled event falls at a known phase of them (an impairment at 13 s with 4 s periods
-        is 3 s old when the policy next decides), run after run."""
-        period = self.scenario.document.controller.period
-        if self._policy_controller is None or not period or not self.scenario.schedule:
-            return
-        origin = self.controller.status().get("period_origin")
-        if origin is None:
-            return
-        wait = (origin - time.time()) % period
-        log.info("waiting %.3fs for the controller's next period to start the timeline", wait)
-        time.sleep(wait)
 
     def _wait_until(self, deadline: float, log: logging.Logger) -> None:
         """Sleep until ``deadline`` (monotonic), looking at the wires' load and the programs'
@@ -510,12 +370,12 @@ class Run:
 
     def _perform(self, event) -> None:
         if event.action == "controller_down":
-            self.controller.kill()
+            self.controller.process.kill()
         elif event.action == "controller_up":
-            self._controller_up()
+            self.controller.up(self.network)
             self.run_dir.update_manifest(controller=dict(
                 self.run_dir.read_json("manifest.json")["controller"],
-                openflow=self.controller.openflow_target))
+                openflow=self.controller.process.openflow_target))
         elif event.action == "set":
             self.links.set(event.link, event.changes, event.directions)
             self._announce(event)
@@ -530,7 +390,7 @@ class Run:
         of the network (and so its policy's State.graph and its shortest-delay forwarding)
         holds the scenario's link delays, kept current this way. Loss, jitter and rate are not
         in the view: the controller learns of them only through what agents report."""
-        if self._policy_controller is None:
+        if self.controller.policy_process is None:
             return
         link = self.scenario.links[event.link]
         record = {"t": round(time.monotonic() - self._origin, 3), "index": event.link,
@@ -538,17 +398,15 @@ class Run:
                   "set": event.changes.model_dump(mode="json", exclude_unset=True)}
         if event.changes.delay is None:
             record["controller"] = "not told (no delay change)"
-        elif self.controller.process is None or self.controller.process.poll() is not None:
+        elif not self.controller.running():
             record["controller"] = "not told (not running)"
         else:
-            from agents.control import ControlClient, ControlError
+            from agents.control import ControlError
 
             delays = {direction: self.links.current[event.link, direction].delay or 0.0
                       for direction in event.directions}
             try:
-                with ControlClient(self.controller.control_address,
-                                   timeout=ANNOUNCE_TIMEOUT_S, tries=3) as control:
-                    control.link(event.link, delays.get("forward"), delays.get("reverse"))
+                self.controller.announce_delay(event.link, delays)
                 record.update(controller="told", delay_s=delays)
             except ControlError as error:
                 record["controller"] = f"not told ({error})"
@@ -573,8 +431,8 @@ class Run:
         # plain Mininet, while the log file keeps its copy.
         terminal = StreamHandlerNoNewline(sys.stdout)
         lg.addHandler(terminal)
-        control = None if self._policy_controller is None else functools.partial(
-            ControlClient, self.controller.control_address, timeout=1.0)
+        control = None if self.controller.policy_process is None else functools.partial(
+            ControlClient, self.controller.process.control_address, timeout=1.0)
         try:
             EdgebedCLI(self.network.net, self.links, control)
         finally:
@@ -589,21 +447,9 @@ class Run:
                 log.warning("%s", warning)
                 self.warnings.append(warning)
             self.summary["switch_flows"] = self.flow_dumps.counts
-        if self.controller is not None:
-            crashed = self.controller.crashed()
-            self.controller.stop()
-            self.summary["controller"] = {"starts": self.controller.starts,
-                                          "exits": self.controller.exits,
-                                          "status": self.controller.status()}
-            if crashed:
-                self.controller_failure = (f"the controller exited "
-                                           f"({self.controller.process.returncode}) during the "
-                                           f"run{self.controller.last_traceback()}")
-            elif errors := self.controller.app_errors():
-                self.controller_failure = (f"a handler of controller app {errors[0]['app']} "
-                                           f"raised ({len(errors)} exception(s) in all, every "
-                                           f"one in controller/app_errors.jsonl); the "
-                                           f"first:\n{errors[0]['text']}")
+        stopped = self.controller.stop()
+        if stopped is not None:
+            self.summary["controller"] = stopped
         if self.links is not None:
             self.summary["links"] = self.links.applied()
             self.summary["wires"] = self.links.stop()
@@ -611,16 +457,20 @@ class Run:
             if self.links.counting_error:
                 log.warning("%s", self.links.counting_error)
                 self.warnings.append(self.links.counting_error)
-        counters = self._drop_counters(log)
+        counters, warnings = run_accounts.drop_counters(self.network, log)
+        self.warnings += warnings
         self.summary["tables"] = measurements.merge_tables(self.run_dir.path)
+        self.summary["delivery"], short, warnings = run_accounts.delivery_balance(
+            self.run_dir, self.scenario, self.summary.get("emulator_loss"), counters)
+        self.warnings += warnings
         self.summary["fidelity"] = measurements.fidelity(
             self.run_dir.path, self.cpu, self.summary.get("wires"),
             self.summary.get("emulator_loss"), self.scenario.document.emulation.emulator_loss,
-            self._delivery(counters) + self._agents_still_starting())
+            short + run_accounts.agents_still_starting(self.summary.get("processes", [])))
         self.warnings += self.summary["fidelity"]["flags"]
         if self.network is not None:
             if self.network.net is not None:
-                self._write_switch_logs()
+                run_accounts.write_switch_logs(self.network, self.scenario, self.run_dir)
             try:
                 self.network.stop()
             except Exception:
@@ -630,77 +480,6 @@ class Run:
         if leftovers:
             log.warning("removed leftovers after stop: %s", leftovers.describe())
         self.summary["leftovers_removed"] = leftovers.describe()
-
-    def _drop_counters(self, log: logging.Logger) -> tuple[dict, dict]:
-        """Per host and per switch port, what their kernels and Open vSwitch dropped, read
-        after the agents stopped; empty (and a warning) when the network is not there to ask."""
-        if self.network is None or self.network.net is None:
-            return {}, {}
-        try:
-            return self.network.host_counters(), self.network.switch_port_drops()
-        except Exception as problem:
-            log.error("reading drop counters failed:\n%s", traceback.format_exc())
-            self.warnings.append(f"no drop counters of hosts and switch ports: "
-                                 f"{type(problem).__name__}: {problem}")
-            return {}, {}
-
-    def _delivery(self, counters: tuple[dict, dict]) -> list[str]:
-        """Every flow's sent against received (:mod:`experiments.delivery`) into the summary's
-        ``delivery``; returns the flags of the flows that arrived short."""
-        hosts, ports = counters
-        configured = {(entry["link"], entry["direction"]): entry["configured_loss"]
-                      for entry in self.summary.get("emulator_loss") or []}
-        addresses = {node.name: [str(address.ip) for address in node.interfaces.values()
-                                 if address is not None] for node in self.scenario.hosts}
-        found = delivery.balances(measurements.read_table(self.run_dir.path, "sent"),
-                                  measurements.read_table(self.run_dir.path, "flows"),
-                                  addresses, self.scenario.links, configured)
-        self.summary["delivery"] = {
-            "flows": len(found), "short": sum(balance.short for balance in found),
-            "sent": sum(balance.sent for balance in found),
-            "received": sum(balance.received for balance in found),
-            "short_flows": [balance.record() for balance in found if balance.short],
-            "hosts": {name: figures for name, figures in hosts.items() if any(figures.values())},
-            "switch_ports": {port: drops for port, drops in ports.items()
-                             if any(drops.values())}}
-        flags = delivery.delivery_flags(found, hosts, self.summary.get("emulator_loss") or [],
-                                        ports)
-        outages = sorted({event.action for event in self.scenario.schedule
-                          if event.action in ("link_down", "node_down", "controller_down")})
-        if flags and outages:
-            # Datagrams sent while the schedule had a link, a node or the controller down
-            # were lost on purpose, in amounts no configured loss rate describes: the short
-            # flows are reported, as warnings, not held against the machine.
-            self.warnings += [f"{flag} (the schedule has {', '.join(outages)})"
-                              for flag in flags]
-            return []
-        return flags
-
-    def _agents_still_starting(self) -> list[str]:
-        """A flag for the agents the run's SIGTERM ended by its default action: an agent
-        handles SIGTERM from its start-up on (it then writes its tables and exits 0), so one
-        killed by it was still importing, on a machine too slow to start it within the run, and
-        sent or measured nothing."""
-        starting = []
-        for outcome in self.summary.get("processes", []):
-            words = outcome["command"].split()  # python -m agents.<module> ... (catalog)
-            if outcome["stopped"] == "terminated" and outcome["exit_code"] == -signal.SIGTERM \
-                    and words[1:2] == ["-m"] and words[2].startswith("agents."):
-                starting.append(f"{words[2].removeprefix('agents.')} on {outcome['node']}")
-        if not starting:
-            return []
-        return [f"{len(starting)} agents were still starting when the run stopped them, and "
-                f"measured nothing: {', '.join(starting[:5])}"
-                + (" ..." if len(starting) > 5 else "")]
-
-    def _write_switch_logs(self) -> None:
-        for node in self.scenario.switches:
-            bridge = self.network.bridge_of(node)
-            switch = self.network.net[bridge]
-            state = switch.cmd(f"ovs-vsctl show; ovs-ofctl -O OpenFlow13 dump-ports {bridge}; "
-                               f"ovs-ofctl -O OpenFlow13 dump-flows {bridge}")
-            with open(self.run_dir.node_log(node.name), "a") as stream:
-                stream.write(f"--- {node.name} bridge={bridge} dpid={node.dpid:#018x}\n{state}")
 
 
 def run_scenario(scenario: Scenario, options: RunOptions | None = None) -> RunResult:

@@ -438,7 +438,7 @@ def recomputed(core: ControllerCore) -> dict[str, rules.SwitchRules]:
     wanted = {switch: rules.base_rules(core.view).merged(forwarding[switch])
               for switch in core.view.switches}
     for flow, record in core.flows.items():
-        for switch, rule in core._flow_rules(flow, record):
+        for switch, rule in core.switch_rules.flow_rules(record):
             wanted[switch].add(rule)
     return wanted
 

@@ -15,7 +15,8 @@ from agents.control import ControlClient, HostMeter, LoadReporter
 from agents.echo import PathMeter
 from edgebed.protocol import path_metric
 from edgebed import protocol
-from controller.core import LOAD_HISTORY, ControllerCore
+from controller.core import ControllerCore
+from controller.loads import LOAD_HISTORY
 from controller.policies import create
 from controller.policy import Decision, LoadReport, State
 from controller.view import NetworkView

@@ -1,4 +1,4 @@
-"""The controller's policy trace: one :class:`controller.core.PolicyTrace` per policy call, with
+"""The controller's policy trace: one :class:`controller.traces.PolicyTrace` per policy call, with
 what the policy was given and what it answered, on the fake flow table (the switches hold what
 the traced decisions say); and the table the app writes it to."""
 
@@ -8,7 +8,7 @@ import csv
 
 from edgebed.tables import TableWriter
 from controller.records import TABLES
-from controller.core import TRACE_COLUMNS
+from controller.traces import TRACE_COLUMNS
 from controller.policy import Request
 from tests.unit.test_controller_flows import VIDEO, Bed
 

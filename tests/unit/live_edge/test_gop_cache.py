@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.edge_server import GopCache, SourceFrame
+from agents.gop_cache import GopCache, SourceFrame
 from agents.streamer import I_FRAME, P_FRAME
 from tests.unit.live_edge.test_live_edge_agents import (FRAGMENT_BYTES, FRAGMENTS, SOURCE_KBPS, Source,
                                               Viewer, sessions, start_edge, summary_of)

@@ -20,7 +20,7 @@ import zlib
 import pytest
 from pydantic import ValidationError
 
-from agents import catalog, edge_server, pcap, streamer, viewer
+from agents import back_source, catalog, edge_server, pcap, streamer, viewer
 from agents.formats import MEDIA, PULL
 from agents.wire import MAGIC, VERSION
 from agents.protocols import fuzzed_datagrams, layer
@@ -590,7 +590,7 @@ def test_back_source_pulls_a_wanted_stream_from_the_upstream_its_decisions_name(
         sock.settimeout(HANG_GUARD_S)
     port = upstream.getsockname()[1]
     control = PushedOnly()
-    back = edge_server.BackSource("node2", control, source, port, interval=0.2)
+    back = back_source.BackSource("node2", control, source, port, interval=0.2)
     # A decision for another node, one without the attributes: nothing to pull from.
     control.pushed = [pushed("c1/video", "node1", 1, stream=1, upstream=LOOPBACK),
                       pushed("c2/video", "node2", 1, camera="1")]
@@ -627,10 +627,10 @@ def test_an_always_on_back_source_pulls_its_standing_stream_with_no_session():
         sock.bind((LOOPBACK, 0))
         sock.settimeout(HANG_GUARD_S)
     port = upstream.getsockname()[1]
-    passive = edge_server.BackSource("t1", PushedOnly(), source, port, interval=0.2)
+    passive = back_source.BackSource("t1", PushedOnly(), source, port, interval=0.2)
     passive.pull({}, now_ns=0)
     assert passive.pulls == {}
-    always = edge_server.BackSource("t1", PushedOnly(), source, port, interval=0.2,
+    always = back_source.BackSource("t1", PushedOnly(), source, port, interval=0.2,
                                   standing={0: 1e6}, upstreams={0: LOOPBACK})
     always.pull({}, now_ns=0)
     fields = PULL.struct.unpack_from(upstream.recvfrom(2048)[0])

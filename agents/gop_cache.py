@@ -1,0 +1,55 @@
+"""The source frames an edge receives, and its GOP cache of them: what a joining viewer gets
+first, so that its player can start on an I frame."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agents.streamer import I_FRAME
+
+
+@dataclass(slots=True)
+class SourceFrame:
+    """What arrived of one source frame."""
+
+    number: int
+    frame_type: int
+    fragments: int
+    bitrate: float  # R, bit/s, as its packets say
+    send_ns: int  # its first fragment's send time
+    first_received_ns: int
+    last_received_ns: int
+    size: int = 0  # bytes received, media headers included
+    seen: set[int] = field(default_factory=set)
+    transcoded: bool = False
+
+    def add(self, fragment: int, size: int, send_ns: int, received_ns: int) -> None:
+        self.seen.add(fragment)
+        self.size += size
+        self.send_ns = min(self.send_ns, send_ns)
+        self.first_received_ns = min(self.first_received_ns, received_ns)
+        self.last_received_ns = max(self.last_received_ns, received_ns)
+
+
+class GopCache:
+    """Each stream's frames since its latest I frame, in order (docs/schemes/live_edge.md):
+    an I frame starts a stream's cache afresh, so it never holds more than one GOP; frames
+    before a stream's first I frame are not kept, and a cache reaching ``limit`` frames (its
+    next I frame lost) is dropped until the next I frame."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.held: dict[int, list[SourceFrame]] = {}
+
+    def add(self, stream: int, frame: SourceFrame) -> None:
+        if frame.frame_type == I_FRAME:
+            self.held[stream] = [frame]
+        elif stream in self.held:
+            if len(self.held[stream]) >= self.limit:
+                del self.held[stream]
+            else:
+                self.held[stream].append(frame)
+
+    def gop(self, stream: int) -> list[SourceFrame]:
+        """The frames a joining viewer of ``stream`` gets first, oldest (the I frame) first."""
+        return list(self.held.get(stream, ()))
