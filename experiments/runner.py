@@ -30,6 +30,7 @@ from agents import catalog
 from topologies import commands
 
 from . import delivery, measurements, registry
+from .controller_watch import ControllerWatch
 from .flow_dumps import FlowDumps
 from .machine_lock import machine_lock
 from .rundir import RunDirectory, edgebed_version, iso, utc_now
@@ -149,9 +150,10 @@ class Run:
         self.network = None
         self.links: LinkControl | None = None
         self.controller = None  # controller.launcher.ControllerProcess, when the scenario has one
-        # Why the controller failed: it ended by itself, or an app's event handler raised.
+        # Why the controller failed: it ended by itself, or an app's handler or thread raised.
         self.controller_failure: str | None = None
         self.flow_dumps: FlowDumps | None = None  # when a controller runs the switches
+        self.controller_watch: ControllerWatch | None = None  # so, from the timeline's start
         self.cpu = measurements.CpuMonitor()
         self._agent_count = 0
         self._origin = time.monotonic()  # of the timeline, once it starts
@@ -446,6 +448,9 @@ class Run:
         origin = self._origin = time.monotonic()
         # The timeline's t = 0 on CLOCK_REALTIME, the clock the agents' tables keep.
         self.summary["timeline_origin_s"] = round(time.time(), 6)
+        if self.flow_dumps is not None:
+            self.controller_watch = ControllerWatch(
+                self.run_dir.path, self.network.controller_connections, self.controller)
         self.cpu.start()
         for at, description, action in actions:
             if at > duration:
@@ -476,7 +481,7 @@ class Run:
         while (remaining := deadline - time.monotonic()) > 0:
             time.sleep(min(remaining, LOAD_CHECK_PERIOD_S))
             for warning in (self.links.load_warnings() + self._exit_warnings()
-                            + self._dump_flows(final=False)):
+                            + self._dump_flows(final=False) + self._controller_losses()):
                 log.warning(warning)
                 self.warnings.append(warning)
                 self.options.on_warning(warning)
@@ -495,6 +500,12 @@ class Run:
         if self.flow_dumps is None or not (final or self.flow_dumps.due()):
             return []
         return self.flow_dumps.record(time.monotonic() - self._origin, final)
+
+    def _controller_losses(self) -> list[str]:
+        """Switches that lost their controller unscheduled, said as it happens."""
+        if self.controller_watch is None:
+            return []
+        return self.controller_watch.poll(time.monotonic() - self._origin)
 
     def _describe(self, event) -> str:
         if event.action.startswith("controller_"):
@@ -589,6 +600,9 @@ class Run:
                 log.warning("%s", warning)
                 self.warnings.append(warning)
             self.summary["switch_flows"] = self.flow_dumps.counts
+        # Before the controller stops, which every switch would see.
+        lost = ([] if self.controller_watch is None
+                else self.controller_watch.finish(time.monotonic() - self._origin))
         if self.controller is not None:
             crashed = self.controller.crashed()
             self.controller.stop()
@@ -600,7 +614,7 @@ class Run:
                                            f"({self.controller.process.returncode}) during the "
                                            f"run{self.controller.last_traceback()}")
             elif errors := self.controller.app_errors():
-                self.controller_failure = (f"a handler of controller app {errors[0]['app']} "
+                self.controller_failure = (f"controller app {errors[0]['app']} "
                                            f"raised ({len(errors)} exception(s) in all, every "
                                            f"one in controller/app_errors.jsonl); the "
                                            f"first:\n{errors[0]['text']}")
@@ -616,7 +630,7 @@ class Run:
         self.summary["fidelity"] = measurements.fidelity(
             self.run_dir.path, self.cpu, self.summary.get("wires"),
             self.summary.get("emulator_loss"), self.scenario.document.emulation.emulator_loss,
-            self._delivery(counters) + self._agents_still_starting())
+            self._delivery(counters) + self._agents_still_starting() + lost)
         self.warnings += self.summary["fidelity"]["flags"]
         if self.network is not None:
             if self.network.net is not None:
