@@ -153,7 +153,7 @@ class Run:
         # Why the controller failed: it ended by itself, or an app's handler or thread raised.
         self.controller_failure: str | None = None
         self.flow_dumps: FlowDumps | None = None  # when a controller runs the switches
-        self.controller_watch: ControllerWatch | None = None  # so, from the timeline's start
+        self.controller_watch: ControllerWatch | None = None  # likewise, from the timeline's start
         self.cpu = measurements.CpuMonitor()
         self._agent_count = 0
         self._origin = time.monotonic()  # of the timeline, once it starts
