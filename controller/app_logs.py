@@ -2,8 +2,9 @@
 
 edgebed's app logs to ``controller.log`` (the process's output); each user's app to a file of
 its own beside it (:func:`log_name`). An app that fails to load is logged with its traceback
-and ends the process; an exception an app's event handler raises is logged and written to
-``app_errors.jsonl``, which fails the run (:mod:`experiments.runner`); the process goes on.
+and ends the process; an exception an app's event handler raises, or one that ends a thread the
+app started (:mod:`controller.thread_errors`), is logged and written to ``app_errors.jsonl``,
+which fails the run (:mod:`experiments.runner`); the process goes on.
 """
 
 from __future__ import annotations
@@ -69,19 +70,21 @@ class AppLogs:
                 setattr(app_class, name, self._watched(app_class.__name__, method, logger))
 
     def _watched(self, app_name: str, handler, logger: logging.Logger):
-        errors = self.directory / APP_ERRORS
-
         @functools.wraps(handler)
         def watched(instance, event):
             try:
                 return handler(instance, event)
             except Exception:
-                text = (f"{app_name}.{handler.__name__} raised on "
-                        f"{type(event).__name__}\n{traceback.format_exc()}")
-                logger.error("%s", text)
-                with open(errors, "a") as stream:
-                    stream.write(json.dumps({"app": app_name, "text": text}) + "\n")
+                self.record(app_name, f"{app_name}.{handler.__name__} raised on "
+                            f"{type(event).__name__}\n{traceback.format_exc()}", logger)
         return watched
+
+    def record(self, app_name: str, text: str, logger: logging.Logger) -> None:
+        """An exception of app ``app_name`` (``text``: where, and its traceback), logged to
+        ``logger`` and written to ``app_errors.jsonl``, which fails the run."""
+        logger.error("%s", text)
+        with open(self.directory / APP_ERRORS, "a") as stream:
+            stream.write(json.dumps({"app": app_name, "text": text}) + "\n")
 
     def _file_handler(self, name: str) -> logging.Handler:
         handler = logging.FileHandler(self.directory / name)

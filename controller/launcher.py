@@ -17,6 +17,7 @@ from pathlib import Path
 from topologies.model import EDGEBED_APP_MODULE
 from topologies.naming import ENVIRONMENT_KEY
 
+from . import thread_errors
 from .app_logs import APP_ERRORS, AppLogs
 from .config import ControllerConfig, ControlEndpoint
 
@@ -132,9 +133,15 @@ class ControllerProcess:
         return (self.process is not None and self.process.poll() is not None
                 and len(self.exits) < self.starts)
 
+    def stopped_by_run(self) -> bool:
+        """Whether the process is not running because the run stopped or killed it (a
+        scheduled ``controller_down``), not because it ended by itself."""
+        return (self.process is not None and self.process.poll() is not None
+                and not self.crashed())
+
     def app_errors(self) -> list[dict]:
-        """What the apps' event handlers raised, in order: each an ``app`` and a ``text`` with
-        its traceback."""
+        """What the apps' event handlers and threads raised, in order: each an ``app`` and a
+        ``text`` with its traceback."""
         try:
             lines = (self.directory / APP_ERRORS).read_text(errors="replace").splitlines()
         except FileNotFoundError:
@@ -229,9 +236,11 @@ def _serve(config_path: Path) -> None:
     logging.getLogger("edgebed.controller").info("%s, OpenFlow on %s:%d", FRAMEWORK,
                                                  config.openflow_host, config.openflow_port)
     # What AppManager.run_apps does, an app at a time: each user's app logs to its own file,
-    # and every app's event handlers are watched (controller.app_logs).
+    # and every app's event handlers and threads are watched (controller.app_logs,
+    # controller.thread_errors).
     manager = app_manager.AppManager.get_instance()
     logs = AppLogs(config.out, manager)
+    thread_errors.watch(hub, logs.record)
     for app in config.apps:
         logs.load(app)
     services = manager.instantiate_apps(**manager.create_contexts())

@@ -137,7 +137,7 @@ class RunController:
 
     def stop(self) -> dict | None:
         """Stop the controller; returns what the summary records of it (None without one) and
-        sets :attr:`failure` when it crashed or an app's handler raised."""
+        sets :attr:`failure` when it crashed or an app's handler or thread raised."""
         if self.process is None:
             return None
         crashed = self.process.crashed()
@@ -148,7 +148,7 @@ class RunController:
             self.failure = (f"the controller exited ({self.process.process.returncode}) during "
                             f"the run{self.process.last_traceback()}")
         elif errors := self.process.app_errors():
-            self.failure = (f"a handler of controller app {errors[0]['app']} raised "
+            self.failure = (f"controller app {errors[0]['app']} raised "
                             f"({len(errors)} exception(s) in all, every one in "
                             f"controller/app_errors.jsonl); the first:\n{errors[0]['text']}")
         return record

@@ -27,6 +27,7 @@ from agents import catalog
 from topologies import commands
 
 from . import measurements, registry, run_accounts
+from .controller_watch import ControllerWatch
 from .flow_dumps import FlowDumps
 from .machine_lock import machine_lock
 from .run_controller import RunController
@@ -108,6 +109,7 @@ class Run:
         self.links: LinkControl | None = None
         self.controller = RunController(scenario, self.names.prefix)
         self.flow_dumps: FlowDumps | None = None  # when a controller runs the switches
+        self.controller_watch: ControllerWatch | None = None  # likewise, from the timeline's start
         self.cpu = measurements.CpuMonitor()
         self._agent_count = 0
         self._origin = time.monotonic()  # of the timeline, once it starts
@@ -321,6 +323,9 @@ class Run:
         origin = self._origin = time.monotonic()
         # The timeline's t = 0 on CLOCK_REALTIME, the clock the agents' tables keep.
         self.summary["timeline_origin_s"] = round(time.time(), 6)
+        if self.flow_dumps is not None:
+            self.controller_watch = ControllerWatch(
+                self.run_dir.path, self.network.controller_connections, self.controller.process)
         self.cpu.start()
         for at, description, action in actions:
             if at > duration:
@@ -336,7 +341,7 @@ class Run:
         while (remaining := deadline - time.monotonic()) > 0:
             time.sleep(min(remaining, LOAD_CHECK_PERIOD_S))
             for warning in (self.links.load_warnings() + self._exit_warnings()
-                            + self._dump_flows(final=False)):
+                            + self._dump_flows(final=False) + self._controller_losses()):
                 log.warning(warning)
                 self.warnings.append(warning)
                 self.options.on_warning(warning)
@@ -355,6 +360,12 @@ class Run:
         if self.flow_dumps is None or not (final or self.flow_dumps.due()):
             return []
         return self.flow_dumps.record(time.monotonic() - self._origin, final)
+
+    def _controller_losses(self) -> list[str]:
+        """Switches that lost their controller unscheduled, said as it happens."""
+        if self.controller_watch is None:
+            return []
+        return self.controller_watch.poll(time.monotonic() - self._origin)
 
     def _describe(self, event) -> str:
         if event.action.startswith("controller_"):
@@ -447,6 +458,9 @@ class Run:
                 log.warning("%s", warning)
                 self.warnings.append(warning)
             self.summary["switch_flows"] = self.flow_dumps.counts
+        # Before the controller stops, which every switch would see.
+        lost = ([] if self.controller_watch is None
+                else self.controller_watch.finish(time.monotonic() - self._origin))
         stopped = self.controller.stop()
         if stopped is not None:
             self.summary["controller"] = stopped
@@ -466,7 +480,7 @@ class Run:
         self.summary["fidelity"] = measurements.fidelity(
             self.run_dir.path, self.cpu, self.summary.get("wires"),
             self.summary.get("emulator_loss"), self.scenario.document.emulation.emulator_loss,
-            short + run_accounts.agents_still_starting(self.summary.get("processes", [])))
+            short + run_accounts.agents_still_starting(self.summary.get("processes", [])) + lost)
         self.warnings += self.summary["fidelity"]["flags"]
         if self.network is not None:
             if self.network.net is not None:

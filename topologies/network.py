@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import time
@@ -12,7 +11,7 @@ from mininet.link import Link
 from mininet.net import Mininet
 from mininet.node import Host, OVSSwitch
 
-from . import switch_sockets
+from . import ovs_listing, switch_sockets
 from .cpu_limits import CpuLimit, CpuLimitedHost
 from .impairments.relay import WIRE_TOWARD_A, WIRE_TOWARD_B
 from .naming import MANAGEMENT_INTERFACE, RunNames, host_mac
@@ -288,15 +287,20 @@ class ScenarioNetwork:
                         f"controller=[{','.join(records)}]"]
         subprocess.run(command, check=True, capture_output=True, text=True)
 
+    def controller_connections(self) -> dict[str, bool | None]:
+        """Whether each of the scenario's switches is connected to one of its controllers, as
+        OVS's database says (:func:`topologies.ovs_listing.connections`: None until it says;
+        OVS writes a change there within 5 s, at its next statistics update)."""
+        return ovs_listing.connections(
+            {node.name: self.names.bridge(index)
+             for index, node in enumerate(self.scenario.switches)},
+            _ovs_table("Bridge", "name,controller"),
+            _ovs_table("Controller", "_uuid,is_connected,status"))
+
     def unconnected_switches(self) -> list[str]:
-        """The scenario's switches that are not connected to any of their controllers (OVS's
-        own view: each Controller record's is_connected)."""
-        bridges = _ovs_table("Bridge", "name,controller")
-        connected = {row["_uuid"] for row in _ovs_table("Controller", "_uuid,is_connected")
-                     if row["is_connected"]}
-        found = {row["name"]: _members(row["controller"]) for row in bridges}
-        return [node.name for index, node in enumerate(self.scenario.switches)
-                if not connected & set(found.get(self.names.bridge(index), []))]
+        """The scenario's switches not connected to any of their controllers (or not reported
+        connected yet)."""
+        return [switch for switch, up in self.controller_connections().items() if not up]
 
     def stop(self) -> None:
         if self.net is None:
@@ -364,23 +368,9 @@ class Management:
 
 
 def _ovs_table(table: str, columns: str) -> list[dict]:
-    """The rows of an OVS database table as dicts of the ``columns`` asked for; a UUID is its
-    text, a set the list of its members."""
+    """The rows of an OVS database table as dicts of the ``columns`` asked for
+    (:func:`topologies.ovs_listing.rows`)."""
     result = subprocess.run(["ovs-vsctl", "--timeout=10", "--format=json", "--data=json",
                              f"--columns={columns}", "list", table],
                             check=True, capture_output=True, text=True)
-    listing = json.loads(result.stdout)
-    return [{name: _ovs_value(value) for name, value in zip(listing["headings"], row)}
-            for row in listing["data"]]
-
-
-def _ovs_value(value):
-    if isinstance(value, list) and len(value) == 2 and value[0] in ("uuid", "set"):
-        kind, content = value
-        return content if kind == "uuid" else [_ovs_value(member) for member in content]
-    return value
-
-
-def _members(value) -> list:
-    """A set column's members: OVS writes a set of one as the member alone."""
-    return value if isinstance(value, list) else [value]
+    return ovs_listing.rows(result.stdout)

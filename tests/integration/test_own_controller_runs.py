@@ -1,7 +1,8 @@
 """Users' own controllers on real Mininet networks (userspace OVS here): a learning switch
 written against the Ryu API (only ``ryu.*`` imports) run by edgebed's controller process, two
-apps in one process, a remote os-ken controller the test starts on loopback outside the run,
-and apps that fail to load or raise in a handler failing the run.
+apps in one process, a remote os-ken controller the test starts on loopback outside the run
+(and one that dies during the run, flagged), and apps that fail to load or raise in a handler
+or a thread of their own failing the run.
 
 The network is a line h1 - s1 - s2 - s3 - h2: the hosts are two switches apart, so a ping
 between them crosses every switch, each needing the app's rules.
@@ -9,6 +10,7 @@ between them crosses every switch, each needing the app's rules.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -24,7 +26,7 @@ from tests.integration.conftest import assert_nothing_left, edgebed, eventually,
 
 LINE = """
 name: own
-duration: 6s
+duration: {duration}
 topology:
   nodes:
     h1: {{role: viewer, ip: 10.7.0.1/24}}
@@ -40,8 +42,9 @@ workload:
   - agent: command
     nodes: [h1]
     start: 1s
-    command: ["ping", "-c", "5", "-i", "0.2", "-W", "2", "10.7.0.2"]
+    command: {command}
 """
+PING = '["ping", "-c", "5", "-i", "0.2", "-W", "2", "10.7.0.2"]'
 PINGS = 5
 DPIDS = ("0000000000000001", "0000000000000002", "0000000000000003")
 
@@ -138,9 +141,10 @@ app_manager.AppManager.run_apps([sys.argv[2]])
 '''
 
 
-def run(tmp_path, controller: str, env: dict | None = None):
+def run(tmp_path, controller: str, env: dict | None = None, command: str = PING,
+        duration: str = "6s"):
     path = tmp_path / "scenario.yaml"
-    path.write_text(LINE.format(controller=controller))
+    path.write_text(LINE.format(controller=controller, command=command, duration=duration))
     runs = tmp_path / "runs"
     result = edgebed("run", str(path), "--runs-dir", str(runs), env=env)
     run_dir = only_run_dir(runs)
@@ -211,7 +215,11 @@ def accepts(port: int) -> bool:
         return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
-def test_a_remote_controller_gets_every_switch_and_forwards(tmp_path, state_before):
+@contextlib.contextmanager
+def remote_controller(tmp_path):
+    """An os-ken controller running the learning switch on loopback, started outside any run
+    and stopped after the block (unless it ended already); yields it, its port and its log's
+    path."""
     app = tmp_path / "learning.py"
     app.write_text(LEARNING_SWITCH)
     port = free_port()
@@ -223,22 +231,49 @@ def test_a_remote_controller_gets_every_switch_and_forwards(tmp_path, state_befo
         eventually(lambda: remote.poll() is not None or accepts(port),
                    "the remote controller listening")
         assert remote.poll() is None, log_path.read_text()
-        result, run_dir, summary = run(tmp_path, f"{{remote: tcp:127.0.0.1:{port}}}")
+        yield remote, port, log_path
     finally:
-        remote.send_signal(signal.SIGTERM)
+        if remote.poll() is None:
+            remote.send_signal(signal.SIGTERM)
         try:
             remote.wait(timeout=10)
         except subprocess.TimeoutExpired:
             remote.kill()
             remote.wait()
+
+
+def test_a_remote_controller_gets_every_switch_and_forwards(tmp_path, state_before):
+    with remote_controller(tmp_path) as (_, port, log_path):
+        result, run_dir, summary = run(tmp_path, f"{{remote: tcp:127.0.0.1:{port}}}")
     assert_ping_forwarded(result, run_dir, summary)
     assert_flows_recorded(run_dir, summary)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["controller"] == {"remote": [f"tcp:127.0.0.1:{port}"]}
     assert "controller" not in summary  # edgebed started none
+    assert read_table(run_dir, "controller_connections") == []  # no switch lost it
     # Every switch reached the remote controller, which saw packets from each.
     remote_log = log_path.read_text()
     assert all(f"packet in on {dpid}" in remote_log for dpid in DPIDS), remote_log
+    assert_nothing_left(state_before, summary["prefix"])
+
+
+def test_a_remote_controller_that_dies_during_the_run_is_flagged(tmp_path, state_before):
+    # The workload itself stops the remote controller at t=1s (a host shares the machine's
+    # process IDs): the switches lose it for the rest of the run, which lasts beyond the 5 s
+    # OVS takes to write a lost connection to its database.
+    with remote_controller(tmp_path) as (remote, port, _):
+        result, run_dir, summary = run(tmp_path, f"{{remote: tcp:127.0.0.1:{port}}}",
+                                       command=f'["kill", "-TERM", "{remote.pid}"]',
+                                       duration="10s")
+        assert remote.wait(timeout=10) is not None
+    assert result.returncode == 0, result.stdout + result.stderr
+    flags = [flag for flag in summary["fidelity"]["flags"] if "lost" in flag]
+    assert not summary["fidelity"]["ok"] and flags, summary["fidelity"]["flags"]
+    for switch in ("s1", "s2", "s3"):
+        assert any(switch in flag and "unscheduled" in flag for flag in flags), flags
+    rows = read_table(run_dir, "controller_connections")
+    assert sorted(row["switch"] for row in rows) == ["s1", "s2", "s3"], rows
+    assert all(row["scheduled"] == "0" and float(row["lost_t_s"]) >= 1.0 for row in rows), rows
     assert_nothing_left(state_before, summary["prefix"])
 
 
@@ -247,10 +282,26 @@ HANDLER_RAISES = LEARNING_SWITCH.replace(
     '        message = event.msg\n        raise ZeroDivisionError("this handler fails")\n')
 
 
+
+
+def thread_raises(start: str) -> str:
+    """The learning switch starting, as it is made, a thread (``start``) that raises."""
+    return LEARNING_SWITCH.replace(
+        "from ryu.base import app_manager\n",
+        "import threading\n\nfrom ryu.base import app_manager\nfrom ryu.lib import hub\n",
+    ).replace(
+        "        self.ports = {}  # dpid -> MAC -> port\n",
+        f"        self.ports = {{}}  # dpid -> MAC -> port\n        {start}\n\n"
+        "    def poll(self):\n        raise LookupError('this thread fails')\n")
+
+
 @pytest.mark.parametrize("source, raised", [
     ("raise RuntimeError('this app does not load')\n", "RuntimeError: this app does not load"),
     (HANDLER_RAISES, "ZeroDivisionError: this handler fails"),
-], ids=["at-import", "in-a-handler"])
+    (thread_raises("hub.spawn(self.poll)"), "LookupError: this thread fails"),
+    (thread_raises("threading.Thread(target=self.poll).start()"),
+     "LookupError: this thread fails"),
+], ids=["at-import", "in-a-handler", "in-a-hub-thread", "in-a-thread"])
 def test_an_app_that_fails_fails_the_run_with_its_traceback(tmp_path, state_before, source,
                                                              raised):
     (tmp_path / "broken.py").write_text(source)
