@@ -140,8 +140,8 @@ def cost_rows(kind: TrafficKind, busy: Measured, idle: Measured) -> list[tuple[s
         if component == SWITCH:
             label, crossings = f"switch, per bridge crossed (ovs-vswitchd / "\
                               f"{SWITCH_CROSSINGS}, {busy.datapath} datapath)", SWITCH_CROSSINGS
-        if component == RELAY and busy.impairments != "relay":
-            label = f"relay (none: {busy.impairments}, in the machine's row)"
+        if component == RELAY and busy.impairments == "netem":
+            label = "relay (none: netem, the kernel's, in the machine's row)"
         rows.append((kind.name, label, f"{used:.2f}", f"{unused:.2f}",
                      per_packet_us(used / crossings, unused / crossings, busy.offered)))
     for group, used in sorted(busy.switch_threads.items(), key=lambda item: -item[1]):

@@ -183,15 +183,19 @@ class CpuAccounting:
             if process is None:
                 continue
             life = self.lives.get(pid)
-            component = self.pinned.get(pid) or self.classify(process)
             if life is None:
-                life = self.lives[pid] = Life(component, process.cpu_s if first else 0.0,
-                                              process.cpu_s)
-            # A child is classified again until it has run its own program: before its exec
-            # it carries its parent's command line.
-            life.component, life.cpu_s = component, process.cpu_s
-            if component in self.startup and life.startup_cpu_s is None:
+                life = self.lives[pid] = Life(self._component(process),
+                                              process.cpu_s if first else 0.0, process.cpu_s)
+            # Classified at every sample: before its exec a child carries its parent's command
+            # line. An exited, unreaped process has none and keeps what it was.
+            elif process.cmdline:
+                life.component = self._component(process)
+            life.cpu_s = process.cpu_s
+            if life.component in self.startup and life.startup_cpu_s is None:
                 self._watch_startup(pid, life)
+
+    def _component(self, process: Process) -> str:
+        return self.pinned.get(process.pid) or self.classify(process)
 
     def _watch_startup(self, pid: int, life: Life) -> None:
         count = datagrams(pid, self.proc)

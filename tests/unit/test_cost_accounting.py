@@ -122,6 +122,16 @@ def test_a_child_takes_its_component_once_it_runs_its_program(proc):
     assert accounting.totals() == pytest.approx({"runner": 0.0, "agent": seconds(4) - seconds(1)})
 
 
+def test_an_exited_process_without_a_command_line_keeps_its_component(proc):
+    proc.process(100, 1, ["runner"], ticks=0, children=(101,))
+    proc.process(101, 100, ["agent"], ticks=1)
+    accounting = CpuAccounting(100, by_program, proc=proc.root)
+    accounting.sample()
+    proc.process(101, 100, [], ticks=3)  # a zombie: its command line is empty
+    accounting.sample()
+    assert accounting.totals() == pytest.approx({"runner": 0.0, "agent": seconds(3)})
+
+
 def test_start_up_is_the_cpu_until_the_first_datagram(proc):
     proc.process(100, 1, ["runner"], ticks=0, children=(101,))
     proc.process(101, 100, ["agent"], ticks=10)
