@@ -90,6 +90,7 @@ KINDS = {kind.name: kind for kind in (
 
 
 def is_sender_node(name: str) -> bool:
+    """Whether host ``name`` (or a range of them) is a sender's: ``src1..src{n}``."""
     return name.startswith("src")
 
 
