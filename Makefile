@@ -41,6 +41,7 @@ bench: setup
 	$(VENV)/bin/python benchmarks/bloom_cdn.py
 	$(VENV)/bin/python benchmarks/ai_access.py
 	$(VENV)/bin/python benchmarks/surveillance.py
+	$(VENV)/bin/python benchmarks/cost.py
 
 # Removes what crashed runs left behind (by prefix); run directories under runs/ stay.
 clean: setup

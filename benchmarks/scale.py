@@ -89,10 +89,21 @@ KINDS = {kind.name: kind for kind in (
 )}
 
 
-def scenario_text(kind: TrafficKind, n: int, duration_s: float) -> str:
+def is_sender_node(name: str) -> bool:
+    """Whether host ``name`` (or a range of them) is a sender's: ``src1..src{n}``."""
+    return name.startswith("src")
+
+
+def _on_senders(entry: dict) -> bool:
+    return all(is_sender_node(node) for node in entry["nodes"])
+
+
+def scenario_text(kind: TrafficKind, n: int, duration_s: float, senders: bool = True) -> str:
     """The scenario of ``n`` flows of ``kind``: senders on s1, receivers on s2, and the one
-    impaired link between the switches."""
+    impaired link between the switches; with ``senders`` False, the same hosts and receiving
+    agents with no agent on the senders' hosts (no traffic)."""
     receivers = kind.receivers(n)
+    workload = [entry for entry in kind.workload(n) if senders or not _on_senders(entry)]
     document = {
         "name": f"scale-{kind.name}-{n}",
         "description": f"{n} flows of {kind.what}, over one link of "
@@ -107,7 +118,7 @@ def scenario_text(kind: TrafficKind, n: int, duration_s: float) -> str:
                       {"endpoints": [f"src[1-{n}]:eth1", f"s1:eth[2-{n + 1}]"]},
                       {"endpoints": [f"dst[1-{receivers}]:eth1", f"s2:eth[2-{receivers + 1}]"]}],
         },
-        "workload": kind.workload(n),
+        "workload": workload,
     }
     return yaml.safe_dump(document, sort_keys=False)
 
@@ -124,14 +135,19 @@ class Outcome:
     why: str
 
 
+def trunk_offered(summary: dict) -> int:
+    """Frames offered to the impaired link in the senders' direction, from a run's summary."""
+    return sum(entry["offered"] for entry in summary.get("emulator_loss") or []
+               if entry["endpoints"] == TRUNK and entry["direction"] == "forward")
+
+
 def run_once(kind: TrafficKind, n: int, duration_s: float, runs_root: Path) -> Outcome:
     text = scenario_text(kind, n, duration_s)
     loaded = scenarios.loads(text, file=f"<scale {kind.name} {n}>")
     result = run_scenario(loaded, RunOptions(runs_root=runs_root))
     summary = result.summary
     fidelity = summary.get("fidelity") or {}
-    offered = sum(entry["offered"] for entry in summary.get("emulator_loss") or []
-                  if entry["endpoints"] == TRUNK and entry["direction"] == "forward")
+    offered = trunk_offered(summary)
     flags = fidelity.get("flags") or []
     if result.status != "completed":
         failed = summary.get("failed_processes") or []

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from edgebed.files import atomic_output
+from experiments.cpu_accounting import machine_times
 from topologies.impairments.drops import EMULATOR_CAUSES
 from topologies.model import EmulatorLossLimit
 
@@ -74,13 +75,6 @@ def read_table(run_dir: Path, table: str) -> list[dict]:
         return list(csv.DictReader(stream))
 
 
-def _cpu_times() -> tuple[int, int]:
-    """(busy, total) jiffies of all CPUs since boot."""
-    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    return sum(fields) - idle, sum(fields)
-
-
 class CpuMonitor:
     """The machine's CPU use, sampled every ``period_s`` by a thread of its own from
     :meth:`start` to :meth:`stop`, on absolute deadlines: whatever the runner is doing (starting
@@ -101,7 +95,7 @@ class CpuMonitor:
 
     def start(self) -> None:
         self._origin = self._last_at = time.monotonic()
-        self._last = _cpu_times()
+        self._last = machine_times()
         self._thread = threading.Thread(target=self._run, name="cpu-monitor", daemon=True)
         self._thread.start()
 
@@ -120,7 +114,7 @@ class CpuMonitor:
             due += self.period_s * max(1, math.ceil((time.monotonic() - due) / self.period_s))
 
     def sample(self) -> None:
-        now, at = _cpu_times(), time.monotonic()
+        now, at = machine_times(), time.monotonic()
         if self._last is not None:
             busy, total = now[0] - self._last[0], now[1] - self._last[1]
             if total > 0:

@@ -1,0 +1,211 @@
+"""CPU microseconds per emulated packet, per component, for each kind of traffic.
+
+Each kind of traffic (the scenarios of ``benchmarks/scale.py``: ``n`` flows across one
+impaired link between two switches) runs twice: with its senders, and without them (the same
+hosts, switches, links and receiving agents: the idle cost). While a run runs, a sampler
+thread (:class:`experiments.cpu_accounting.CpuAccounting`) reads from /proc the CPU time of
+every process the run started, by its command line: the sending agents, the receiving agents,
+the wire relay (when the kernel has no sch_netem; netem's own work is the kernel's and shows
+only in the machine's busy time), the controller, the runner (``edgebed run``'s own process,
+less the sampler) and the rest (host shells, tools); and of ovs-vswitchd, from its pid file.
+One ovs-vswitchd carries every bridge, so its cost per bridge crossed is its cost divided by
+the two bridges each packet crosses. A component's cost per packet is (its CPU with traffic -
+its CPU idle) / the frames the impaired link carried in the senders' direction (its own
+counters; the senders' ``sent`` table, where they keep one, is shown beside them); the
+machine's is the same from /proc/stat's busy time. The start-up table gives each agent
+process's CPU from its start until its host's first datagram in or out (a receiver's includes
+its wait for the senders, who start 1 s into the timeline); samples come every 0.1 s, so a
+figure is the CPU at the first sample after that datagram.
+
+Other work on the machine shows in the machine's row and in ovs-vswitchd's (shared with any
+other run), so record it alone.
+
+    sudo .venv/bin/python benchmarks/cost.py [--kinds video,chat,ai] [--flows 4]
+                                             [--duration 10] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import mean
+
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from experiments import scenarios  # noqa: E402
+from experiments.cpu_accounting import CpuAccounting, Process  # noqa: E402
+from experiments.measurements import read_table  # noqa: E402
+from experiments.runner import RunOptions, run_scenario  # noqa: E402
+from recorder import Recording  # noqa: E402
+from scale import KINDS, TrafficKind, is_sender_node, scenario_text, trunk_offered  # noqa: E402
+
+SENDING, RECEIVING = "sending agent", "receiving agent"
+SWITCH, RELAY, RUNNER, CONTROLLER, OTHER = ("switch", "relay", "runner", "controller",
+                                            "other (host shells, tools)")
+COMPONENTS = (SENDING, RECEIVING, SWITCH, RELAY, RUNNER, CONTROLLER, OTHER)
+SWITCH_CROSSINGS = 2  # s1 and s2
+OVS_PID_FILES = (Path("/run/openvswitch/ovs-vswitchd.pid"),
+                 Path("/var/run/openvswitch/ovs-vswitchd.pid"))
+
+
+class RunProcesses:
+    """Names the component of a process the run started, from its command line."""
+
+    def __init__(self, runner: int):
+        self.runner = runner
+
+    def __call__(self, process: Process) -> str:
+        argv = process.cmdline
+        if process.pid == self.runner:
+            return RUNNER
+        module = argv[argv.index("-m") + 1] if "-m" in argv[:-1] else ""
+        if module.startswith("agents.") and "--node" in argv[:-1]:
+            return SENDING if is_sender_node(argv[argv.index("--node") + 1]) else RECEIVING
+        if module == "controller":
+            return CONTROLLER
+        if argv and "relay" in Path(argv[0]).name:
+            return RELAY
+        return OTHER
+
+
+def switch_pid() -> int:
+    for path in OVS_PID_FILES:
+        if path.exists():
+            return int(path.read_text().split()[0])
+    raise SystemExit("no ovs-vswitchd pid file: is Open vSwitch running?")
+
+
+@dataclass
+class Measured:
+    """One run's CPU by component and what it carried."""
+
+    cpu_s: dict[str, float]
+    switch_threads: dict[str, float]
+    machine_busy_s: float
+    startups: dict[str, list[float]]
+    sent: int
+    received: int
+    offered: int
+    impairments: str
+    datapath: str
+
+
+def measure(kind: TrafficKind, n: int, duration_s: float, senders: bool,
+            runs_root: Path) -> Measured:
+    text = scenario_text(kind, n, duration_s, senders)
+    loaded = scenarios.loads(text, file=f"<cost {kind.name} {n}>")
+    switch = switch_pid()
+    accounting = CpuAccounting(os.getpid(), RunProcesses(os.getpid()), pinned={switch: SWITCH},
+                               startup=frozenset({SENDING, RECEIVING}))
+
+    def on_phase(phase: str) -> None:
+        # The run itself starts building once it holds the machine: waiting is not its cost.
+        if phase == "building":
+            accounting.start()
+
+    try:
+        result = run_scenario(loaded, RunOptions(runs_root=runs_root, on_phase=on_phase))
+    finally:
+        accounting.stop()
+    if result.status != "completed":
+        raise SystemExit(f"the {kind.name} run {result.status}: {result.summary.get('error')}")
+    backends = json.loads((result.run_dir / "manifest.json").read_text())["backends"]
+    return Measured(accounting.totals(), accounting.thread_totals(switch),
+                    accounting.machine_busy_s(), accounting.startups(),
+                    sum(int(row["datagrams"]) for row in read_table(result.run_dir, "sent")),
+                    sum(int(row["packets"]) for row in read_table(result.run_dir, "flows")),
+                    trunk_offered(result.summary), backends["impairments"],
+                    backends["ovs_datapath"])
+
+
+def per_packet_us(busy_s: float, idle_s: float, packets: int) -> str:
+    """(busy - idle) / packets in microseconds."""
+    return f"{(busy_s - idle_s) / packets * 1e6:,.1f}" if packets else "-"
+
+
+def cost_rows(kind: TrafficKind, busy: Measured, idle: Measured) -> list[tuple[str, ...]]:
+    """The rows of one kind: each component, ovs-vswitchd's thread groups, the machine."""
+    rows = []
+    for component in COMPONENTS:
+        used, unused = busy.cpu_s.get(component, 0.0), idle.cpu_s.get(component, 0.0)
+        label, crossings = component, 1
+        if component == SWITCH:
+            label, crossings = f"switch, per bridge crossed (ovs-vswitchd / "\
+                              f"{SWITCH_CROSSINGS}, {busy.datapath} datapath)", SWITCH_CROSSINGS
+        if component == RELAY and busy.impairments == "netem":
+            label = "relay (none: netem, the kernel's, in the machine's row)"
+        rows.append((kind.name, label, f"{used:.2f}", f"{unused:.2f}",
+                     per_packet_us(used / crossings, unused / crossings, busy.offered)))
+    for group, used in sorted(busy.switch_threads.items(), key=lambda item: -item[1]):
+        unused = idle.switch_threads.get(group, 0.0)
+        if used - unused > 0.005:
+            rows.append((kind.name, f"  ovs-vswitchd's {group} threads, per bridge crossed",
+                         f"{used:.2f}", f"{unused:.2f}",
+                         per_packet_us(used / SWITCH_CROSSINGS, unused / SWITCH_CROSSINGS,
+                                       busy.offered)))
+    rows.append((kind.name, "machine (all CPUs busy)", f"{busy.machine_busy_s:.2f}",
+                 f"{idle.machine_busy_s:.2f}",
+                 per_packet_us(busy.machine_busy_s, idle.machine_busy_s, busy.offered)))
+    return rows
+
+
+def startup_rows(kind: TrafficKind, busy: Measured) -> list[tuple[str, ...]]:
+    return [(kind.name, component, str(len(busy.startups.get(component, []))),
+             f"{mean(busy.startups[component]):.3f}" if busy.startups.get(component) else "-",
+             f"{max(busy.startups[component]):.3f}" if busy.startups.get(component) else "-")
+            for component in (SENDING, RECEIVING)]
+
+
+def main() -> int:
+    recording = Recording(__file__, __doc__)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kinds", default=",".join(KINDS),
+                        help=f"comma-separated, of {', '.join(KINDS)}")
+    parser.add_argument("--flows", type=int, default=4, help="flows a run")
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds a run")
+    parser.add_argument("--keep", type=Path, help="keep the run directories here")
+    arguments = parser.parse_args()
+    kinds = [KINDS[name] for name in arguments.kinds.split(",")]
+    console = Console(width=200)
+    costs = Table(title=f"CPU per emulated packet ({arguments.flows} flows, "
+                        f"{arguments.duration:g} s runs; idle: the same run without senders)",
+                  title_justify="left")
+    for column in ("traffic", "component", "CPU-s with traffic", "CPU-s idle",
+                   "us per packet on the impaired link"):
+        costs.add_column(column)
+    packets = Table(title="packets of the runs with traffic", title_justify="left")
+    for column in ("traffic", "frames on the impaired link", "sent (sent table)",
+                   "received (flows table)"):
+        packets.add_column(column)
+    startups = Table(title="start-up: CPU-s of each agent process until its host's first "
+                           "datagram", title_justify="left")
+    for column in ("traffic", "agent", "processes", "CPU-s each, mean", "CPU-s each, max"):
+        startups.add_column(column)
+    with tempfile.TemporaryDirectory(prefix="edgebed-cost-") as scratch:
+        runs_root = arguments.keep or Path(scratch)
+        for kind in kinds:
+            console.print(f"  {kind.name}: idle run, then with traffic", markup=False)
+            idle = measure(kind, arguments.flows, arguments.duration, False, runs_root)
+            busy = measure(kind, arguments.flows, arguments.duration, True, runs_root)
+            for row in cost_rows(kind, busy, idle):
+                costs.add_row(*row)
+            packets.add_row(kind.name, f"{busy.offered:,}", f"{busy.sent:,}",
+                            f"{busy.received:,}")
+            for row in startup_rows(kind, busy):
+                startups.add_row(*row)
+    for table in (costs, packets, startups):
+        console.print(recording.table(table))
+    recording.save()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
