@@ -12,7 +12,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from topologies.cpu_limits import CpuLimitedHost
 from topologies.naming import ENVIRONMENT_KEY
 
 READY_TIMEOUT_S = 300.0  # the imports, on a machine a run may keep busy
@@ -77,6 +76,9 @@ class AgentLauncher:
     def launch(self, host, argv: list[str], env: dict[str, str], log: Path) -> LaunchedAgent:
         """Start ``argv`` (``python -m <agent module> ...``) inside ``host`` (a Mininet host),
         appending its output to ``log``; LauncherError if the launcher refuses or is gone."""
+        # Imported here: the agents package is imported (by the catalog) where Mininet is not.
+        from topologies.cpu_limits import CpuLimitedHost
+
         cgroup = [str(path) for path in host.limit.procs_files()] \
             if isinstance(host, CpuLimitedHost) else []
         request = {"argv": argv, "host_pid": host.pid, "env": env, "log": str(log),
