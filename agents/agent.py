@@ -4,6 +4,9 @@ An agent is a module run inside a host as::
 
     python -m agents.<agent> --node NAME --out RUN_DIR --params JSON [--seed N]
 
+(or forked into the host by :mod:`agents.launcher`, which calls its ``main`` with those
+arguments).
+
 Each agent module defines ``Params`` (an :class:`AgentParams` model: what the scenario's
 ``params:`` may say, with units parsed by :mod:`edgebed.units`), ``main(argv=None)`` and, if
 it writes tables of its own, ``TABLES`` (table name -> columns); :mod:`agents.catalog` finds

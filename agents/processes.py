@@ -9,7 +9,9 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
+from agents.launched import AgentLauncher
 from topologies.naming import ENVIRONMENT_KEY
 
 GROUP_POLL_S = 0.02
@@ -20,11 +22,23 @@ LOG_TAIL_LINES = 12
 STOPPED_CLEANLY = (0, -signal.SIGTERM, 128 + signal.SIGTERM)
 
 
+class Program(Protocol):
+    """A started program as the table sees it: a ``subprocess.Popen``, or an agent the launcher
+    forked (:class:`agents.launched.LaunchedAgent`)."""
+
+    pid: int
+    returncode: int | None
+
+    def poll(self) -> int | None: ...
+
+    def wait(self) -> int: ...
+
+
 @dataclass
 class StartedProcess:
     node: str
     argv: list[str]
-    process: subprocess.Popen
+    process: Program
     log: Path
     may_fail: bool = False
     log_offset: int = 0  # where this program's output starts in the (shared) node log
@@ -95,22 +109,33 @@ class NodeProcesses:
     started: list[StartedProcess] = field(default_factory=list)
 
     def start(self, host, node_name: str, argv: list[str], log: Path,
-              env: dict[str, str] | None = None, may_fail: bool = False) -> StartedProcess:
-        """Start ``argv`` inside ``host`` (a Mininet host), appending its output to ``log``."""
+              env: dict[str, str] | None = None, may_fail: bool = False,
+              launcher: AgentLauncher | None = None) -> StartedProcess:
+        """Start ``argv`` inside ``host`` (a Mininet host), appending its output to ``log``:
+        forked by ``launcher`` when given (``argv`` is then an agent's), else through
+        ``host.popen``."""
         environment = dict(os.environ, **(env or {}), **{ENVIRONMENT_KEY: self.prefix})
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "a") as stream:
             stream.write(f"--- {time.strftime('%H:%M:%S')} start: {shlex.join(argv)}\n")
             stream.flush()
             offset = stream.tell()
-            # A new session made by Popen itself (not by ``mnexec -d``, which may fork): the
-            # program's pid is its process group's id from the first instruction on.
-            process = host.popen(argv, stdin=subprocess.DEVNULL, stdout=stream,
-                                 stderr=subprocess.STDOUT, env=environment,
-                                 start_new_session=True, mncmd=["mnexec", "-a", str(host.pid)])
+        if launcher is not None:
+            process = launcher.launch(host, argv, environment, log)
+        else:
+            process = self._popen(host, argv, log, environment)
         started = StartedProcess(node_name, argv, process, log, may_fail, offset)
         self.started.append(started)
         return started
+
+    @staticmethod
+    def _popen(host, argv: list[str], log: Path, environment: dict[str, str]) -> Program:
+        with open(log, "a") as stream:
+            # A new session made by Popen itself (not by ``mnexec -d``, which may fork): the
+            # program's pid is its process group's id from the first instruction on.
+            return host.popen(argv, stdin=subprocess.DEVNULL, stdout=stream,
+                              stderr=subprocess.STDOUT, env=environment,
+                              start_new_session=True, mncmd=["mnexec", "-a", str(host.pid)])
 
     def newly_exited(self) -> list[StartedProcess]:
         """Programs that ended on their own since the last call (for warnings during a run)."""

@@ -10,7 +10,10 @@ measured is the agents' own cost. Rows:
   p99 lateness against the schedule (goal < 0.5 ms);
 * receiver at 50k packets/s: loss (goal: none);
 * one-way delay on a bare veth, whose true delay is a few microseconds: what the measurement
-  adds (goal: error < 50 µs).
+  adds (goal: error < 50 µs);
+* an agent's start: the CPU time a chat collector takes from its start until its socket is
+  bound (from /proc), as a fresh interpreter and forked by the agent launcher
+  (:mod:`agents.launcher`; goal: a tenth of a fresh interpreter's).
 
     sudo .venv/bin/python benchmarks/agents.py
 """
@@ -18,9 +21,11 @@ measured is the agents' own cost. Rows:
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from mininet.log import setLogLevel
@@ -29,6 +34,9 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from agents import catalog  # noqa: E402
+from agents.launched import AgentLauncher  # noqa: E402
+from agents.processes import NodeProcesses  # noqa: E402
 from experiments import scenarios  # noqa: E402
 from recorder import Recording  # noqa: E402
 from experiments import registry  # noqa: E402
@@ -75,6 +83,37 @@ def iperf3_pps(network, size: int, seconds: int = 3) -> float:
     return total["packets"] / total["seconds"]
 
 
+START_SAMPLES = 5
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU time process ``pid``'s main thread has used, to the nanosecond
+    (/proc/<pid>/schedstat; /proc/<pid>/stat counts in 10 ms ticks, coarser than a fork)."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+
+
+def start_cost(network, prefix: str, out: Path, launcher: AgentLauncher | None) -> float:
+    """Mean CPU-seconds of a chat collector on b from its start until its socket is bound
+    (it says "listening on"), started one at a time: forked by ``launcher``, or, without one,
+    a fresh interpreter through ``host.popen`` as commands are."""
+    processes = NodeProcesses(prefix)
+    costs = []
+    try:
+        for index in range(START_SAMPLES):
+            log = out / f"start-{'forked' if launcher else 'fresh'}-{index}.log"
+            started = processes.start(network.net["b"], "b", catalog.agent_argv(
+                sys.executable, "chat_collector", "b", str(out), {"port": 0}, index), log,
+                launcher=launcher)
+            while "listening on" not in log.read_text():
+                if started.process.poll() is not None:
+                    raise RuntimeError(f"the chat collector ended: see {log}")
+                time.sleep(0.01)
+            costs.append(cpu_seconds(started.process.pid))
+    finally:
+        processes.stop_all()
+    return statistics.mean(costs)
+
+
 def main() -> int:
     recording = Recording(__file__, __doc__)
     setLogLevel("error")
@@ -90,6 +129,14 @@ def main() -> int:
             theirs = iperf3_pps(network, 64)
             paced_sent, paced_received = probe(network, rate=1000, count=10_000, size=1000)
             fast_sent, fast_received = probe(network, rate=50_000, count=250_000, size=64)
+            fresh_start = start_cost(network, names.prefix, Path(state), None)
+            launcher = AgentLauncher([catalog.module_name("chat_collector")], names.prefix,
+                                     Path(state) / "launcher.log")
+            try:
+                launcher.wait_ready()
+                forked_start = start_cost(network, names.prefix, Path(state), launcher)
+            finally:
+                launcher.stop()
         finally:
             network.stop()
             cleanup.remove_run_objects(names.prefix)
@@ -116,6 +163,11 @@ def main() -> int:
     table.add_row("one-way delay on a bare veth (p50 / p99)",
                   f"{delay['p50'] * 1e3:.1f} / {delay['p99'] * 1e3:.1f} µs", "", "< 50 µs",
                   "yes" if delay["p50"] * 1e3 < 50 else "no")
+    table.add_row("agent start until listening, fresh interpreter: CPU-s",
+                  f"{fresh_start:.3f}", "", "", "")
+    table.add_row("agent start until listening, forked by the launcher: CPU-s",
+                  f"{forked_start:.3f}", "", "<= 0.1x a fresh interpreter",
+                  "yes" if forked_start <= 0.1 * fresh_start else "no")
     console.print(recording.table(table))
     recording.save()
     return 0

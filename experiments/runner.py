@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+from agents.launched import AgentLauncher, LauncherError
 from agents.processes import NodeProcesses, describe_exit, failures, tcpdump_command
 from agents.reachability import ping_pairs, role_pairs
 from topologies import capabilities as caps
@@ -105,6 +106,7 @@ class Run:
         self.started = utc_now()
         self.run_dir: RunDirectory | None = None
         self.processes = NodeProcesses(self.names.prefix)
+        self.launcher: AgentLauncher | None = None  # forks the agents, once ready
         self.network = None
         self.links: LinkControl | None = None
         self.controller = RunController(scenario, self.names.prefix)
@@ -152,6 +154,8 @@ class Run:
                     self._teardown(log)
             if self.controller.failure is not None and status == "completed":
                 status, error = "failed", self.controller.failure
+            if self.launcher is not None and self.launcher.failure and status == "completed":
+                status, error = "failed", self.launcher.failure
             failed = failures(self.summary.get("processes", []))
             if failed:
                 log.error("failed workload processes: %s", "; ".join(failed))
@@ -213,6 +217,7 @@ class Run:
         from topologies.network import ScenarioNetwork
 
         self.options.on_phase("building")
+        self._start_launcher()
         wired = wired_links(self.scenario, backend)
         log.info("building %d hosts, %d switches, %d links, %d wires (prefix %s, datapath %s, "
                  "impairments %s)", len(self.scenario.hosts), len(self.scenario.switches),
@@ -239,6 +244,7 @@ class Run:
         self.run_dir.update_manifest(phase="network up", network_up=iso(utc_now()),
                                      links=self.links.applied())
         self._write_host_logs()
+        self._launcher_ready()
         self._start_captures()
         self.options.on_phase("checking reachability")
         results = ping_pairs({h.name: self.network.net[h.name] for h in self.scenario.hosts},
@@ -285,14 +291,38 @@ class Run:
                     interface, output, capture.snaplen, capture.filter, capture.rotate_size,
                     capture.rotate_files), self.run_dir.node_log(capture.node))
 
+    def _start_launcher(self) -> None:
+        """The agent launcher, importing the scenario's agent modules while the network is
+        built, so that no agent pays for its imports on the timeline."""
+        modules = sorted({catalog.module_name(entry.agent) for entry in self.scenario.workload
+                          if entry.agent != commands.COMMAND})
+        if modules:
+            self.launcher = AgentLauncher(modules, self.names.prefix,
+                                          self.run_dir.path / "logs" / "agent-launcher.log")
+
+    def _launcher_ready(self) -> None:
+        """Wait for the launcher's imports; a launcher that fails leaves the agents to start as
+        interpreters of their own, said in a warning."""
+        if self.launcher is None:
+            return
+        self.options.on_phase("importing the agents")
+        try:
+            self.launcher.wait_ready()
+        except LauncherError as error:
+            self.launcher.stop()
+            self.launcher = None
+            self.warnings.append(f"agents start as interpreters of their own, paying their "
+                                 f"imports on the timeline: {error}")
+
     def _start_workload(self, entry) -> None:
+        launcher = self.launcher if entry.agent != commands.COMMAND else None
         for name in entry.nodes:
             node = self.scenario.nodes[name]
             self.processes.start(self.network.net[name], name, self._agent_argv(entry, name),
                                  self.run_dir.node_log(name),
                                  self.controller.environment(self.network) | node.env
                                  | {commands.RUN_DIR_VARIABLE: str(self.run_dir.path.resolve())},
-                                 may_fail=entry.may_fail)
+                                 may_fail=entry.may_fail, launcher=launcher)
 
     def _agent_argv(self, entry, name: str) -> list[str]:
         node = self.scenario.nodes[name]
@@ -453,6 +483,11 @@ class Run:
         self.options.on_phase("tearing down")
         self.cpu.stop()
         self.summary["processes"] = self.processes.stop_all(grace_s=AGENT_STOP_GRACE_S)
+        if self.launcher is not None:
+            code = self.launcher.stop()
+            if code != 0:
+                self.warnings.append(f"the agent launcher ended with exit code {code} "
+                                     f"(see {self.launcher.log})")
         if self.flow_dumps is not None and self.network is not None and self.network.net:
             for warning in self._dump_flows(final=True):
                 log.warning("%s", warning)

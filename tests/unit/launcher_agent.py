@@ -1,0 +1,30 @@
+"""An agent for the launcher's tests: it says where and how it runs, then exits with the code
+its arguments ask for, or starts a child and waits to be stopped."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+from agents.agent import AgentParams
+
+
+class Params(AgentParams):
+    """It takes none."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    what, *rest = argv
+    child = subprocess.Popen(["sleep", "600"]) if what == "wait" else None
+    print(json.dumps({
+        "net": os.stat("/proc/self/ns/net").st_ino, "mnt": os.stat("/proc/self/ns/mnt").st_ino,
+        "pid": os.getpid(), "group": os.getpgid(0), "session": os.getsid(0),
+        "environment": dict(os.environ), "cwd": os.getcwd(), "argv": sys.argv[1:],
+        "scapy": "scapy" in sys.modules, "child": child and child.pid,
+        "cgroup": open("/proc/self/cgroup").read()}), flush=True)
+    if child is not None:
+        signal.pause()
+    return int(rest[0])
