@@ -32,6 +32,7 @@ from .controller_watch import ControllerWatch
 from .flow_dumps import FlowDumps
 from .machine_lock import machine_lock
 from .run_controller import RunController
+from .run_schedule import ScheduledEvents
 from .run_signals import RunTerminated, signals_ignored, signals_raise
 from .rundir import RunDirectory, edgebed_version, iso, utc_now
 
@@ -114,7 +115,7 @@ class Run:
         self.controller_watch: ControllerWatch | None = None  # likewise, from the timeline's start
         self.cpu = measurements.CpuMonitor()
         self._agent_count = 0
-        self._origin = time.monotonic()  # of the timeline, once it starts
+        self.origin = time.monotonic()  # of the timeline, once it starts
         self.warnings: list[str] = []
         self.summary: dict = {"scenario": scenario.name, "prefix": self.names.prefix}
 
@@ -341,7 +342,8 @@ class Run:
         actions = [(entry.start, f"start {entry.agent} on {len(entry.nodes)} nodes",
                     lambda entry=entry: self._start_workload(entry))
                    for entry in self.scenario.workload]
-        actions += [(event.at, self._describe(event), lambda event=event: self._perform(event))
+        events = ScheduledEvents(self)
+        actions += [(event.at, events.describe(event), lambda event=event: events.perform(event))
                     for event in self.scenario.schedule]
         actions.sort(key=lambda item: item[0])
         skipped = [description for at, description, _ in actions if at > duration]
@@ -350,7 +352,7 @@ class Run:
         self.controller.align_with_periods(log)
         self.options.on_phase(f"running for {duration:g}s")
         self.run_dir.update_manifest(timeline_started=iso(utc_now()))
-        origin = self._origin = time.monotonic()
+        origin = self.origin = time.monotonic()
         # The timeline's t = 0 on CLOCK_REALTIME, the clock the agents' tables keep.
         self.summary["timeline_origin_s"] = round(time.time(), 6)
         if self.flow_dumps is not None:
@@ -380,7 +382,7 @@ class Run:
         """Programs that ended before the run did, said as it happens."""
         return [f"{' '.join(item.argv)} on {item.node} "
                 f"{describe_exit(item.process.returncode)} at t="
-                f"{time.monotonic() - self._origin:.1f}s"
+                f"{time.monotonic() - self.origin:.1f}s"
                 + (" (may_fail)" if item.may_fail else "")
                 for item in self.processes.newly_exited() if item.process.returncode != 0]
 
@@ -389,71 +391,13 @@ class Run:
         not be recorded, as warnings."""
         if self.flow_dumps is None or not (final or self.flow_dumps.due()):
             return []
-        return self.flow_dumps.record(time.monotonic() - self._origin, final)
+        return self.flow_dumps.record(time.monotonic() - self.origin, final)
 
     def _controller_losses(self) -> list[str]:
         """Switches that lost their controller unscheduled, said as it happens."""
         if self.controller_watch is None:
             return []
-        return self.controller_watch.poll(time.monotonic() - self._origin)
-
-    def _describe(self, event) -> str:
-        if event.action.startswith("controller_"):
-            return event.action
-        if event.node is not None:
-            return f"{event.action} {event.node}"
-        link = self.scenario.links[event.link]
-        text = f"{event.action} {link.a} - {link.b}"
-        if event.changes is not None:
-            text += (f" {'/'.join(event.directions)}: "
-                     f"{event.changes.model_dump(mode='json', exclude_unset=True)}")
-        return text
-
-    def _perform(self, event) -> None:
-        if event.action == "controller_down":
-            self.controller.process.kill()
-        elif event.action == "controller_up":
-            self.controller.up(self.network)
-            self.run_dir.update_manifest(controller=dict(
-                self.run_dir.read_json("manifest.json")["controller"],
-                openflow=self.controller.process.openflow_target))
-        elif event.action == "set":
-            self.links.set(event.link, event.changes, event.directions)
-            self._announce(event)
-        elif event.node is not None:
-            self.links.set_node_state(event.node, event.action == "node_up")
-        else:
-            self.links.set_link_state(event.link, event.action == "link_up")
-
-    def _announce(self, event) -> None:
-        """Record a scheduled impairment change in the summary's ``network_events`` and, when
-        it changes a link's delay, tell the controller as a network event it knows of: its view
-        of the network (and so its policy's State.graph and its shortest-delay forwarding)
-        holds the scenario's link delays, kept current this way. Loss, jitter and rate are not
-        in the view: the controller learns of them only through what agents report."""
-        if self.controller.policy_process is None:
-            return
-        link = self.scenario.links[event.link]
-        record = {"t": round(time.monotonic() - self._origin, 3), "index": event.link,
-                  "link": [str(link.a), str(link.b)], "directions": list(event.directions),
-                  "set": event.changes.model_dump(mode="json", exclude_unset=True)}
-        if event.changes.delay is None:
-            record["controller"] = "not told (no delay change)"
-        elif not self.controller.running():
-            record["controller"] = "not told (not running)"
-        else:
-            from agents.control import ControlError
-
-            delays = {direction: self.links.current[event.link, direction].delay or 0.0
-                      for direction in event.directions}
-            try:
-                self.controller.announce_delay(event.link, delays)
-                record.update(controller="told", delay_s=delays)
-            except ControlError as error:
-                record["controller"] = f"not told ({error})"
-                self.warnings.append(f"the controller did not hear of the delay change on "
-                                     f"{link.a} - {link.b}: {error}")
-        self.summary.setdefault("network_events", []).append(record)
+        return self.controller_watch.poll(time.monotonic() - self.origin)
 
     def _interactive(self) -> None:
         from agents.control import ControlClient
@@ -495,7 +439,7 @@ class Run:
             self.summary["switch_flows"] = self.flow_dumps.counts
         # Before the controller stops, which every switch would see.
         lost = ([] if self.controller_watch is None
-                else self.controller_watch.finish(time.monotonic() - self._origin))
+                else self.controller_watch.finish(time.monotonic() - self.origin))
         stopped = self.controller.stop()
         if stopped is not None:
             self.summary["controller"] = stopped
