@@ -3,8 +3,9 @@ UDP sender's packets, built here with the declared wire formats, handed over wit
 deadlines ahead of time; the groups whose sends were refused and the final figures read back.
 
 Why: a packet paced from Python costs ~90 us of CPU (the interpreter, and the spin before each
-deadline); the engine sleeps to each deadline and sends, a few microseconds a packet. The agent
-stays in Python: parameters, what to send, tables; only the per-packet loop is compiled."""
+deadline); the engine sleeps to each deadline and sends, so a packet costs its system calls and
+its share of a wake-up. The agent stays in Python: parameters, what to send, tables; only the
+per-packet loop is compiled."""
 
 from __future__ import annotations
 

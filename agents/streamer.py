@@ -1,5 +1,6 @@
 """A live video stream at one rung of a bitrate ladder: frames in GOPs of one I frame and P
-frames, sized by a statistical model, cut into media packets and paced on absolute deadlines."""
+frames, sized by a statistical model, cut into media packets and paced on absolute deadlines,
+by the compiled send engine (:mod:`agents.send_engine`) when it is built, else from Python."""
 
 from __future__ import annotations
 
