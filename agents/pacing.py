@@ -55,15 +55,21 @@ class Pacer:
 
     def report(self, agent: Agent, flow: str) -> dict:
         """Write this flow's row of ``sender_lateness``; returns the figures."""
-        values = sorted(self.lateness_ns)
-        figures = {"packets": len(values),
-                   "late_p50_us": percentile(values, 50) / 1e3 if values else None,
-                   "late_p99_us": percentile(values, 99) / 1e3 if values else None,
-                   "late_max_us": values[-1] / 1e3 if values else None,
-                   "late_over_1ms_fraction": (sum(1 for v in values if v > 1_000_000)
-                                              / len(values)) if values else None}
-        agent.row("sender_lateness", flow, *figures.values())
-        return figures
+        return report_lateness(agent, flow, self.lateness_ns)
+
+
+def report_lateness(agent: Agent, flow: str, lateness_ns: list[int]) -> dict:
+    """Write a flow's row of ``sender_lateness`` from its packets' lateness; returns the
+    figures."""
+    values = sorted(lateness_ns)
+    figures = {"packets": len(values),
+               "late_p50_us": percentile(values, 50) / 1e3 if values else None,
+               "late_p99_us": percentile(values, 99) / 1e3 if values else None,
+               "late_max_us": values[-1] / 1e3 if values else None,
+               "late_over_1ms_fraction": (sum(1 for v in values if v > 1_000_000)
+                                          / len(values)) if values else None}
+    agent.row("sender_lateness", flow, *figures.values())
+    return figures
 
 
 class ProcessingParams(BaseModel):

@@ -1,5 +1,6 @@
 """A live video stream at one rung of a bitrate ladder: frames in GOPs of one I frame and P
-frames, sized by a statistical model, cut into media packets and paced on absolute deadlines."""
+frames, sized by a statistical model, cut into media packets and paced on absolute deadlines,
+by the compiled send engine (:mod:`agents.send_engine`) when it is built, else from Python."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ import socket
 import struct
 import sys
 import time
+from dataclasses import dataclass, field
 from typing import Optional
 
 from pydantic import Field, model_validator
 
 from agents.agent import Agent, AgentParams, NodeRef
-from agents.pacing import Pacer
+from agents.pacing import Pacer, report_lateness
+from agents.send_engine import LOOKAHEAD_NS, SendEngine, engine_binary, record_format
 from agents.formats import MEDIA
 from agents.wire import MAGIC, VERSION
 from edgebed.quantities import Duration, Fraction, Rate, Size
@@ -27,6 +30,7 @@ MIN_FRAME_SIZE = MEDIA.header_size + 1
 # send_ns, frame, frame_type, rung, fragment, fragments.
 PER_PACKET = struct.Struct("!IQIBBHH")
 PER_PACKET_OFFSET = MEDIA.field_offset("sequence")
+ENGINE_RECORD = record_format(MEDIA.struct)
 
 
 def flow_name(stream: int) -> str:
@@ -119,63 +123,153 @@ def fragment_sizes(frame_size: int, payload: int) -> list[int]:
     return [base + 1] * longer + [base] * (count - longer)
 
 
+class MediaPackets:
+    """A stream's packets as its frames are cut: one header buffer, its per-packet fields
+    patched in place, and each packet's due time on the frames' schedule."""
+
+    def __init__(self, params: Params, start_ns: int):
+        self.params = params
+        self.start_ns = start_ns
+        self.frame_ns = 1e9 / params.fps
+        self.bitrate_kbps = round(params.bitrate / 1e3)
+        self.packet = bytearray(int(params.payload))
+        MEDIA.struct.pack_into(self.packet, 0, MAGIC, VERSION, MEDIA.type, params.stream, 0, 0,
+                               0, 0, params.rung, 0, 0, self.bitrate_kbps)
+        self.view = memoryview(self.packet)
+
+    def frame_due_ns(self, frame: int) -> int:
+        return self.start_ns + round(frame * self.frame_ns)
+
+    def due_ns(self, frame: int, fragment: int, count: int) -> int:
+        """When fragment ``fragment`` of ``count`` of ``frame`` is due: spread evenly over the
+        frame interval, or all at the frame's time."""
+        due = self.frame_due_ns(frame)
+        return due + round(fragment * self.frame_ns / count) if self.params.spread else due
+
+    def patch(self, sequence: int, send_ns: int, frame: int, frame_type: int, fragment: int,
+              count: int) -> None:
+        PER_PACKET.pack_into(self.packet, PER_PACKET_OFFSET, sequence, send_ns, frame,
+                             frame_type, self.params.rung, fragment, count)
+
+    def engine_records(self, frame: int, frame_type: int, fragments: list[int]) -> bytes:
+        """The send engine's records of a frame's packets: each one's due time, the frame as
+        its group, its size and its header (the engine stamps sequence and send time)."""
+        count, stream, rung = len(fragments), self.params.stream, self.params.rung
+        return b"".join(ENGINE_RECORD.pack(self.due_ns(frame, fragment, count), frame, size,
+                                           MEDIA.header_size, MAGIC, VERSION, MEDIA.type,
+                                           stream, 0, 0, frame, frame_type, rung, fragment,
+                                           count, self.bitrate_kbps)
+                        for fragment, size in enumerate(fragments))
+
+
+@dataclass
+class Sent:
+    """What a stream sent: frames begun, datagrams and bytes sent, failed sends, GOP restarts,
+    the last send on the monotonic clock, and every packet's lateness."""
+
+    frames: int = 0
+    packets: int = 0
+    bytes: int = 0
+    send_errors: int = 0
+    gop_restarts: int = 0
+    last_send_ns: int | None = None
+    lateness_ns: list[int] = field(default_factory=list)
+
+
+def send_from_python(agent: Agent, params: Params, sizes: FrameSizes, sock: socket.socket,
+                     packets: MediaPackets) -> Sent:
+    """Pace and send the stream from Python."""
+    pacer = Pacer()
+    sent = Sent(lateness_ns=pacer.lateness_ns)
+    sequence = 0
+    while sent.frames < params.frame_count and not agent.stopping:
+        frame = sent.frames
+        frame_type, frame_size = sizes.frame(frame)
+        fragments = fragment_sizes(frame_size, int(params.payload))
+        count = len(fragments)
+        refused = False
+        for fragment, size in enumerate(fragments):
+            if agent.stopping:
+                break
+            pacer.wait_until(packets.due_ns(frame, fragment, count))
+            packets.patch(sequence, time.time_ns(), frame, frame_type, fragment, count)
+            sequence += 1
+            try:
+                sock.send(packets.view[:size])
+            except ConnectionRefusedError:
+                # Nobody was listening for an earlier packet: this one is lost, and the
+                # frame with it; the receiver gets a key frame to start on next.
+                sent.send_errors += 1
+                refused = True
+                continue
+            except OSError:
+                # A full queue: this packet is lost, and a receiver sees the gap.
+                sent.send_errors += 1
+                continue
+            sent.packets += 1
+            sent.bytes += size
+            sent.last_send_ns = time.monotonic_ns()
+        if refused:
+            sizes.restart()
+            sent.gop_restarts += 1
+        sent.frames += 1
+    return sent
+
+
+def send_from_engine(agent: Agent, params: Params, sizes: FrameSizes, engine: SendEngine,
+                     packets: MediaPackets) -> Sent:
+    """Hand the stream's packets to the compiled engine ahead of their due times; a frame
+    with a refused send restarts the GOP from the next frame on, as from Python."""
+    frame = gop_restarts = 0
+    while engine.running and not agent.stopping:
+        last = frame >= params.frame_count
+        # Past the last frame, refusals are waited for until the last frame is due.
+        refused = engine.wait_until(packets.frame_due_ns(params.frame_count - 1) if last
+                                    else packets.frame_due_ns(frame) - LOOKAHEAD_NS,
+                                    lambda: agent.stopping)
+        if refused:
+            gop_restarts += len(refused)
+            sizes.restart()
+            frame = refused[-1] + 1
+            engine.resume()
+            continue
+        if last:
+            break
+        # Woken when the next frame is a lookahead away: the frames of another lookahead go
+        # along, so the agent wakes a few times a second, not once a frame.
+        horizon_ns = packets.frame_due_ns(frame) + LOOKAHEAD_NS
+        while frame < params.frame_count and packets.frame_due_ns(frame) <= horizon_ns:
+            frame_type, frame_size = sizes.frame(frame)
+            engine.add(packets.engine_records(frame, frame_type,
+                                              fragment_sizes(frame_size, int(params.payload))))
+            frame += 1
+    result = engine.finish(stop=agent.stopping)
+    return Sent(result.last_group + 1, result.sent, result.bytes, result.send_errors,
+                gop_restarts + result.refusals, result.last_send_ns, result.lateness_ns)
+
+
 def stream(agent: Agent, params: Params) -> dict:
     """Send the stream until it ends or the agent is stopped; returns the summary."""
-    payload = int(params.payload)
     sizes = FrameSizes(params, random.Random(agent.seed))
-    packet = bytearray(payload)
-    MEDIA.struct.pack_into(packet, 0, MAGIC, VERSION, MEDIA.type, params.stream, 0, 0, 0, 0,
-                           params.rung, 0, 0, round(params.bitrate / 1e3))
-    packet_view = memoryview(packet)
-    frame_ns = 1e9 / params.fps
-    pacer = Pacer()
-    frames = sequence = packets = sent_bytes = send_errors = gop_restarts = 0
-    last_send_ns = None
+    engine_path = engine_binary(agent.name)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.connect((params.to, params.port))
-        start_ns = time.monotonic_ns()
-        while frames < params.frame_count and not agent.stopping:
-            frame_type, frame_size = sizes.frame(frames)
-            frame_due_ns = start_ns + round(frames * frame_ns)
-            fragments = fragment_sizes(frame_size, payload)
-            count = len(fragments)
-            refused = False
-            for fragment, size in enumerate(fragments):
-                if agent.stopping:
-                    break
-                pacer.wait_until(frame_due_ns + round(fragment * frame_ns / count)
-                                 if params.spread else frame_due_ns)
-                PER_PACKET.pack_into(packet, PER_PACKET_OFFSET, sequence, time.time_ns(), frames,
-                                     frame_type, params.rung, fragment, count)
-                sequence += 1
-                try:
-                    sock.send(packet_view[:size])
-                except ConnectionRefusedError:
-                    # Nobody was listening for an earlier packet: this one is lost, and the
-                    # frame with it; the receiver gets a key frame to start on next.
-                    send_errors += 1
-                    refused = True
-                    continue
-                except OSError:
-                    # A full queue: this packet is lost, and a receiver sees the gap.
-                    send_errors += 1
-                    continue
-                packets += 1
-                sent_bytes += size
-                last_send_ns = time.monotonic_ns()
-            if refused:
-                sizes.restart()
-                gop_restarts += 1
-            frames += 1
-    agent.row("sent", flow_name(params.stream), params.to, packets, send_errors)
+        engine = engine_path and SendEngine(engine_path, sock, MEDIA.field_offset("sequence"),
+                                            MEDIA.field_offset("send_ns"))
+        packets = MediaPackets(params, time.monotonic_ns())
+        sent = (send_from_engine(agent, params, sizes, engine, packets) if engine
+                else send_from_python(agent, params, sizes, sock, packets))
+    agent.row("sent", flow_name(params.stream), params.to, sent.packets, sent.send_errors)
     # The frames' own time, or longer when the sender fell behind its schedule.
-    span_s = max(frames / params.fps,
-                 (last_send_ns - start_ns) / 1e9 if last_send_ns is not None else 0.0)
+    span_s = max(sent.frames / params.fps,
+                 (sent.last_send_ns - packets.start_ns) / 1e9
+                 if sent.last_send_ns is not None else 0.0)
     return {"stream": params.stream, "rung": params.rung, "bitrate_bps": params.bitrate,
-            "frames": frames, "packets": packets, "bytes": sent_bytes,
-            "send_errors": send_errors, "gop_restarts": gop_restarts, "duration_s": span_s,
-            "achieved_bps": sent_bytes * 8 / span_s if span_s > 0 else None,
-            "lateness": pacer.report(agent, flow_name(params.stream))}
+            "frames": sent.frames, "packets": sent.packets, "bytes": sent.bytes,
+            "send_errors": sent.send_errors, "gop_restarts": sent.gop_restarts,
+            "duration_s": span_s,
+            "achieved_bps": sent.bytes * 8 / span_s if span_s > 0 else None,
+            "lateness": report_lateness(agent, flow_name(params.stream), sent.lateness_ns)}
 
 
 def run(name: str, params_model: type[Params], argv: list[str] | None) -> int:

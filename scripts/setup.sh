@@ -22,8 +22,9 @@ venv="$repo/.venv"
 # has through setuptools' shim. tshark: the tests check the shipped Wireshark dissector with it.
 packages=(mininet openvswitch-switch iperf3 tcpdump ethtool iproute2 iputils-ping procps
           util-linux python3-venv python3-pip python3-setuptools tshark)
-# Wanted, not needed: gcc and libc6-dev build the compiled wire relay (scripts/build-relay.sh);
-# without them delayed links use the Python relay, slower, and setup says so instead of failing.
+# Wanted, not needed: gcc and libc6-dev build the compiled wire relay and send engine
+# (scripts/build-compiled.sh); without them delayed links use the Python relay and paced agents
+# send from Python, slower, and setup says so instead of failing.
 optional_packages=(gcc libc6-dev)
 
 say() { printf 'setup: %s\n' "$*"; }
@@ -96,7 +97,10 @@ fi
 # The compiled wire relay: the Python one is accurate only to ~7,500 packets/s per direction on
 # two cores. Without a compiler, or if it does not build, the Python relay stays in use, said
 # here and by every run (topologies/impairments/relay.py).
-bash "$repo/scripts/build-relay.sh" "$venv/bin/edgebed-wire-relay"
+bash "$repo/scripts/build-compiled.sh" relay "$venv/bin/edgebed-wire-relay"
+# The paced senders' send engine: a paced packet sent from Python costs ~90 us of CPU, from it a
+# few. Without it the agents send from Python, said by each agent that would have used it.
+bash "$repo/scripts/build-compiled.sh" sender "$venv/bin/edgebed-send-engine"
 
 if [ "$services" -eq 0 ]; then
     say "installed; Open vSwitch not started (--no-services)"

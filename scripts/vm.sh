@@ -54,8 +54,8 @@ GUEST_PYTHON_MINOR=3.11  # bookworm's python3: the wheelhouse and the byte code 
 # The checkout's files the chroot's provisioning reads, and so part of the image's key: setup.sh
 # and what it runs, and pyproject.toml (the dependencies pip installs; setup.sh's own stamp is
 # over the whole file, so any change to it would make the guest's setup.sh install again).
-IMAGE_INPUTS=(scripts/setup.sh scripts/build-relay.sh topologies/impairments/wire_relay.c
-              pyproject.toml)
+IMAGE_INPUTS=(scripts/setup.sh scripts/build-compiled.sh topologies/impairments/wire_relay.c
+              agents/send_engine.c pyproject.toml)
 # Where the checkout lives in the VM: the editable install in the provisioned .venv points here.
 GUEST_CHECKOUT=/root/edgebed
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import shutil
 import socket
+import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -59,3 +63,27 @@ class LoopbackRelay:
         self.done.set()
         self.thread.join()
         self.sock.close()
+
+
+@pytest.fixture(scope="session")
+def compiled_send_engine(tmp_path_factory) -> str:
+    """The compiled send engine built as scripts/setup.sh builds it, into a temporary
+    directory; skips without gcc."""
+    if shutil.which("gcc") is None:
+        pytest.skip("no gcc on this machine")
+    binary = tmp_path_factory.mktemp("engine") / "edgebed-send-engine"
+    subprocess.run(["bash", str(ROOT / "scripts" / "build-compiled.sh"), "sender", str(binary)],
+                   check=True, capture_output=True, timeout=120)
+    return str(binary)
+
+
+@pytest.fixture(params=["python", "compiled"])
+def send_engine(request, monkeypatch) -> str:
+    """Each way a paced agent sends, for the agents this test starts: from Python, and with
+    the compiled send engine (agents.send_engine)."""
+    from agents.send_engine import ENGINE_KEY, PYTHON
+
+    engine = (PYTHON if request.param == "python"
+              else request.getfixturevalue("compiled_send_engine"))
+    monkeypatch.setenv(ENGINE_KEY, engine)
+    return request.param

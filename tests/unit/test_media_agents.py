@@ -186,20 +186,26 @@ def test_the_catalog_finds_the_agents_and_their_node_references():
 
 # The agents over loopback.
 
-def test_packets_carry_the_frames_in_numbered_fragments_within_the_payload(tmp_path):
+def test_packets_carry_the_frames_in_numbered_fragments_within_the_payload(tmp_path,
+                                                                          send_engine):
     params = {"bitrate": "2Mbps", "gop": 10, "payload": 500, "duration": 0.5, "noise": 0.2,
               "stream": 9, "rung": 3, "spread": False}
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sink:
         sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
         sink.bind((LOOPBACK, 0))
         sink.settimeout(5)
+        started_ns = time.time_ns()
         sender = start("streamer", "s", tmp_path, {"to": LOOPBACK, "port": sink.getsockname()[1]}
                        | params, seed=3)
         sent = summary_of(sender)
         packets = [MEDIA.unpack(sink.recv(2048)) for _ in range(sent["packets"])]
+        ended_ns = time.time_ns()
     expected = stream_params(**params)
     assert sent["packets"] == expected_packets(expected, seed=3)
     assert [p["sequence"] for p in packets] == list(range(len(packets)))
+    # Stamped when sent, on the wire formats' clock (CLOCK_REALTIME).
+    stamps = [p["send_ns"] for p in packets]
+    assert stamps == sorted(stamps) and started_ns < stamps[0] and stamps[-1] < ended_ns
     assert {(p["stream"], p["rung"], p["bitrate_kbps"]) for p in packets} == {(9, 3, 2000)}
     frames: dict[int, list[dict]] = {}
     for packet in packets:
@@ -211,7 +217,7 @@ def test_packets_carry_the_frames_in_numbered_fragments_within_the_payload(tmp_p
         assert {p["frame_type"] for p in fragments} == {1 if number % 10 == 0 else 2}
 
 
-def test_packet_sizes_on_the_wire_stay_within_the_payload(tmp_path):
+def test_packet_sizes_on_the_wire_stay_within_the_payload(tmp_path, send_engine):
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sink:
         sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
         sink.bind((LOOPBACK, 0))
@@ -244,7 +250,7 @@ def connected_to(port: int) -> bool:
 
 
 def test_a_push_nobody_listened_to_restarts_the_gop_so_the_receiver_starts_on_an_i_frame(
-        tmp_path):
+        tmp_path, send_engine):
     """A streamer pushing before its ingest listens (a busy machine starts the ingest's agent
     late) gets its packets refused; the first frame its receiver gets whole is an I frame,
     not the rest of a GOP that began in the void. Fails without the restart: the only
@@ -278,7 +284,7 @@ def test_a_push_nobody_listened_to_restarts_the_gop_so_the_receiver_starts_on_an
     assert frames[whole[0]][0] == streamer.I_FRAME, (whole[:3], sent)
 
 
-def test_streamer_to_viewer_loses_nothing_and_keeps_the_bitrate(tmp_path):
+def test_streamer_to_viewer_loses_nothing_and_keeps_the_bitrate(tmp_path, send_engine):
     # No noise: two seconds are one GOP, whose size is then exactly the bitrate's, not a
     # sample of it.
     params = {"bitrate": "2Mbps", "fps": 30, "gop": 60, "duration": 2, "noise": 0}

@@ -1,4 +1,4 @@
-"""scripts/build-relay.sh: builds the compiled wire relay when a C compiler is there, and
+"""scripts/build-compiled.sh: builds the compiled wire relay when a C compiler is there, and
 otherwise says so and succeeds, leaving no binary behind (runs then use the Python relay), so a
 machine without gcc still sets up."""
 
@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "build-relay.sh"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "build-compiled.sh"
 
 
 def build(binary: Path, compiler: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(SCRIPT), str(binary)], env={"PATH": "/usr/bin:/bin",
+    return subprocess.run(["bash", str(SCRIPT), "relay", str(binary)], env={"PATH": "/usr/bin:/bin",
                                                                    "CC": compiler},
                           capture_output=True, text=True, timeout=120)
 

@@ -14,8 +14,8 @@ REPO = Path(__file__).resolve().parents[2]
 # What `vm.sh key` reads (IMAGE_INPUTS, vm.sh itself), and files that are not in the image: the
 # netem command line (the lane's broken-netem check edits it and must reuse the image), the
 # README.
-FILES = ["scripts/vm.sh", "scripts/setup.sh", "scripts/build-relay.sh",
-         "topologies/impairments/wire_relay.c", "pyproject.toml",
+FILES = ["scripts/vm.sh", "scripts/setup.sh", "scripts/build-compiled.sh",
+         "topologies/impairments/wire_relay.c", "agents/send_engine.c", "pyproject.toml",
          "topologies/impairments/tc.py", "README.md"]
 
 # (file, text, replacement, whether the key must change)
@@ -23,8 +23,9 @@ CHANGES = [
     ("scripts/setup.sh", "packages=(mininet ", "packages=(mininet strace ", True),
     ("scripts/setup.sh", 'say "starting Open vSwitch"', 'say "starting OVS"', True),
     ("pyproject.toml", '"PyYAML>=6.0,<7",', '"PyYAML>=6.0,<7", "attrs",', True),
-    ("scripts/build-relay.sh", "flags=(-O2 ", "flags=(-O3 ", True),
+    ("scripts/build-compiled.sh", "flags=(-O2 ", "flags=(-O3 ", True),
     ("topologies/impairments/wire_relay.c", "#include", "/* changed */\n#include", True),
+    ("agents/send_engine.c", "#include", "/* changed */\n#include", True),
     ("scripts/vm.sh", "VM_PACKAGES=(linux-image-amd64 ", "VM_PACKAGES=(linux-image-amd64 strace ",
      True),
     ("scripts/vm.sh", "hostname edgebed-vm", "hostname edgebed-vm2", True),  # the VM's init
