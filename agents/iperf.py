@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Literal, Optional
 
@@ -14,6 +13,7 @@ from pydantic import Field, model_validator
 
 from agents.agent import Agent, AgentParams, NodeRef
 from edgebed.quantities import Duration, PositiveDuration, Rate
+from edgebed import clock
 
 TABLES = {
     # One row per side (sent, received) of each test, one per reporting interval.
@@ -134,8 +134,8 @@ def run_iperf3(agent: Agent, params: Params) -> tuple[str, int, bool]:
             announce = False
         if agent.stopping and stopped_at is None:
             process.terminate()
-            stopped_at = time.monotonic()
-        elif stopped_at is not None and time.monotonic() - stopped_at > KILL_AFTER_S:
+            stopped_at = clock.monotonic()
+        elif stopped_at is not None and clock.monotonic() - stopped_at > KILL_AFTER_S:
             process.kill()
 
 
