@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Literal, Optional
+from typing import ClassVar, Literal, Optional
 
 from pydantic import Field, model_validator
 
@@ -37,6 +37,9 @@ def whole_seconds(value: float, name: str) -> None:
 
 class Params(AgentParams):
     """Which side of an iperf3 test this is and what the test does."""
+
+    undilatable: ClassVar[str | None] = ("iperf3 paces and times itself on the system's clock, "
+                                         "and kernel TCP's timers run in real time")
 
     role: Literal["server", "client"]
     to: Optional[NodeRef] = Field(None, description="the server (clients only)")

@@ -78,6 +78,11 @@ class Clock:
         (select, socket.settimeout, a subprocess's wait, a thread's wait)."""
         return virtual_s * self.dilation if self.dilated else virtual_s
 
+    def real_ns(self, virtual_ns: int) -> int:
+        """``real_seconds`` in whole nanoseconds, for a program that keeps its own time (the
+        compiled relay's delays)."""
+        return round(virtual_ns * self.dilation) if self.dilated else virtual_ns
+
     def virtual_seconds(self, real_s: float) -> float:
         """The virtual length of a real duration."""
         return real_s / self.dilation if self.dilated else real_s

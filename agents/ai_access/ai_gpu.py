@@ -10,7 +10,7 @@ import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Callable, Hashable, NamedTuple
+from typing import Callable, ClassVar, Hashable, NamedTuple
 
 from pydantic import Field
 
@@ -99,6 +99,9 @@ TABLES = {
 
 class Params(AgentParams):
     """Where the GPU server listens and when it stops."""
+
+    undilatable: ClassVar[str | None] = ("the units reach it over kernel TCP, whose timers "
+                                         "(retransmission, delayed ACKs) run in real time")
 
     port: int = Field(GPU_PORT, ge=0, le=65535, description="TCP port for the units; 0: any")
 
