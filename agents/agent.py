@@ -37,7 +37,7 @@ import gc
 import json
 import signal
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -55,6 +55,10 @@ class AgentParams(BaseModel):
     """Base of every agent's parameters: unknown keys are errors."""
 
     model_config = ConfigDict(extra="forbid")
+
+    undilatable: ClassVar[str | None] = None
+    """Why the agent cannot run in dilated time (a clock or timers of its own that edgebed's
+    clock does not reach); None when it can."""
 
 
 TABLES = {

@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 
 from agents.agent import NodeRef
 from agents.echo import PathMeter
-from edgebed import protocol
+from edgebed import clock, protocol
 from edgebed.quantities import PositiveDuration
 from topologies.naming import MANAGEMENT_INTERFACE
 
@@ -74,7 +74,7 @@ class ControlClient:
         named figures (:data:`edgebed.protocol.METRIC_KINDS`)."""
         self._send(protocol.encode(protocol.Load(
             node=self._own_node(), service=service, load=load, metrics=dict(metrics or {}),
-            ts=time.time() if ts is None else ts, seq=seq, urgent=urgent)))
+            ts=clock.time() if ts is None else ts, seq=seq, urgent=urgent)))
 
     def join(self, service: str, demand: float = 0.0, bitrates: Sequence[float] = (),
              flow: str | None = None, port: int | None = None
@@ -126,7 +126,7 @@ class ControlClient:
             if self._pushed:
                 yield self._pushed.popleft()
                 continue
-            deadline = None if timeout is None else time.monotonic() + timeout
+            deadline = None if timeout is None else clock.monotonic() + timeout
             while not self._pushed:
                 if self._receive(deadline) is None:
                     return
@@ -160,7 +160,7 @@ class ControlClient:
         self._refused = False
         for _ in range(tries):
             self._send(data)
-            deadline = time.monotonic() + wait
+            deadline = clock.monotonic() + wait
             wait *= 2
             while (reply := self._receive(deadline)) is not None:
                 if reply.id != request.id:
@@ -197,10 +197,10 @@ class ControlClient:
         """The next valid message from the controller, pushed ones also queued; None once
         ``deadline`` (monotonic) passes, or at once when nothing is there and not ``block``."""
         while True:
-            remaining = None if deadline is None else deadline - time.monotonic()
+            remaining = None if deadline is None else deadline - clock.monotonic()
             if block and remaining is not None and remaining <= 0:
                 return None
-            self._sock.settimeout(remaining if block else 0.0)
+            self._sock.settimeout(clock.real_timeout(remaining) if block else 0.0)
             try:
                 data = self._sock.recv(protocol.MAX_DATAGRAM + 1)
             except (TimeoutError, BlockingIOError):
@@ -288,12 +288,12 @@ class HostMeter:
         return result
 
     def read(self, now: float | None = None, over: float = 0.0) -> dict[str, float]:
-        """The figures now (``now``: time.monotonic(), for tests), rates over the last
+        """The figures now (``now``: clock.monotonic(), for tests), rates over the last
         ``over`` seconds: since the oldest earlier reading at most that old, or the latest
         one when none is that recent (0: since the previous reading). A reporter measures its
         periodic reports over the period and its threshold checks over the check interval,
         or both over one longer window that smooths bursts out (its ``window``)."""
-        now = time.monotonic() if now is None else now
+        now = clock.monotonic() if now is None else now
         cpu = time.process_time()
         with open(f"{self.proc}/statm") as statm:
             resident_pages = int(statm.read().split()[1])
@@ -418,7 +418,7 @@ class LoadReporter:
         """Report if a report is due or a threshold was crossed; returns whether one went."""
         if self.client is None:
             return False
-        now = time.monotonic() if now is None else now
+        now = clock.monotonic() if now is None else now
         if self._due is None:
             self._due = now
         periodic = now >= self._due

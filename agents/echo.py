@@ -9,12 +9,12 @@ import socket
 import statistics
 import struct
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from edgebed.protocol import path_metric
+from edgebed import clock
 
 ICMP_ECHO_REQUEST, ICMP_ECHO_REPLY = 8, 0
 ECHO = struct.Struct("!BBHHHQ")  # type, code, checksum, identifier, sequence, send time ns
@@ -107,11 +107,11 @@ def _probe_at_once(addresses: tuple[str, ...], count: int, interval: float, time
         sock.setblocking(False)
         rtts: dict[str, dict[int, float]] = {address: {} for address in addresses}
         sent_ns: list[int] = []  # per round (one request to every address), when it went
-        deadline = time.monotonic()
-        next_send = time.monotonic()
+        deadline = clock.monotonic()
+        next_send = clock.monotonic()
 
         def results(waiting: bool) -> list[ProbeResult]:
-            now_ns = time.time_ns()
+            now_ns = clock.time_ns()
             return [ProbeResult(address, len(sent_ns), len(rtts[address]),
                                 tuple(rtts[address][s] for s in sorted(rtts[address])),
                                 tuple((now_ns - sent_ns[s]) / 1e6 for s in range(len(sent_ns))
@@ -121,15 +121,15 @@ def _probe_at_once(addresses: tuple[str, ...], count: int, interval: float, time
         # Done once every request sent is answered: waiting out the timeout then would add
         # half a second per candidate to a viewer's startup.
         while len(sent_ns) < count or (any(len(got) < count for got in rtts.values())
-                                       and time.monotonic() < deadline):
-            now = time.monotonic()
+                                       and clock.monotonic() < deadline):
+            now = clock.monotonic()
             if len(sent_ns) == count and settled is not None and settled(
                     partial := results(True)):
                 return partial
             if len(sent_ns) < count and now >= next_send:
                 sequence = len(sent_ns)
                 for address in addresses:
-                    send_ns = time.time_ns()
+                    send_ns = clock.time_ns()
                     header = ECHO.pack(ICMP_ECHO_REQUEST, 0, 0, identifier, sequence, send_ns)
                     packet = ECHO.pack(ICMP_ECHO_REQUEST, 0, _checksum(header), identifier,
                                        sequence, send_ns)
@@ -139,17 +139,17 @@ def _probe_at_once(addresses: tuple[str, ...], count: int, interval: float, time
                         pass  # unreachable now: counted as lost
                 # After the round's last send, so that the time waited since is a lower bound
                 # on every one of its round trips.
-                sent_ns.append(time.time_ns())
+                sent_ns.append(clock.time_ns())
                 next_send = now + interval
                 deadline = now + timeout
                 continue
             wait = (next_send if len(sent_ns) < count else deadline) - now
             if settled is not None and len(sent_ns) == count:
                 wait = min(wait, SETTLE_CHECK)
-            if not select.select([sock], [], [], max(0.0, wait))[0]:
+            if not select.select([sock], [], [], clock.real_seconds(max(0.0, wait)))[0]:
                 continue
             data, (source, _) = sock.recvfrom(2048)
-            received_ns = time.time_ns()
+            received_ns = clock.time_ns()
             offset = (data[0] & 0x0F) * 4  # a raw socket hands over the IP header too
             if source not in rtts or len(data) < offset + ECHO.size:
                 continue
@@ -194,7 +194,7 @@ class PathMeter:
                 result = echo_probe(peer, self.count, self.interval, self.timeout)
                 with self._lock:
                     self._results[peer].append(result)
-                    self.history.append((time.time_ns(), result))
+                    self.history.append((clock.time_ns(), result))
                 if self._stop.is_set():
                     return
 

@@ -9,7 +9,6 @@ import select
 import socket
 import struct
 import sys
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Optional
@@ -26,7 +25,7 @@ from agents.follower import FOLLOWER_TABLES, Followed, follow_pushed
 from agents.formats import MEDIA
 from agents.media import MEDIA_TABLES, MediaMeter
 from agents.streamer import flow_name
-from edgebed import protocol
+from edgebed import clock, protocol
 from edgebed.quantities import Duration, Rate
 
 TABLES = {
@@ -166,15 +165,15 @@ def forward(agent: Agent, params: Params, sock: socket.socket, meter: MediaMeter
     departures: deque[tuple[int, ForwardedStream, bytearray]] = deque()  # due ns, stream, data
     buffer = bytearray(DATAGRAM_BUFFER)
     send_errors = 0
-    end = math.inf if params.duration is None else time.monotonic() + params.duration
+    end = math.inf if params.duration is None else clock.monotonic() + params.duration
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as out:
-        while not agent.stopping and time.monotonic() < end:
+        while not agent.stopping and clock.monotonic() < end:
             # Departures first, so that a flood of arrivals cannot hold them back. The due times
             # only grow (one worker, one delay), so the deque is in departure order.
             wait_s = IDLE_WAIT_S
             if departures:
                 due_ns, stream, data = departures[0]
-                wait_ns = due_ns - time.monotonic_ns()
+                wait_ns = due_ns - clock.monotonic_ns()
                 if wait_ns <= SPIN_NS:
                     # The last stretch is spun, not slept: select() wakes a millisecond late
                     # now and then, a spin does not.
@@ -191,7 +190,7 @@ def forward(agent: Agent, params: Params, sock: socket.socket, meter: MediaMeter
                     stream.forwarded += 1
                     continue
                 wait_s = (wait_ns - SPIN_NS) / 1e9
-            readable = select.select(watched, [], [], wait_s)[0]
+            readable = select.select(watched, [], [], clock.real_seconds(wait_s))[0]
             if routes.control is not None and routes.control in readable:
                 for flow in routes.take_pushed():
                     for stream_id, stream in streams.items():
@@ -210,7 +209,7 @@ def forward(agent: Agent, params: Params, sock: socket.socket, meter: MediaMeter
             if stream is None:
                 stream = streams[stream_id] = ForwardedStream(routes.of(stream_id))
             stream.received += 1
-            processed_ns = budget.admit(time.monotonic_ns(), size)
+            processed_ns = budget.admit(clock.monotonic_ns(), size)
             if processed_ns is None:
                 stream.dropped += 1
                 continue

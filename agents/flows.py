@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 import statistics
 import sys
-import time
 
 from agents.agent import Agent
+from edgebed import clock
 
 
 def percentile(sorted_values, q: float) -> float:
@@ -109,7 +109,7 @@ class MalformedLog:
         self.by_port: dict[int, list] = {}
 
     def add(self, port: int, data: bytes) -> None:
-        entry = self.by_port.setdefault(port, [0, time.time_ns(), data[:32].hex()])
+        entry = self.by_port.setdefault(port, [0, clock.time_ns(), data[:32].hex()])
         entry[0] += 1
 
     @property

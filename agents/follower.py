@@ -7,14 +7,13 @@ import json
 import math
 import statistics
 import sys
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from agents.control import ControlClient, ControlError
 from agents.echo import ProbeResult, echo_probes
 from agents.agent import epoch_seconds
-from edgebed import protocol
+from edgebed import clock, protocol
 
 # A leave's sends: 0.5 + 1 + 2 s of waiting at most, within the 5 s the runner gives an agent
 # to stop, so that a controller gone away cannot cost the agent its summary.
@@ -156,11 +155,11 @@ class DecisionFollower:
         try:
             self.control.subscribe()
             # Timed from the join alone: the subscription is not part of asking for access.
-            requested_ns, asked_ns = time.time_ns(), time.monotonic_ns()
+            requested_ns, asked_ns = clock.time_ns(), clock.monotonic_ns()
             answer = self.control.join(self.service, demand=self.demand,
                                        bitrates=tuple(self.bitrates), flow=self.flow,
                                        port=self.port)
-            self.timing = JoinTiming(requested_ns, time.monotonic_ns() - asked_ns)
+            self.timing = JoinTiming(requested_ns, clock.monotonic_ns() - asked_ns)
         except ControlError as error:
             self.refusal = str(error)
             return None
@@ -185,15 +184,15 @@ class DecisionFollower:
         if isinstance(answer, protocol.Rejected):
             self.leave_error = answer.reason
             return False
-        self.left_ns, self.leave_error = time.time_ns(), None
+        self.left_ns, self.leave_error = clock.time_ns(), None
         print(f"left {self.flow}", file=sys.stderr, flush=True)
         return True
 
     def poll(self, timeout: float) -> Followed | None:
         """The next pushed decision about the flow that changes anything, followed; None when
         ``timeout`` seconds pass without one. Pushed rejections are counted."""
-        deadline = time.monotonic() + timeout
-        while (left := deadline - time.monotonic()) > 0:
+        deadline = clock.monotonic() + timeout
+        while (left := deadline - clock.monotonic()) > 0:
             pushed = next(self.control.decisions(timeout=left), None)
             if pushed is None:
                 return None
@@ -215,7 +214,7 @@ class DecisionFollower:
 
     def _follow(self, decision: protocol.Decision,
                 request: JoinTiming | None = None) -> Followed | None:
-        heard_ns = time.time_ns()
+        heard_ns = clock.time_ns()
         confirmed, probes = None, ()
         names = tuple(hop.name for hop in decision.candidates)
         if names and self.probe is not None and names != self._probed:
@@ -232,7 +231,7 @@ class DecisionFollower:
                     self.refusal = f"steer to {best.name}: {error}"
                 if isinstance(answer, protocol.Decision):
                     self.steers += 1
-                    decision, heard_ns = answer, time.time_ns()
+                    decision, heard_ns = answer, clock.time_ns()
         last = self.current
         followed = Followed(decision, heard_ns,
                             last is not None and last.server != decision.server, confirmed,

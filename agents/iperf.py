@@ -6,14 +6,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Literal, Optional
+from typing import ClassVar, Literal, Optional
 
 from pydantic import Field, model_validator
 
 from agents.agent import Agent, AgentParams, NodeRef
 from edgebed.quantities import Duration, PositiveDuration, Rate
+from edgebed import clock
 
 TABLES = {
     # One row per side (sent, received) of each test, one per reporting interval.
@@ -37,6 +37,9 @@ def whole_seconds(value: float, name: str) -> None:
 
 class Params(AgentParams):
     """Which side of an iperf3 test this is and what the test does."""
+
+    undilatable: ClassVar[str | None] = ("iperf3 paces and times itself on the system's clock, "
+                                         "and kernel TCP's timers run in real time")
 
     role: Literal["server", "client"]
     to: Optional[NodeRef] = Field(None, description="the server (clients only)")
@@ -134,8 +137,8 @@ def run_iperf3(agent: Agent, params: Params) -> tuple[str, int, bool]:
             announce = False
         if agent.stopping and stopped_at is None:
             process.terminate()
-            stopped_at = time.monotonic()
-        elif stopped_at is not None and time.monotonic() - stopped_at > KILL_AFTER_S:
+            stopped_at = clock.monotonic()
+        elif stopped_at is not None and clock.monotonic() - stopped_at > KILL_AFTER_S:
             process.kill()
 
 

@@ -12,7 +12,6 @@ import socket
 import statistics
 import struct
 import sys
-import time
 from dataclasses import dataclass, field
 
 from edgebed.files import atomic_output, atomic_write
@@ -20,6 +19,7 @@ from edgebed.files import atomic_output, atomic_write
 from agents.flows import percentile
 from agents.pacing import Pacer
 from agents.sockets import RECEIVE_BUFFER, SO_RCVBUFFORCE, SO_TIMESTAMPNS, TIMESPEC
+from edgebed import clock
 
 MAGIC = b"EBPR"
 # The fields after the magic (name, struct code), as the wire messages declare theirs;
@@ -173,15 +173,15 @@ class Sender:
         sent = errors = 0
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
             sock.connect((self.address, self.port))
-            start = time.monotonic_ns()
+            start = clock.monotonic_ns()
             first = last = start
             for sequence in range(self.count):
                 if pacer is not None:
                     deadline = start + round(sequence * 1e9 / self.rate_pps)
                     now = deadline + pacer.wait_until(deadline)
                 else:
-                    now = time.monotonic_ns()
-                SEQUENCE_AND_TIME.pack_into(payload, SEQUENCE_OFFSET, sequence, time.time_ns())
+                    now = clock.monotonic_ns()
+                SEQUENCE_AND_TIME.pack_into(payload, SEQUENCE_OFFSET, sequence, clock.time_ns())
                 try:
                     sock.send(payload)
                 except OSError:
@@ -264,7 +264,7 @@ class Receiver:
         """Receive until done; returns the flow's :func:`summarize` figures plus counters."""
         buffer = bytearray(65536)
         control_size = socket.CMSG_SPACE(TIMESPEC.size)
-        started = time.monotonic()
+        started = clock.monotonic()
         deadline = started + self.duration_s
         stopped = "duration"
         try:
@@ -272,7 +272,7 @@ class Receiver:
                 if self._stop_requested:
                     stopped = "stop requested"
                     break
-                if time.monotonic() >= deadline:
+                if clock.monotonic() >= deadline:
                     break
                 try:
                     size, control, _, _ = self._socket.recvmsg_into([buffer], control_size)
@@ -292,7 +292,7 @@ class Receiver:
                 self.records.append((sequence, send_ns, receive_time_ns(control)))
                 if len(self.records) == self.expect:
                     stopped = "expected packets arrived"
-                    deadline = min(deadline, time.monotonic() + self.grace_s)
+                    deadline = min(deadline, clock.monotonic() + self.grace_s)
         finally:
             socket_drops = udp_socket_drops(self._socket)
             self._socket.close()
@@ -307,7 +307,7 @@ class Receiver:
             # Of the lost: those this socket dropped itself, its receive buffer full (the
             # receiver did not keep up), not the path; None where the kernel does not say.
             "socket_drops": socket_drops,
-            "listened_s": time.monotonic() - started,
+            "listened_s": clock.monotonic() - started,
             "stopped": stopped,
         }
 
@@ -335,8 +335,8 @@ def receive_time_ns(control) -> int:
     for level, kind, data in control:
         if level == socket.SOL_SOCKET and kind == SCM_TIMESTAMPNS:
             seconds, nanoseconds = TIMESPEC.unpack(data[:TIMESPEC.size])
-            return seconds * 1_000_000_000 + nanoseconds
-    return time.time_ns()
+            return clock.virtual_realtime_ns(seconds * 1_000_000_000 + nanoseconds)
+    return clock.time_ns()
 
 
 def write_json(summary: dict, path: str | None) -> None:

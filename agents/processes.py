@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 from agents.launched import AgentLauncher
+from edgebed import clock
 from topologies.naming import ENVIRONMENT_KEY
 
 GROUP_POLL_S = 0.02
@@ -78,15 +79,15 @@ def _signal_group(group: int, number: int) -> None:
 def _wait_groups_gone(items: list[StartedProcess], timeout_s: float) -> list[StartedProcess]:
     """Wait up to ``timeout_s`` for the process groups of ``items`` to empty; returns the
     items whose group still has members."""
-    deadline = time.monotonic() + timeout_s
+    deadline = clock.monotonic() + timeout_s
     pending = list(items)
     while pending:
         for item in pending:
             item.process.poll()  # reaps the leader, so an empty group is seen as gone
         pending = [item for item in pending if _group_alive(item.group)]
-        if not pending or time.monotonic() >= deadline:
+        if not pending or clock.monotonic() >= deadline:
             break
-        time.sleep(GROUP_POLL_S)
+        clock.sleep(GROUP_POLL_S)
     return pending
 
 

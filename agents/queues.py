@@ -10,7 +10,6 @@ import random
 import select
 import socket
 import statistics
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -21,13 +20,14 @@ from pydantic import BaseModel
 from agents.agent import Agent
 from agents.pacing import WAKE_EARLY_NS, Pacer
 from agents.sockets import POLL_S, listen
+from edgebed import clock
 
 
 def readable_before(sock: socket.socket, deadline_ns: float) -> bool:
     """Wait until ``sock`` has something to read, but no later than WAKE_EARLY_NS before
     ``deadline_ns`` (monotonic clock) nor longer than POLL_S; whether it has."""
-    timeout_s = min(POLL_S, (deadline_ns - WAKE_EARLY_NS - time.monotonic_ns()) / 1e9)
-    return bool(select.select([sock], [], [], max(0.0, timeout_s))[0])
+    timeout_s = min(POLL_S, (deadline_ns - WAKE_EARLY_NS - clock.monotonic_ns()) / 1e9)
+    return bool(select.select([sock], [], [], clock.real_seconds(max(0.0, timeout_s)))[0])
 
 
 @dataclass(slots=True)
@@ -125,15 +125,15 @@ class QueueLoop:
         self.on_readable, self.on_departure = on_readable, on_departure
         self.pacer = Pacer()
         # Arrivals are kernel timestamps on the realtime clock, the pacer runs on the monotonic.
-        self.realtime_ahead_ns = time.time_ns() - time.monotonic_ns()
+        self.realtime_ahead_ns = clock.time_ns() - clock.monotonic_ns()
 
     def run(self, duration_s: float | None) -> None:
         """Serve until stopped or ``duration_s`` has passed."""
-        ends_ns = math.inf if duration_s is None else time.monotonic_ns() + duration_s * 1e9
-        while not self.agent.stopping and time.monotonic_ns() < ends_ns:
+        ends_ns = math.inf if duration_s is None else clock.monotonic_ns() + duration_s * 1e9
+        while not self.agent.stopping and clock.monotonic_ns() < ends_ns:
             queue = min(self.queues, key=lambda q: q.next_departure_ns)
             departure_ns = queue.next_departure_ns - self.realtime_ahead_ns
-            if time.monotonic_ns() >= departure_ns - WAKE_EARLY_NS:
+            if clock.monotonic_ns() >= departure_ns - WAKE_EARLY_NS:
                 self.pacer.wait_until(round(departure_ns))
                 self.on_departure(queue, queue.depart())
             elif readable_before(self.sock, departure_ns):

@@ -9,7 +9,6 @@ import random
 import socket
 import statistics
 import sys
-import time
 from collections import deque
 from typing import Optional
 
@@ -24,6 +23,7 @@ from agents.queues import readable_before
 from agents.request_server import MAX_RESPONSE_BYTES, REQUEST_PORT
 from agents.sockets import DATAGRAM_BUFFER
 from edgebed.quantities import Duration, PositiveDuration, Size
+from edgebed import clock
 
 TABLES = {
     # One row per request.
@@ -87,7 +87,7 @@ class RequestClient:
         params = self.params
         content = params.content + (self.rng.randrange(params.items) if params.items else 0)
         self.contents[request] = content
-        send_ns = time.time_ns()
+        send_ns = clock.time_ns()
         message = REQUEST.pack(request=request, client=self.client, content=content,
                                send_ns=send_ns, response_bytes=round(params.response_bytes))
         try:
@@ -102,7 +102,7 @@ class RequestClient:
     def collect(self) -> None:
         """Take every response waiting on the socket, then give up on the requests whose
         timeout passed before this call (so a response that came in time is never missed)."""
-        now_ns = time.time_ns()
+        now_ns = clock.time_ns()
         while (arrival := receive(self.sock, self.buffer)) is not None:
             size, received_ns, _ = arrival
             message = memoryview(self.buffer)[:size]
@@ -132,11 +132,11 @@ class RequestClient:
         """Send the requests and collect their answers; returns the summary."""
         params = self.params
         count = math.inf if params.count is None else params.count
-        start_ns = time.monotonic_ns()
+        start_ns = clock.monotonic_ns()
         ends_ns = math.inf if params.duration is None else start_ns + params.duration * 1e9
         due_ns = start_ns + self.rng.expovariate(params.rate) * 1e9
         while not self.agent.stopping and self.sent < count and due_ns < ends_ns:
-            if time.monotonic_ns() >= due_ns - WAKE_EARLY_NS:
+            if clock.monotonic_ns() >= due_ns - WAKE_EARLY_NS:
                 self.pacer.wait_until(round(due_ns))
                 self.send(self.sent)
                 due_ns += self.rng.expovariate(params.rate) * 1e9

@@ -21,10 +21,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from pathlib import Path
 
 from edgebed.tables import TableWriter
+from edgebed import clock
 
 from . import netns, openflow, policies, rules
 from .config import ControllerConfig
@@ -51,7 +51,7 @@ class EdgebedController(ControlHandlers, Records, App):
         super().__init__(*args, **kwargs)
         self.config = ControllerConfig.read(Path(os.environ[CONFIG_ENVIRONMENT]))
         self.out = self.config.out
-        self.started = time.monotonic()
+        self.started = clock.monotonic()
         self.view = NetworkView.from_json(self.config.view)
         self.core = ControllerCore(self.view, policies.create(self.config.policy,
                                                               self.config.policy_params),
@@ -78,8 +78,8 @@ class EdgebedController(ControlHandlers, Records, App):
         # the periods from it (status.json), so scheduled events fall at known phases of them.
         self.period_origin = None
         if self.config.period:
-            first_due = time.monotonic() + self.config.period
-            self.period_origin = time.time() + self.config.period
+            first_due = clock.monotonic() + self.config.period
+            self.period_origin = clock.time() + self.config.period
             threading.Thread(target=self._periods, args=(first_due,), name="periods",
                              daemon=True).start()
         self._write_status()
@@ -89,11 +89,11 @@ class EdgebedController(ControlHandlers, Records, App):
         again (absolute deadlines, so periods do not drift by the time a decision takes)."""
         period = self.config.period
         while True:
-            time.sleep(max(0.0, due - time.monotonic()))
+            clock.sleep(max(0.0, due - clock.monotonic()))
             due += period
             with self.lock:
-                started = time.perf_counter_ns()
-                self._carry_out(self.core.reallocate(time.monotonic() - self.started), "period",
+                started = clock.real_elapsed_ns()
+                self._carry_out(self.core.reallocate(clock.monotonic() - self.started), "period",
                                 started)
 
     # lifecycle
@@ -200,7 +200,7 @@ class EdgebedController(ControlHandlers, Records, App):
             return
         up = not (port.state & ofp.OFPPS_LINK_DOWN or port.config & ofp.OFPPC_PORT_DOWN)
         with self.lock:
-            started = time.perf_counter_ns()
+            started = clock.real_elapsed_ns()
             affected = self.core.port_changed(switch, port.port_no, up)
             if affected:
                 LOG.info("%s port %d %s: rerouting", switch, port.port_no,
@@ -219,7 +219,7 @@ class EdgebedController(ControlHandlers, Records, App):
                     pending.waiting.discard(xid)
                     if not pending.waiting:
                         del self.pending[key]
-                        self._record(pending, time.perf_counter_ns())
+                        self._record(pending, clock.real_elapsed_ns())
 
     @set_ev_cls(ofp_event.EventOFPErrorMsg, MAIN_DISPATCHER)
     def switch_error(self, event) -> None:
@@ -284,18 +284,18 @@ class EdgebedController(ControlHandlers, Records, App):
     # decisions
 
     def _place(self, requests) -> Outcome:
-        started = time.perf_counter_ns()
-        outcome = self.core.place(requests, time.monotonic() - self.started)
+        started = clock.real_elapsed_ns()
+        outcome = self.core.place(requests, clock.monotonic() - self.started)
         self._carry_out(outcome, "place", started)
         return outcome
 
     def _carry_out(self, outcome: Outcome, kind: str, started_ns: int) -> None:
         """Install an outcome, save the state, tell subscribers."""
-        policy_ms = (time.perf_counter_ns() - started_ns) / 1e6
+        policy_ms = (clock.real_elapsed_ns() - started_ns) / 1e6
         self._write_traces()
         for rejection in outcome.decision.rejections:
             LOG.info("policy rejected %s: %s", rejection.flow, rejection.reason)
-        self._install(outcome, kind, time.perf_counter_ns(), policy_ms)
+        self._install(outcome, kind, clock.real_elapsed_ns(), policy_ms)
         if outcome.placed:
             self._save()
         for flow in outcome.placed:
@@ -315,11 +315,11 @@ class EdgebedController(ControlHandlers, Records, App):
                     waiting.add(xid)
             # A leave's row names the flow that left and the server it was on.
             pending = PendingInstall(kind, dict(outcome.placed or outcome.left), decided_ns,
-                                     policy_ms, switches, sent, time.perf_counter_ns(), waiting)
+                                     policy_ms, switches, sent, clock.real_elapsed_ns(), waiting)
             if waiting:
                 self.pending[min(waiting)] = pending
             else:
-                self._record(pending, time.perf_counter_ns())
+                self._record(pending, clock.real_elapsed_ns())
 
     def _sync(self, switch: str, everything: bool = False) -> tuple[int, int | None]:
         """Send a switch what it lacks (``everything``: compare all it should hold, not only

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 
-from edgebed import protocol
+from edgebed import clock, protocol
 
 from .core import Outcome
 
@@ -27,8 +26,8 @@ class ControlHandlers:
         server's history unless stale (counted in the status), then whatever the policy's
         ``on_load`` asks for (least_loaded rebalances, a policy that redecides places every
         flow again, most only keep it for their next decision)."""
-        now = time.monotonic() - self.started
-        arrived = time.time()
+        now = clock.monotonic() - self.started
+        arrived = clock.time()
         kept = self.core.report_load(message.node, message.load, metrics=message.metrics,
                                      now=now, sent=message.ts, urgent=message.urgent,
                                      wall_clock=arrived)
@@ -39,7 +38,7 @@ class ControlHandlers:
             json.dumps(message.metrics, sort_keys=True, separators=(",", ":")))
         if not kept:
             return
-        started = time.perf_counter_ns()
+        started = clock.real_elapsed_ns()
         outcome = self.core.react_to_load(now)
         self._write_traces()
         if outcome.placed:
@@ -94,17 +93,17 @@ class ControlHandlers:
                         f"the policy neither placed nor rejected {request.flow}")))
 
     def _on_leave(self, message, reply, source) -> None:
-        started = time.perf_counter_ns()
+        started = clock.real_elapsed_ns()
         outcome = self.core.leave(message.flow)
         self._install(outcome, "leave", started, 0.0)
         self._save()
         reply(protocol.Ack(id=message.id))
 
     def _on_steer(self, message, reply, source) -> None:
-        started = time.perf_counter_ns()
+        started = clock.real_elapsed_ns()
         try:
             outcome = self.core.steer(message.flow, message.server,
-                                      now=time.monotonic() - self.started)
+                                      now=clock.monotonic() - self.started)
         except (KeyError, ValueError) as error:
             reply(protocol.Rejected(id=message.id, flow=message.flow, reason=_reason(error)))
             return
@@ -122,12 +121,12 @@ class ControlHandlers:
             return
         LOG.info("link %d delay now %s / %s s (announced)", message.link,
                  message.delay_forward, message.delay_reverse)
-        self._install(Outcome(switches=switches), "link", time.perf_counter_ns(), 0.0)
+        self._install(Outcome(switches=switches), "link", clock.real_elapsed_ns(), 0.0)
         self._save()
         reply(protocol.Ack(id=message.id))
 
     def _on_path(self, message, reply, source) -> None:
-        started = time.perf_counter_ns()
+        started = clock.real_elapsed_ns()
         try:
             outcome = self.core.pin(message.flow, tuple(message.via))
         except (KeyError, ValueError) as error:

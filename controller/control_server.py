@@ -7,12 +7,11 @@ import logging
 import selectors
 import socket
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from edgebed import protocol
+from edgebed import clock, protocol
 
 logger = logging.getLogger("edgebed.controller.control")
 
@@ -227,7 +226,7 @@ class ControlServer:
 
     def _spend(self, host: str) -> bool:
         """Take one error reply from ``host``'s budget (a token bucket); call with the lock."""
-        now = time.monotonic()
+        now = clock.monotonic()
         tokens, then = self._budgets.get(host, (ERROR_BURST, now))
         tokens = min(ERROR_BURST, tokens + (now - then) * ERROR_RATE)
         _remember(self._budgets, host, (tokens - (tokens >= 1), now), SOURCES)

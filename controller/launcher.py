@@ -10,10 +10,10 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edgebed import clock
 from topologies.model import EDGEBED_APP_MODULE
 from topologies.naming import ENVIRONMENT_KEY
 
@@ -103,7 +103,7 @@ class ControllerProcess:
         """Poll the status file until ``ready(status)``; raises if the process dies or time
         runs out (saying ``missing()`` then). The status file is edgebed's app's: with only
         users' apps it stays empty and ``ready`` alone decides."""
-        deadline = time.monotonic() + timeout_s
+        deadline = clock.monotonic() + timeout_s
         while True:
             status = self.status()
             if (status or not self.runs_edgebed) and ready(status):
@@ -112,11 +112,11 @@ class ControllerProcess:
                 raise RuntimeError(f"the controller exited ({self.process.returncode}) before "
                                    f"{what}; see {self.directory / 'controller.log'}"
                                    f"{self.last_traceback()}")
-            if time.monotonic() > deadline:
+            if clock.monotonic() > deadline:
                 raise RuntimeError(f"the controller did not get to {what} within "
                                    f"{timeout_s:g}s{missing()}; see "
                                    f"{self.directory / 'controller.log'}")
-            time.sleep(0.05)
+            clock.sleep(0.05)
 
     def last_traceback(self) -> str:
         """The last traceback in the controller's log, on lines of its own after a newline
@@ -184,13 +184,13 @@ def wait_remote_connected(unconnected, targets: list[str],
     """Wait until ``unconnected()`` (the switches not connected to a controller) is empty;
     raises naming them when time runs out (the remote controllers ``targets`` are not
     edgebed's to start)."""
-    deadline = time.monotonic() + timeout_s
+    deadline = clock.monotonic() + timeout_s
     while missing := unconnected():
-        if time.monotonic() > deadline:
+        if clock.monotonic() > deadline:
             raise RuntimeError(f"not every switch connected to the remote controller "
                                f"{', '.join(targets)} within {timeout_s:g}s; not connected: "
                                f"{', '.join(missing)}")
-        time.sleep(REMOTE_POLL_S)
+        clock.sleep(REMOTE_POLL_S)
 
 
 def _listening(port: int) -> bool:

@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
 from dataclasses import dataclass, field
 
 from edgebed.files import atomic_write
+from edgebed import clock
 
 from .traces import TRACE_COLUMNS
 
@@ -76,7 +76,7 @@ class Records:
         else:
             rows = [(",".join(sorted(placed)) or "-", ",".join(sorted(set(placed.values())))
                      or "-")]
-        stamp = f"{time.time():.6f}"
+        stamp = f"{clock.time():.6f}"
         for flow, server in rows:
             record = self.core.flows.get(flow) if pending.kind != "leave" else None
             attributes = dict(record.placement.attributes) if record is not None else {}
@@ -89,6 +89,6 @@ class Records:
 
     def _write_traces(self) -> None:
         """A ``policy_trace`` row for each policy call the core made since the last."""
-        stamp = f"{time.time():.6f}"
+        stamp = f"{clock.time():.6f}"
         for trace in self.core.take_traces():
             self.tables["policy_trace"].row("controller", "controller", stamp, *trace.row())

@@ -31,6 +31,16 @@ def _duration(text: str) -> float:
     return value
 
 
+def _dilation(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 1 <= value <= 1000:
+        raise argparse.ArgumentTypeError(f"a time dilation factor is from 1 to 1000, got {text}")
+    return value
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -56,6 +66,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--cli", action="store_true", help="open the Mininet CLI in the running "
                                                         "network instead of waiting for duration")
     run.add_argument("--duration", type=_duration, help="override the scenario's duration, e.g. 30s")
+    run.add_argument("--dilate", type=_dilation, metavar="N",
+                     help="override the scenario's time_dilation: run N times slower than "
+                          "real time, the emulated machine N times faster")
     run.add_argument("--runs-dir", default=os.environ.get("EDGEBED_RUNS", "runs"),
                      help="where run directories go (default: ./runs, or $EDGEBED_RUNS)")
     run.add_argument("--datapath", choices=("kernel", "user"),

@@ -34,8 +34,8 @@ IMPAIRMENT_BACKENDS = {
 }
 
 
-def _load(path: str) -> Scenario:
-    return scenarios.load(path)
+def _load(path: str, overrides: dict | None = None) -> Scenario:
+    return scenarios.load(path, overrides=overrides)
 
 
 def command_validate(arguments: argparse.Namespace) -> int:
@@ -62,8 +62,9 @@ def _need_root(command: str) -> int:
 def command_run(arguments: argparse.Namespace) -> int:
     from .runner import RunOptions, run_scenario
 
+    overrides = {} if arguments.dilate is None else {"time_dilation": arguments.dilate}
     try:
-        loaded = _load(arguments.file)
+        loaded = _load(arguments.file, overrides)
     except ScenarioInvalid as error:
         return report_invalid(error)
     if code := _need_root("run"):

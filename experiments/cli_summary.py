@@ -12,6 +12,7 @@ from edgebed.units import format_fraction
 from topologies.scenario import Scenario
 
 from .cli_output import console
+from .run_clock import summary_notes
 
 
 def print_run_summary(loaded: Scenario, result) -> None:
@@ -29,6 +30,8 @@ def print_run_summary(loaded: Scenario, result) -> None:
     console.print(f"  OVS datapath: {backends.get('ovs_datapath')}; controller: "
                   f"{backends.get('controller')}; bring-up {summary.get('bringup_s', '-')} s, "
                   f"teardown {summary.get('teardown_s', '-')} s")
+    for note in summary_notes(loaded):
+        console.print(f"  [yellow]{note}[/yellow]", highlight=False)
     pings = summary.get("reachability", [])
     if pings:
         table = Table(title="reachability between roles", title_justify="left")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
+from edgebed import clock
 from experiments import scenarios
 from experiments import registry
 from topologies import cleanup
@@ -113,9 +113,9 @@ class FidelityPath(EmulatedNetwork):
         # How long a probe process takes to start here: well under a second on a machine, many
         # seconds in a VM under CPU emulation (TCG). The receiver waits that much longer for the
         # sender, so a slow start is not mistaken for a path that loses packets.
-        begin = time.monotonic()
+        begin = clock.real_elapsed()
         v1.cmd(f"{sys.executable} -c 'import agents.probe'")
-        self.agent_start_s = time.monotonic() - begin
+        self.agent_start_s = clock.real_elapsed() - begin
 
     def stop(self) -> None:
         if self.links is not None:
@@ -132,10 +132,10 @@ class FidelityPath(EmulatedNetwork):
         """Return once an echo v1 -> e1 comes back: after a link comes up, Open vSwitch (in
         user space here) takes a moment to use its port again, and a measurement started before
         would count that moment as loss. Raises after ``timeout_s`` (a link that stays dead)."""
-        deadline = time.monotonic() + timeout_s
+        deadline = clock.monotonic() + timeout_s
         while self.host("v1").popen(["ping", "-n", "-q", "-c", "1", "-W", "1", "10.9.0.2"],
                                     stdout=subprocess.DEVNULL).wait() != 0:
-            if time.monotonic() > deadline:
+            if clock.monotonic() > deadline:
                 raise RuntimeError(f"v1 -> e1 passed no echo within {timeout_s:g}s")
 
     def udp(self, rate_pps: float, count: int, size: int = 64, all_sent: bool = True,
@@ -180,11 +180,11 @@ class FidelityPath(EmulatedNetwork):
         server = self.host("e1").popen(["iperf3", "-s", "-1", "-B", "10.9.0.2"],
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            deadline = time.monotonic() + READY_TIMEOUT_S
+            deadline = clock.monotonic() + READY_TIMEOUT_S
             while ":5201 " not in self.host("e1").cmd("ss -ltnH"):
-                if time.monotonic() > deadline or server.poll() is not None:
+                if clock.monotonic() > deadline or server.poll() is not None:
                     raise RuntimeError("iperf3 on e1 did not listen on 5201")
-                time.sleep(0.05)
+                clock.sleep(0.05)
             result = self.host("v1").cmd(f"iperf3 -c 10.9.0.2 -t {seconds} -O 1 -J")
         finally:
             server.wait(timeout=30)

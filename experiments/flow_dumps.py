@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import re
 import subprocess
-import time
 from collections import defaultdict
 from pathlib import Path
 
 from edgebed.tables import TableWriter
+from edgebed import clock
 
 PERIOD_S = 5.0
 COLUMNS = ("node", "agent", "time", "t_s", "final", "switch", "table", "flows", "packets",
@@ -45,16 +45,16 @@ class FlowDumps:
         self.table = TableWriter(run_dir / "records" / "switch_flows" / "runner-runner.csv",
                                  COLUMNS, flush=True)
         self.counts: dict[str, int] = {}  # switch -> flows at the latest dump
-        self.next_due = time.monotonic()
+        self.next_due = clock.monotonic()
 
     def due(self) -> bool:
-        return time.monotonic() >= self.next_due
+        return clock.monotonic() >= self.next_due
 
     def record(self, t_s: float, final: bool) -> list[str]:
         """Dump every switch now (``t_s`` on the timeline); returns the switches that could
         not be dumped, said as warnings. The final dump closes the table."""
-        self.next_due = time.monotonic() + PERIOD_S
-        stamp = f"{time.time():.6f}"
+        self.next_due = clock.monotonic() + PERIOD_S
+        stamp = f"{clock.time():.6f}"
         problems = []
         for switch, bridge in self.bridges.items():
             try:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import csv
 import math
 import threading
-import time
 from pathlib import Path
 
 from edgebed.files import atomic_output
+from edgebed import clock
 from experiments.cpu_accounting import machine_times
 from topologies.impairments.drops import EMULATOR_CAUSES
 from topologies.model import EmulatorLossLimit
@@ -85,7 +85,7 @@ class CpuMonitor:
     def __init__(self, period_s: float = CPU_SAMPLE_PERIOD_S):
         self.period_s = period_s
         self.samples: list[tuple[float, float]] = []  # (seconds since start, busy fraction)
-        self._origin = time.monotonic()
+        self._origin = clock.monotonic()
         self._last: tuple[int, int] | None = None
         self._last_at = self._origin
         self._stop = threading.Event()
@@ -94,7 +94,7 @@ class CpuMonitor:
         self._gap_at: float | None = None
 
     def start(self) -> None:
-        self._origin = self._last_at = time.monotonic()
+        self._origin = self._last_at = clock.monotonic()
         self._last = machine_times()
         self._thread = threading.Thread(target=self._run, name="cpu-monitor", daemon=True)
         self._thread.start()
@@ -108,13 +108,13 @@ class CpuMonitor:
 
     def _run(self) -> None:
         due = self._origin + self.period_s
-        while not self._stop.wait(max(0.0, due - time.monotonic())):
+        while not self._stop.wait(clock.real_seconds(max(0.0, due - clock.monotonic()))):
             self.sample()
             # The next deadline after now: a stall skips deadlines rather than bunching samples.
-            due += self.period_s * max(1, math.ceil((time.monotonic() - due) / self.period_s))
+            due += self.period_s * max(1, math.ceil((clock.monotonic() - due) / self.period_s))
 
     def sample(self) -> None:
-        now, at = machine_times(), time.monotonic()
+        now, at = machine_times(), clock.monotonic()
         if self._last is not None:
             busy, total = now[0] - self._last[0], now[1] - self._last[1]
             if total > 0:

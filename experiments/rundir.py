@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from edgebed import clock
 from edgebed.files import atomic_write
 
 
@@ -23,7 +24,8 @@ def edgebed_version() -> str:
 
 
 def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    """The run's virtual wall-clock time, in UTC."""
+    return datetime.fromtimestamp(clock.time(), timezone.utc)
 
 
 def iso(moment: datetime) -> str:

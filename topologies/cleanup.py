@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from edgebed import clock
 
 from . import cpu_limits
 from .naming import ENVIRONMENT_KEY, prefix_of
@@ -113,10 +114,10 @@ def kill_processes(pids: list[int], grace_s: float = 2.0) -> None:
             os.kill(pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
-    deadline = time.monotonic() + grace_s
+    deadline = clock.monotonic() + grace_s
     alive = list(pids)
-    while alive and time.monotonic() < deadline:
-        time.sleep(0.05)
+    while alive and clock.monotonic() < deadline:
+        clock.sleep(0.05)
         alive = [pid for pid in alive if _exists(pid)]
     for pid in alive:
         try:

@@ -10,10 +10,11 @@ the run's prefix like everything else a run makes, and ``edgebed clean`` finds i
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from mininet.node import Host
+
+from edgebed import clock
 
 ROOT = Path("/sys/fs/cgroup")
 PERIOD_US = 100_000  # the kernel's default period: a 0.25-core host runs 25 ms of every 100 ms
@@ -82,7 +83,7 @@ class CpuLimit:
                 except FileNotFoundError:
                     break
                 except OSError:  # busy: a process still exiting
-                    time.sleep(0.1)
+                    clock.sleep(0.1)
             else:
                 raise RuntimeError(f"cgroup {directory} still has processes")
 

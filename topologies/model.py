@@ -408,6 +408,11 @@ class ScenarioDocument(StrictModel):
     description: str = ""
     seed: int = Field(1, ge=0, lt=2**32, description="seed for every random choice of the run")
     duration: PositiveDuration = Field(10.0, description="how long the run lasts, e.g. 30s")
+    time_dilation: float = Field(
+        1.0, ge=1, le=1000,
+        description="time dilation factor N: the run's clock passes N times slower than real "
+                    "time, so the emulated machine is N times faster; durations, rates and "
+                    "delays stay as written, in virtual time")
     topology: Topology
     controller: Controller = Field(default_factory=Controller)
     emulation: Emulation = Field(default_factory=Emulation)

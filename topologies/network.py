@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from dataclasses import dataclass, field
 
 from mininet.link import Link
 from mininet.net import Mininet
 from mininet.node import Host, OVSSwitch
+
+from edgebed import clock
 
 from . import ovs_listing, switch_sockets
 from .cpu_limits import CpuLimit, CpuLimitedHost
@@ -71,7 +72,7 @@ class ScenarioNetwork:
     cpu_limits: dict[str, CpuLimit] = field(default_factory=dict)  # host -> its cgroup
 
     def start(self) -> None:
-        started = time.monotonic()
+        started = clock.real_elapsed()
         machine = os.cpu_count() or 1
         too_large = [f"{node.name} ({node.cpu:g})" for node in self.scenario.hosts
                      if node.cpu is not None and node.cpu > machine]
@@ -107,13 +108,13 @@ class ScenarioNetwork:
         self._configure_wires()
         if managed:
             self.management = Management.build(self, controller.management_subnet)
-        self.timings.build_s = time.monotonic() - started
-        started = time.monotonic()
+        self.timings.build_s = clock.real_elapsed() - started
+        started = clock.real_elapsed()
         self.net.start()
         self._label_bridges()
         if self.datapath == "user":
             self.small_switch_sockets = switch_sockets.enlarge(self.switch_ports())
-        self.timings.start_s = time.monotonic() - started
+        self.timings.start_s = clock.real_elapsed() - started
 
     def _end_params(self, end: Endpoint, side: str) -> dict:
         """Mininet link parameters for one endpoint: name, MAC and, on switches, the port."""
@@ -305,7 +306,7 @@ class ScenarioNetwork:
     def stop(self) -> None:
         if self.net is None:
             return
-        started = time.monotonic()
+        started = clock.real_elapsed()
         try:
             if self.management is not None:
                 self.management.remove()
@@ -316,7 +317,7 @@ class ScenarioNetwork:
                 for limit in self.cpu_limits.values():
                     limit.remove()
             finally:
-                self.timings.stop_s = time.monotonic() - started
+                self.timings.stop_s = clock.real_elapsed() - started
 
 
 @dataclass

@@ -147,6 +147,10 @@ class Scenario:
         return self.document.duration
 
     @property
+    def time_dilation(self) -> float:
+        return self.document.time_dilation
+
+    @property
     def hosts(self) -> list[Node]:
         return [n for n in self.nodes.values() if not n.is_switch]
 

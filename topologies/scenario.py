@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -20,10 +22,14 @@ __all__ = ["Capture", "Endpoint", "Event", "Link", "Node", "Scenario", "Service"
 
 
 def load(path: str | Path, environ: dict[str, str] | None = None, *,
-         plugins: Plugins) -> Scenario:
+         plugins: Plugins, overrides: Mapping[str, Any] | None = None) -> Scenario:
     """Read, validate and resolve a scenario file, its workload and policy checked against
-    ``plugins``; raises :class:`ScenarioInvalid`."""
-    return resolve(*syntax_checked(lambda: load_scenario_file(path, environ)), plugins)
+    ``plugins``; raises :class:`ScenarioInvalid`. ``overrides`` replace top-level keys as
+    read (a command line's ``--dilate``), so they are checked like the file's own."""
+    data, source_map = syntax_checked(lambda: load_scenario_file(path, environ))
+    if overrides and isinstance(data, dict):
+        data = {**data, **overrides}
+    return resolve(data, source_map, plugins)
 
 
 def loads(text: str, file: str = "<scenario>", environ: dict[str, str] | None = None, *,

@@ -11,8 +11,9 @@ import os
 import re
 import socket
 import subprocess
-import time
 from dataclasses import dataclass
+
+from edgebed import clock
 
 # Asked per port; the kernel doubles it for its bookkeeping, so ~8 MiB as ``ss`` shows it:
 # ~3 600 frames, a 300 ms stall at 12 000 frames/s.
@@ -69,16 +70,16 @@ def enlarge(interfaces: list[str], size: int = RECEIVE_BUFFER,
     could not (no socket within ``timeout``, or the kernel refused), for the run's warnings."""
     libc = ctypes.CDLL(None, use_errno=True)
     waiting, refused = set(interfaces), []
-    deadline = time.monotonic() + timeout
+    deadline = clock.monotonic() + timeout
     while waiting:
         sockets = read()
         for name in sorted(waiting & sockets.keys()):
             waiting.discard(name)
             if not _set_buffer(libc, sockets[name], size):
                 refused.append(name)
-        if not waiting or time.monotonic() > deadline:
+        if not waiting or clock.monotonic() > deadline:
             break
-        time.sleep(0.05)
+        clock.sleep(0.05)
     return sorted(waiting) + refused
 
 

@@ -29,6 +29,14 @@ class WorkloadResolution(DocumentChecks):
                                  'write command: "iperf3 -s"')
                     continue
                 self._check_placeholders(entry.command, path + ("command",))
+                if self.document.time_dilation > 1:
+                    self.problem(path + ("command",),
+                                 f"a command cannot run at time_dilation "
+                                 f"{self.document.time_dilation:g}: it reads the system's "
+                                 "clock, which edgebed does not dilate",
+                                 "run it in an undilated scenario (time_dilation: 1), or "
+                                 "replace it with an edgebed agent")
+                    continue
                 workload.append(Workload(entry.agent, nodes, entry.command, entry.start,
                                          may_fail=entry.may_fail))
                 continue
@@ -47,6 +55,13 @@ class WorkloadResolution(DocumentChecks):
                 self.problems.extend(validation_problems(
                     error, entry.params, self.source_map, at=path + ("params",),
                     fields=lambda _: model.model_fields))
+                continue
+            reason = getattr(model, "undilatable", None)
+            if reason is not None and self.document.time_dilation > 1:
+                self.problem(path + ("agent",),
+                             f"agent {entry.agent} cannot run at time_dilation "
+                             f"{self.document.time_dilation:g}: {reason}",
+                             "run it in an undilated scenario (time_dilation: 1)")
                 continue
             references = self.agents.node_reference_fields(model)
             for name in references:

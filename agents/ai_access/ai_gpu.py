@@ -8,10 +8,9 @@ import select
 import socket
 import sys
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Callable, Hashable, NamedTuple
+from typing import Callable, ClassVar, Hashable, NamedTuple
 
 from pydantic import Field
 
@@ -19,6 +18,7 @@ from agents.agent import Agent, AgentParams, epoch_seconds
 from agents.flows import MalformedLog
 from agents.sockets import POLL_S
 from agents.ai_access.formats import AI_UNIT, GPU_GRANT, GPU_REQUEST
+from edgebed import clock
 
 GPU_PORT = 6104
 MANAGER_PORT = 6103
@@ -100,6 +100,9 @@ TABLES = {
 class Params(AgentParams):
     """Where the GPU server listens and when it stops."""
 
+    undilatable: ClassVar[str | None] = ("the units reach it over kernel TCP, whose timers "
+                                         "(retransmission, delayed ACKs) run in real time")
+
     port: int = Field(GPU_PORT, ge=0, le=65535, description="TCP port for the units; 0: any")
 
 
@@ -125,7 +128,8 @@ class GpuServer:
 
     def step(self, wait_s: float) -> None:
         """Accept connections and read what waits, waiting up to ``wait_s`` for something."""
-        readable, _, _ = select.select([self.listener, *self.connections], [], [], wait_s)
+        readable, _, _ = select.select([self.listener, *self.connections], [], [],
+                                         clock.real_seconds(wait_s))
         for sock in readable:
             if sock is self.listener:
                 connection, address = self.listener.accept()
@@ -156,7 +160,7 @@ class GpuServer:
             self.units += 1
             self.bytes += header["length"]
             self.by_source[connection.source] = self.by_source.get(connection.source, 0) + 1
-            self.agent.row("gpu_units", epoch_seconds(time.time_ns()), connection.source,
+            self.agent.row("gpu_units", epoch_seconds(clock.time_ns()), connection.source,
                            header["stream"], header["unit"], header["sequence"],
                            header["length"])
 
@@ -272,9 +276,9 @@ class Handoff:
                 self.requests += 1
             except OSError:
                 pass  # asked again after the wait
-            deadline = time.monotonic() + wait
-            while (left := deadline - time.monotonic()) > 0:
-                if not select.select([self.side_band], [], [], left)[0]:
+            deadline = clock.monotonic() + wait
+            while (left := deadline - clock.monotonic()) > 0:
+                if not select.select([self.side_band], [], [], clock.real_seconds(left))[0]:
                     break
                 try:
                     reply = self.side_band.recv(RECEIVE_CHUNK)
@@ -320,7 +324,7 @@ class Handoff:
                     self.pending_at_stop += 1
                     return
             self.sent += 1
-            self.row("gpu_handoffs", epoch_seconds(time.time_ns()), unit.stream, unit.unit,
+            self.row("gpu_handoffs", epoch_seconds(clock.time_ns()), unit.stream, unit.unit,
                      sequence, f"{gpu[0]}:{gpu[1]}", len(unit.data), requests)
 
     def start(self) -> "Handoff":

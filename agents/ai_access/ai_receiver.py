@@ -8,7 +8,6 @@ import select
 import socket
 import statistics
 import sys
-import time
 from dataclasses import dataclass, field
 from typing import NamedTuple, Optional
 
@@ -25,6 +24,7 @@ from agents.control import LoadReporter, ReportingParams, side_band_address
 from agents.ai_access.formats import AI_DATA
 from agents.wire import MAGIC, VERSION
 from edgebed.quantities import Duration
+from edgebed import clock
 
 TABLES = {
     "gpu_handoffs": ai_gpu.TABLES["gpu_handoffs"],
@@ -401,13 +401,13 @@ def main(argv: list[str] | None = None) -> int:
                                  f"side-band address (${{EDGEBED_SIDE_BAND}})")
             handoff = ai_gpu.Handoff((address, params.manager_port), agent.row).start()
         server = AccessServer(agent, params, socks, handoff=handoff)
-        ends = math.inf if params.duration is None else time.monotonic() + params.duration
-        while (not agent.stopping and time.monotonic() < ends
+        ends = math.inf if params.duration is None else clock.monotonic() + params.duration
+        while (not agent.stopping and clock.monotonic() < ends
                and (params.units is None or server.written < params.units)):
-            now_ns = time.time_ns()
+            now_ns = clock.time_ns()
             wait_s = (server.step(now_ns) - now_ns) / 1e9
-            select.select(socks, [], [], min(POLL_S, max(0.0, wait_s)))
-        summary = server.finish(time.time_ns())
+            select.select(socks, [], [], clock.real_seconds(min(POLL_S, max(0.0, wait_s))))
+        summary = server.finish(clock.time_ns())
         if manager is not None:
             summary["cluster_manager"] = manager.close()
     finally:

@@ -8,7 +8,6 @@ import select
 import socket
 import struct
 import sys
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Optional
@@ -23,7 +22,7 @@ from agents.control import ControlClient, controller_client
 from agents.follower import FOLLOWER_TABLES, DecisionFollower, Followed
 from agents.ai_access.formats import AI_DATA, AI_NACK
 from agents.wire import MAGIC, VERSION, pack_u16_list, unpack_u16_list
-from edgebed import protocol
+from edgebed import clock, protocol
 from edgebed.quantities import Fraction, PositiveDuration, Size
 
 TABLES = {
@@ -213,7 +212,7 @@ class StreamSender:
         """Send one packet of the current unit now; False when the socket refused it."""
         length = self.params.fragment_length(fragment)
         PER_PACKET.pack_into(self.packet, PER_PACKET_OFFSET, self.current.unit, fragment,
-                             self.params.fragments, length, time.time_ns())
+                             self.params.fragments, length, clock.time_ns())
         try:
             self.data.send(self.packet_view[:AI_DATA.header_size + length])
         except OSError:
@@ -317,7 +316,7 @@ class Terminal:
                 continue
             sender.aim(decision)
         # The flows start their schedules now that every one knows where to send.
-        start_ns = time.monotonic_ns()
+        start_ns = clock.monotonic_ns()
         for index, sender in enumerate(self.senders.values()):
             sender.first_opens_ns = start_ns + index * self.params.period_ns // len(self.senders)
             if sender.destination is not None:
@@ -356,14 +355,14 @@ class Terminal:
                           if sender.current is not None]
                 if not active:
                     break
-                now_ns = time.monotonic_ns()
+                now_ns = clock.monotonic_ns()
                 due_ns, kind, sender = min(
                     ((*sender.next_due(now_ns), sender) for sender in active),
                     key=lambda event: event[0])
                 if due_ns - now_ns > WAKE_EARLY_NS:
                     # Nothing due yet: wait for NACKs and decisions meanwhile.
-                    select.select(watched, [], [], min(POLL_S,
-                                                       (due_ns - now_ns - WAKE_EARLY_NS) / 1e9))
+                    select.select(watched, [], [], clock.real_seconds(
+                        min(POLL_S, (due_ns - now_ns - WAKE_EARLY_NS) / 1e9)))
                 else:
                     sender.act(due_ns, kind)
                 self.read_nacks()

@@ -9,7 +9,6 @@ import select
 import socket
 import struct
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Optional
@@ -23,6 +22,7 @@ from agents.dispatch.formats import LOOKUP_QUERY, LOOKUP_REPLY
 from agents.wire import message_type
 from controller.policies.dispatch.lookup import LookupMode, LookupState
 from edgebed.quantities import Duration, Fraction, PositiveDuration
+from edgebed import clock
 
 LOOKUP_PORT = 6110
 
@@ -152,10 +152,10 @@ class DispatchCenter:
         """Send ``lookup``'s queries to ``centers`` and start its timer again."""
         for center in centers:
             self.send(LOOKUP_QUERY.pack(lookup=lookup.number, stream=lookup.stream,
-                                        attempt=lookup.state.round, send_ns=time.time_ns()),
+                                        attempt=lookup.state.round, send_ns=clock.time_ns()),
                       center)
         if centers:
-            lookup.deadline = time.monotonic() + self.params.timeout
+            lookup.deadline = clock.monotonic() + self.params.timeout
 
     def start_lookup(self) -> None:
         number = len(self.lookups)
@@ -170,8 +170,8 @@ class DispatchCenter:
         followed = hint if mode is LookupMode.HINT else None
         state = LookupState(self.address, self.centers, mode, followed, self.params.timeout,
                             self.params.retries)
-        lookup = Lookup(number, stream, mode, owner, followed, stale, time.time_ns(), state,
-                        time.monotonic())
+        lookup = Lookup(number, stream, mode, owner, followed, stale, clock.time_ns(), state,
+                        clock.monotonic())
         self.lookups.append(lookup)
         self.open[number] = lookup
         self.query(lookup, state.start())
@@ -186,7 +186,7 @@ class DispatchCenter:
         """Fire the timers that are due."""
         for lookup in [open_ for open_ in self.open.values() if open_.deadline <= now]:
             self.query(lookup, lookup.state.on_timeout())
-            self.settle(lookup, time.time_ns())
+            self.settle(lookup, clock.time_ns())
 
     def answer(self, data, source: str) -> None:
         query = LOOKUP_QUERY.unpack(data)
@@ -232,15 +232,16 @@ class DispatchCenter:
 
     def run(self) -> dict:
         params = self.params
-        begun = time.monotonic()
+        begun = clock.monotonic()
         end = begun + params.duration if params.duration is not None else float("inf")
         next_start = (begun + params.warmup + self.random.expovariate(params.rate)
                       if params.rate > 0 else float("inf"))
-        while not self.agent.stopping and (now := time.monotonic()) < end:
+        while not self.agent.stopping and (now := clock.monotonic()) < end:
             due = min([next_start, end] + [lookup.deadline for lookup in self.open.values()])
-            if select.select([self.sock], [], [], min(max(0.0, due - now), POLL_S))[0]:
+            if select.select([self.sock], [], [],
+                             clock.real_seconds(min(max(0.0, due - now), POLL_S)))[0]:
                 self.read()
-            now = time.monotonic()
+            now = clock.monotonic()
             while now >= next_start:
                 self.start_lookup()
                 next_start += self.random.expovariate(params.rate)

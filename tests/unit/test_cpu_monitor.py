@@ -18,8 +18,8 @@ def test_samples_keep_coming_while_the_caller_is_busy():
 
 
 def test_a_long_wait_between_samples_is_a_stall(monkeypatch):
-    clock = iter([0.0, 0.0, 1.0, 2.0, 6.5, 7.5])  # construction, then five samples
-    monkeypatch.setattr(measurements.time, "monotonic", lambda: next(clock))
+    readings = iter([0.0, 0.0, 1.0, 2.0, 6.5, 7.5])  # construction, then five samples
+    monkeypatch.setattr(measurements.clock, "monotonic", lambda: next(readings))
     monitor = measurements.CpuMonitor(period_s=1.0)
     for _ in range(5):
         monitor.sample()
@@ -28,8 +28,8 @@ def test_a_long_wait_between_samples_is_a_stall(monkeypatch):
 
 
 def test_regular_samples_are_no_stall(monkeypatch):
-    clock = iter([0.0, 0.0, 1.0, 2.0, 3.1])
-    monkeypatch.setattr(measurements.time, "monotonic", lambda: next(clock))
+    readings = iter([0.0, 0.0, 1.0, 2.0, 3.1])
+    monkeypatch.setattr(measurements.clock, "monotonic", lambda: next(readings))
     monitor = measurements.CpuMonitor(period_s=1.0)
     for _ in range(4):
         monitor.sample()

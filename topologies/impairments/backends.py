@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from edgebed import clock
+
 from ..model import Impairment
 from . import tc
 from .relay import Relay, relay_direction
@@ -45,8 +47,8 @@ class NetemBackend:
 
     def apply(self, placement: Placement, impairment: Impairment) -> dict:
         interface = placement.interface
-        commands = tc.shaping(interface, impairment.bw, impairment.queue,
-                              leaf=tc.netem_spec(impairment))
+        kernel = tc.in_real_time(impairment, clock.current().dilation)
+        commands = tc.shaping(interface, kernel.bw, kernel.queue, leaf=tc.netem_spec(kernel))
         _run(placement, tc.clear(interface) + commands)
         return {"where": placement.where, "tc": commands}
 
@@ -64,7 +66,10 @@ class FallbackBackend:
                 "was built without one; declare the impairment on the link or in its schedule "
                 "so the link is built with a wire")
         interface = placement.interface
-        commands = tc.shaping(interface, impairment.bw, impairment.queue)
+        # The relays keep the run's clock and take the impairment as written; HTB keeps real
+        # time.
+        kernel = tc.in_real_time(impairment, clock.current().dilation)
+        commands = tc.shaping(interface, kernel.bw, kernel.queue)
         if impairment.loss:
             commands += tc.random_loss(interface, impairment.loss)
         _run(placement, tc.clear(interface) + commands)

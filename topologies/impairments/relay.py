@@ -6,10 +6,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
+
+from edgebed import clock
 
 from ..model import Impairment
 from ..naming import ENVIRONMENT_KEY
@@ -112,11 +113,11 @@ class Relay:
         """Return once the relay forwards: it writes its first status right after opening its
         sockets. Until then the wire drops every frame, ARP included. The timeout only catches
         a relay that never starts: a VM under CPU emulation takes tens of seconds to start one."""
-        deadline = time.monotonic() + timeout_s
+        deadline = clock.monotonic() + timeout_s
         while not self.status.exists():
-            if self.process.poll() is not None or time.monotonic() > deadline:
+            if self.process.poll() is not None or clock.monotonic() > deadline:
                 raise RuntimeError(f"the relay of {self.log.stem} did not start; see {self.log}")
-            time.sleep(0.01)
+            clock.sleep(0.01)
 
     def update(self, direction: str, impairment: Impairment) -> None:
         if self.process.poll() is not None:

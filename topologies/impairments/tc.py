@@ -21,6 +21,19 @@ _TC_ACT_UNSPEC = 0xFFFFFFFF
 DISTRIBUTIONS = ("normal", "uniform", "pareto", "paretonormal")
 
 
+def in_real_time(impairment: Impairment, dilation: float) -> Impairment:
+    """What the kernel, which keeps real time, must apply for ``impairment`` to hold in a run
+    dilated ``dilation`` times: delays and jitter that much longer, the rate that much lower.
+    Loss and queue lengths (in packets) do not depend on time."""
+    if dilation == 1:
+        return impairment
+    update = {name: getattr(impairment, name) * dilation for name in ("delay", "jitter")
+              if getattr(impairment, name) is not None}
+    if impairment.bw is not None:
+        update["bw"] = impairment.bw / dilation
+    return impairment.model_copy(update=update)
+
+
 def loss_threshold(loss: float) -> int:
     """Random u32 values below this are dropped: exactly ``loss`` of them."""
     return min(2**32 - 1, round(loss * 2**32))

@@ -18,9 +18,9 @@ import select
 import socket
 import struct
 import sys
-import time
 from dataclasses import dataclass, field
 
+from edgebed import clock
 from edgebed.realtime import request_cpu_latency, run_realtime
 from topologies.model import BurstLoss
 
@@ -272,7 +272,7 @@ class Relay:
     def __init__(self, forward_in: str, forward_out: str, status_path: str | None = None):
         inner, outer = open_interface(forward_in), open_interface(forward_out)
         self.status_path = status_path
-        self.next_status_ns = time.monotonic_ns()
+        self.next_status_ns = clock.monotonic_ns()
         self.forward = Direction("forward", inner, outer)
         self.reverse = Direction("reverse", outer, inner)
         self.directions = {"forward": self.forward, "reverse": self.reverse}
@@ -310,10 +310,10 @@ class Relay:
         """Queue the frames waiting on ``direction``'s interface (at most ``batch``)."""
         receive_into = direction.in_socket.recvmsg_into
         buffers = (self.buffer,)
-        monotonic_ns = time.monotonic_ns
+        monotonic_ns, virtual_realtime_ns = clock.monotonic_ns, clock.virtual_realtime_ns
         # Kernel timestamps are CLOCK_REALTIME, due times CLOCK_MONOTONIC; the two only part
         # when the clock is stepped, so the offset is taken afresh for every batch.
-        realtime_offset = time.time_ns() - monotonic_ns()
+        realtime_offset = clock.time_ns() - monotonic_ns()
         for _ in itertools.repeat(None) if batch is None else range(batch):
             try:
                 size, ancillary, flags, _ = receive_into(buffers, ANCILLARY_SPACE)
@@ -332,7 +332,8 @@ class Relay:
             for level, kind, data in ancillary:
                 if kind == SO_TIMESTAMPNS and level == socket.SOL_SOCKET:
                     seconds, nanoseconds = TIMESPEC.unpack_from(data)
-                    stamped = seconds * 1_000_000_000 + nanoseconds - realtime_offset
+                    stamped = (virtual_realtime_ns(seconds * 1_000_000_000 + nanoseconds)
+                               - realtime_offset)
                     if now - TIMESTAMP_TRUST_NS < stamped <= now:
                         arrival = stamped
                 elif kind == PACKET_AUXDATA and level == SOL_PACKET:
@@ -384,7 +385,8 @@ class Relay:
 
     def run(self) -> None:
         queue, handlers = self.queue, self.handlers
-        monotonic_ns, heappop, wait = time.monotonic_ns, heapq.heappop, select.select
+        monotonic_ns, heappop, wait = clock.monotonic_ns, heapq.heappop, select.select
+        real_timeout = clock.real_timeout
         while not self.stopping:
             now = monotonic_ns()
             while queue and queue[0][0] <= now:
@@ -400,7 +402,7 @@ class Relay:
                 until_status = (self.next_status_ns - now) / 1e9
                 timeout = until_status if timeout is None else min(timeout, until_status)
             # select() takes microseconds; epoll and poll would round up to whole milliseconds.
-            readable, _, _ = wait(self.watched, (), (), timeout)
+            readable, _, _ = wait(self.watched, (), (), real_timeout(timeout))
             for fd in readable:
                 handlers[fd]()
 

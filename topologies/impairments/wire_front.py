@@ -10,6 +10,8 @@ import signal
 import subprocess
 import sys
 
+from edgebed import clock
+
 from .wire_config import DEFAULT_LIMIT, DIRECTIONS, parse_config, variation_table
 
 
@@ -126,6 +128,7 @@ class CompiledRelay:
 
     def configure(self, document) -> None:
         changes, seed = parse_config(document)
+        real_ns = clock.current().real_ns
         lines = [] if seed is None else [f"S {seed}"]
         for index, name in enumerate(DIRECTIONS):
             if name not in changes:
@@ -136,8 +139,9 @@ class CompiledRelay:
             if current["distribution"] in ("pareto", "paretonormal"):
                 lines.append(f"T {index} " + " ".join(
                     repr(value) for value in variation_table(current["distribution"])))
+            # The C relay keeps real time: a virtual delay lasts N times longer for real.
             lines.append(" ".join(str(value) for value in (
-                "D", index, current["delay_ns"], current["jitter_ns"],
+                "D", index, real_ns(current["delay_ns"]), real_ns(current["jitter_ns"]),
                 COMPILED_DISTRIBUTIONS[current["distribution"]], int(current["reorder"]),
                 repr(float(current["loss"])), int(burst is not None),
                 *(repr(float(getattr(burst, key))) if burst else "0.0"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import heapq
 import math
 import random
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -15,6 +14,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import maximum_bipartite_matching
 
 from controller.policies.ai_access.resources import FlowDemand, LoadWeights, ServerLoad
+from edgebed import clock
 
 
 @dataclass
@@ -90,7 +90,7 @@ class Allocation:
     rejected: dict[str, str] = field(default_factory=dict)
     rounds: int = 0
     granted: dict[str, float] = field(default_factory=dict)
-    started: float = field(default_factory=time.perf_counter, repr=False)
+    started: float = field(default_factory=clock.real_elapsed, repr=False)
 
     def place(self, flow: FlowDemand, room: "Room", port: str) -> None:
         room.take(flow, port)
@@ -98,7 +98,7 @@ class Allocation:
 
     def stamp(self, flows: Iterable[str]) -> None:
         """The answers for ``flows`` are known now."""
-        now = time.perf_counter() - self.started
+        now = clock.real_elapsed() - self.started
         for flow in flows:
             self.granted[flow] = now
 

@@ -3,7 +3,6 @@ Optimal, on the model of :mod:`controller.policies.live_edge.model`."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import numpy as np
@@ -11,6 +10,7 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import csr_array
 
 from controller.policies.live_edge.model import Allocation, Instance, SolverReport, Tables, headroom
+from edgebed import clock
 
 Allocator = Callable[[Instance, np.random.Generator], Allocation]
 
@@ -163,7 +163,7 @@ def optimal(instance: Instance, rng: np.random.Generator, *, time_limit: float =
     serving that many (linear in x: QoE is a constant per (v, m, r)). Capacities get the same
     slack as the greedy allocators'. A run cut short keeps the best solution found and says so
     in ``solver``; if stage two found none, stage one's stands."""
-    end = time.monotonic() + time_limit
+    end = clock.monotonic() + time_limit
     tables = instance.tables
     viewer, server = np.nonzero(tables.covered)
     viewers, servers = len(tables.preferred), len(tables.bandwidth)
@@ -195,7 +195,7 @@ def optimal(instance: Instance, rng: np.random.Generator, *, time_limit: float =
 
     def solve(cost: np.ndarray, extra: list[LinearConstraint]):
         # HiGHS needs a positive limit; with the budget spent it still reports what it has.
-        options = {"time_limit": max(end - time.monotonic(), 1e-3), "mip_rel_gap": mip_rel_gap,
+        options = {"time_limit": max(end - clock.monotonic(), 1e-3), "mip_rel_gap": mip_rel_gap,
                    "disp": False}
         return milp(cost, constraints=constraints + extra, integrality=ones,
                     bounds=Bounds(0, 1), options=options)

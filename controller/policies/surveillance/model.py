@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -16,6 +15,7 @@ from controller.policies.surveillance.balancer import (BALANCERS, Balancer, Choi
                                                        PowerOfTwoChoices, Refusal)
 from controller.policies.surveillance.load import (HEAVY_ABOVE, LIGHT_BELOW, Hardware,
                                                    LoadWeights, Usage, node_load, node_weights)
+from edgebed import clock
 
 # About 1x, 2x and 4x: CPU clock x count (GHz), memory (GB), link (Mbit/s), disk (GB).
 PAPER_NODES = (Hardware(2 * 2.4, 4, 100, 500), Hardware(4 * 2.8, 8, 200, 1000),
@@ -119,7 +119,7 @@ class _Nodes:
 
 
 def simulate(workload: Workload, balancer_name: str, seed: int,
-             clock: Callable[[], float] = time.perf_counter,
+             clock: Callable[[], float] = clock.real_elapsed,
              camera_stops: Mapping[int, float] | None = None) -> Outcome:
     """One run of the test with balancer ``balancer_name``. Metrics:
 
