@@ -4,8 +4,8 @@ controller's decisions name."""
 from __future__ import annotations
 
 import socket
-import time
 
+from edgebed import clock
 from agents.agent import Agent, epoch_seconds
 from agents.control import ControlClient
 from agents.follower import DecisionFollower, follow_pushed
@@ -63,7 +63,7 @@ class BackSource:
             self.due_ns[stream] = now_ns + self.interval_ns
             # One user per stream: the upstream keeps a session for each, from one socket.
             pull = PULL.pack(stream=stream, delivered_stream=stream, user=stream,
-                             send_ns=time.time_ns(),
+                             send_ns=clock.time_ns(),
                              bitrate_kbps=max(1, round(bitrate / 1e3)), rung=0)
             try:
                 self.source.sendto(pull, (upstream, self.port))

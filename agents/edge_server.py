@@ -10,7 +10,6 @@ import math
 import select
 import socket
 import sys
-import time
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
@@ -33,6 +32,7 @@ from agents.follower import FOLLOWER_TABLES
 from agents.gop_cache import GopCache, SourceFrame
 from agents.media import MEDIA_TABLES, MediaMeter
 from edgebed.quantities import Duration, PositiveDuration, Rate, Size
+from edgebed import clock
 
 TABLES = {
     **MEDIA_TABLES,
@@ -234,7 +234,7 @@ class EdgeServer:
             return
         session.admitted, session.cost = True, cost
         self.used_vcpu += cost
-        session.admitted_ns = time.monotonic_ns()
+        session.admitted_ns = clock.monotonic_ns()
         if self.cache is not None and session.fresh:
             # The cached GOP at once, as a backlog: the live frames queue behind it.
             for frame in self.cache.gop(session.stream):
@@ -302,8 +302,8 @@ class EdgeServer:
             return  # a source that does not say its bitrate cannot be scaled
         # Sessions past their pull timeout end now, not at the next housekeeping: a frame must
         # not go to a session whose row says it had ended.
-        self.expire(time.time_ns())
-        now_ns = time.monotonic_ns()
+        self.expire(clock.time_ns())
+        now_ns = clock.monotonic_ns()
         for session in self.sessions.values():
             if session.stream == stream and session.admitted:
                 self._send_frame(session, frame, now_ns)
@@ -420,18 +420,18 @@ def serve(agent: Agent, params: Params, service: socket.socket, source: socket.s
     back = back_source_for(agent, params, source)
     watched = [service, source] + ([back.control] if back is not None else [])
     buffer = bytearray(DATAGRAM_BUFFER)
-    end = math.inf if params.duration is None else time.monotonic() + params.duration
-    housekeeping_ns = time.monotonic_ns()
+    end = math.inf if params.duration is None else clock.monotonic() + params.duration
+    housekeeping_ns = clock.monotonic_ns()
     try:
-        while not agent.stopping and time.monotonic() < end:
-            now_ns = time.monotonic_ns()
+        while not agent.stopping and clock.monotonic() < end:
+            now_ns = clock.monotonic_ns()
             if now_ns >= housekeeping_ns:
                 housekeeping_ns = now_ns + round(POLL_S * 1e9)
-                edge.expire(time.time_ns())
+                edge.expire(clock.time_ns())
                 served, sessions = edge.load()
                 reports.tick(served, {"sessions": sessions, "streams": len(edge.source_bitrates)}
                              | ({"cpu": min(1.0, edge.used_vcpu / params.vcpu)}
-                                if params.vcpu else {}) | edge.silences(time.time_ns()))
+                                if params.vcpu else {}) | edge.silences(clock.time_ns()))
                 if back is not None:
                     back.pull(edge.wanted(), now_ns)
             wait_s = (housekeeping_ns - now_ns) / 1e9
@@ -443,7 +443,7 @@ def serve(agent: Agent, params: Params, service: socket.socket, source: socket.s
                     edge.send_next()
                     continue
                 wait_s = min(wait_s, (due_ns - now_ns - SPIN_NS) / 1e9)
-            for sock in select.select(watched, [], [], wait_s)[0]:
+            for sock in select.select(watched, [], [], clock.real_seconds(wait_s))[0]:
                 if back is not None and sock is back.control:
                     back.take_pushed()
                     continue
@@ -459,7 +459,7 @@ def serve(agent: Agent, params: Params, service: socket.socket, source: socket.s
         if back is not None:
             back.control.close()
     reports.write(agent)
-    return (edge.write(agent, time.time_ns()) | {"load_reports": control}
+    return (edge.write(agent, clock.time_ns()) | {"load_reports": control}
             | ({"back_source": back.write(agent)} if back is not None else {}))
 
 

@@ -3,7 +3,6 @@ worker's schedule for receivers."""
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Optional
@@ -12,6 +11,7 @@ from pydantic import BaseModel, Field
 
 from agents.agent import Agent
 from agents.flows import percentile
+from edgebed import clock
 from edgebed.quantities import Rate
 from edgebed.realtime import request_cpu_latency
 
@@ -41,14 +41,17 @@ class Pacer:
         request_cpu_latency(0)
 
     def wait_until(self, deadline_ns: int) -> int:
-        remaining = deadline_ns - time.monotonic_ns()
+        """Return at ``deadline_ns`` (the clock's monotonic time) or just after; how late."""
+        # The spin covers a wake-up's real latency, whatever the run's time dilation.
+        spin_ns = SPIN_NS / clock.current().dilation
+        remaining = deadline_ns - clock.monotonic_ns()
         if self.quantum_ns and remaining > 0:
-            time.sleep(max(remaining, self.quantum_ns) / 1e9)
-        elif remaining > SPIN_NS:
-            time.sleep((remaining - SPIN_NS) / 1e9)
-        now = time.monotonic_ns()
+            clock.sleep(max(remaining, self.quantum_ns) / 1e9)
+        elif remaining > spin_ns:
+            clock.sleep((remaining - spin_ns) / 1e9)
+        now = clock.monotonic_ns()
         while now < deadline_ns:
-            now = time.monotonic_ns()
+            now = clock.monotonic_ns()
         late = now - deadline_ns
         self.lateness_ns.append(late)
         return late

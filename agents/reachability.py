@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 
 import networkx as nx
 
+from edgebed import clock
 from topologies.impairments.drops import mean_loss
 from topologies.scenario import Node, Scenario
 
@@ -75,6 +76,12 @@ def configured_echo_loss(scenario: Scenario, source: str, target: str) -> float:
     return 1 - delivered
 
 
+def _virtual_ms(real_ms: float) -> float:
+    """A round trip ping measured (ping keeps real time) in the run's time."""
+    return round(clock.current().virtual_seconds(real_ms / 1e3) * 1e3, 3) if \
+        clock.current().dilated else real_ms
+
+
 def ping_pairs(hosts, scenario: Scenario, pairs: list[tuple[Node, Node]], count: int = 3,
                interval_s: float = 0.2) -> list[PingResult]:
     """Ping each pair's target from its source; ``hosts`` maps scenario names to Mininet hosts."""
@@ -90,7 +97,7 @@ def ping_pairs(hosts, scenario: Scenario, pairs: list[tuple[Node, Node]], count:
         output, _ = process.communicate(timeout=deadline_s + 10)
         text = output.decode(errors="replace")
         summary = _SUMMARY.search(text)
-        replies = {int(seq): float(ms) for seq, ms in _REPLY.findall(text)
+        replies = {int(seq): _virtual_ms(float(ms)) for seq, ms in _REPLY.findall(text)
                    if int(seq) <= count + 1}
         later = [ms for seq, ms in replies.items() if seq > 1]
         results.append(PingResult(

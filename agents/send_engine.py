@@ -16,11 +16,11 @@ import signal
 import struct
 import subprocess
 import sys
-import time
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgebed import clock
 from edgebed.realtime import request_cpu_latency
 
 BUILT_ENGINE = Path(sys.prefix) / "bin" / "edgebed-send-engine"
@@ -38,10 +38,15 @@ PIPE_BYTES = 1 << 20  # two lookaheads of records at 10k packets/s before a writ
 
 
 def engine_binary(agent_name: str) -> str | None:
-    """The engine to send with, or None to send from Python (then said once on stderr when
-    no engine is built)."""
+    """The engine to send with, or None to send from Python (said once on stderr when no
+    engine is built or time is dilated)."""
     wanted = os.environ.get(ENGINE_KEY, "")
     if wanted == PYTHON:
+        return None
+    if clock.current().dilated:
+        # The engine keeps real time; Python's sender reads the run's dilated clock.
+        print(f"{agent_name}: time dilated: sending from Python, which reads the run's clock",
+              file=sys.stderr, flush=True)
         return None
     if wanted:
         if not os.access(wanted, os.X_OK):
@@ -62,8 +67,9 @@ def record_format(header: struct.Struct) -> struct.Struct:
 
 
 def monotonic_ns() -> int:
-    """The deadlines' clock: CLOCK_MONOTONIC, as the engine's."""
-    return time.monotonic_ns()
+    """The deadlines' clock: CLOCK_MONOTONIC, as the engine's (it runs only undilated, where
+    the clock's time is the system's)."""
+    return clock.monotonic_ns()
 
 
 @dataclass
@@ -124,7 +130,7 @@ class SendEngine:
             remaining_ns = deadline_ns - monotonic_ns()
             if remaining_ns <= 0:
                 break
-            readable = select.select([descriptor, self.signalled], [], [], remaining_ns / 1e9)[0]
+            readable = select.select([descriptor, self.signalled], [], [], clock.real_seconds(remaining_ns / 1e9))[0]
             if self.signalled in readable:
                 os.read(self.signalled, 4096)  # the handler has run: stopped() says what came
             if descriptor not in readable:

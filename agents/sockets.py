@@ -8,9 +8,9 @@ import os
 import socket
 import struct
 import sys
-import time
 from typing import Callable, Iterator
 
+from edgebed import clock
 from agents.agent import Agent
 
 SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
@@ -56,11 +56,11 @@ def receive(sock: socket.socket, buffer: bytearray,
                                                       else socket.MSG_DONTWAIT)
     except (BlockingIOError, socket.timeout):
         return None
-    received_ns = time.time_ns()
+    received_ns = clock.time_ns()
     for level, kind, data in control:
         if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
             seconds, nanoseconds = TIMESPEC.unpack_from(data)
-            received_ns = seconds * 1_000_000_000 + nanoseconds
+            received_ns = clock.virtual_realtime_ns(seconds * 1_000_000_000 + nanoseconds)
     return size, received_ns, address
 
 
@@ -84,14 +84,14 @@ def datagrams(agent: Agent, sock: socket.socket, buffer: bytearray,
     GRACE_S after ``enough()`` first says so; then those still waiting on the socket
     (:func:`waiting_datagrams`): what reached the host before its agent stopped is measured,
     not lost."""
-    end = math.inf if duration_s is None else time.monotonic() + duration_s
-    while not agent.stopping and time.monotonic() < end:
+    end = math.inf if duration_s is None else clock.monotonic() + duration_s
+    while not agent.stopping and clock.monotonic() < end:
         arrival = receive(sock, buffer)
         if arrival is None:
             continue
         yield arrival
         if enough is not None and enough():
-            end = min(end, time.monotonic() + GRACE_S)
+            end = min(end, clock.monotonic() + GRACE_S)
             enough = None
     yield from waiting_datagrams(sock, buffer)
 

@@ -9,7 +9,6 @@ import random
 import socket
 import struct
 import sys
-import time
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -21,6 +20,7 @@ from agents.send_engine import LOOKAHEAD_NS, SendEngine, engine_binary, record_f
 from agents.formats import MEDIA
 from agents.wire import MAGIC, VERSION
 from edgebed.quantities import Duration, Fraction, Rate, Size
+from edgebed import clock
 
 I_FRAME, P_FRAME = 1, 2  # formats.FRAME_TYPES
 MAX_PAYLOAD = 1500 - 20 - 8  # an Ethernet MTU less the IPv4 and UDP headers
@@ -192,7 +192,7 @@ def send_from_python(agent: Agent, params: Params, sizes: FrameSizes, sock: sock
             if agent.stopping:
                 break
             pacer.wait_until(packets.due_ns(frame, fragment, count))
-            packets.patch(sequence, time.time_ns(), frame, frame_type, fragment, count)
+            packets.patch(sequence, clock.time_ns(), frame, frame_type, fragment, count)
             sequence += 1
             try:
                 sock.send(packets.view[:size])
@@ -208,7 +208,7 @@ def send_from_python(agent: Agent, params: Params, sizes: FrameSizes, sock: sock
                 continue
             sent.packets += 1
             sent.bytes += size
-            sent.last_send_ns = time.monotonic_ns()
+            sent.last_send_ns = clock.monotonic_ns()
         if refused:
             sizes.restart()
             sent.gop_restarts += 1
@@ -256,7 +256,7 @@ def stream(agent: Agent, params: Params) -> dict:
         sock.connect((params.to, params.port))
         engine = engine_path and SendEngine(engine_path, sock, MEDIA.field_offset("sequence"),
                                             MEDIA.field_offset("send_ns"))
-        packets = MediaPackets(params, time.monotonic_ns())
+        packets = MediaPackets(params, clock.monotonic_ns())
         sent = (send_from_engine(agent, params, sizes, engine, packets) if engine
                 else send_from_python(agent, params, sizes, sock, packets))
     agent.row("sent", flow_name(params.stream), params.to, sent.packets, sent.send_errors)

@@ -7,7 +7,6 @@ import random
 import socket
 import sys
 import threading
-import time
 import zlib
 from functools import partial
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from agents.media import MEDIA_TABLES, MediaMeter
 from agents.streamer import flow_name
 from edgebed import protocol
 from edgebed.quantities import Duration, PositiveDuration, Rate
+from edgebed import clock
 
 TABLES = {
     **MEDIA_TABLES,
@@ -164,17 +164,17 @@ class ChatSender(threading.Thread):
     def run(self) -> None:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
             sock.connect(self.address)
-            start_ns = time.monotonic_ns()
+            start_ns = clock.monotonic_ns()
             for source in self.sources:
                 source.due_ns = start_ns + round(self.rng.expovariate(source.rate) * 1e9)
             while self.sources and not self.agent.stopping:
                 source = min(self.sources, key=lambda s: s.due_ns)
-                early_s = (source.due_ns - time.monotonic_ns() - WAKE_EARLY_NS) / 1e9
-                if self.done.wait(max(0.0, early_s)):
+                early_s = (source.due_ns - clock.monotonic_ns() - WAKE_EARLY_NS) / 1e9
+                if self.done.wait(clock.real_seconds(max(0.0, early_s))):
                     break
                 source.pacer.wait_until(source.due_ns)
                 try:
-                    sock.send(source.build(source.sequence, time.time_ns()))
+                    sock.send(source.build(source.sequence, clock.time_ns()))
                 except OSError:
                     source.send_errors += 1  # the collector sees the gap in the sequence
                 source.sequence += 1
@@ -234,19 +234,19 @@ class Puller(threading.Thread):
                 self._decided(None, self.params.preferred)
             elif not self._join(control):
                 return
-            due = time.monotonic()
+            due = clock.monotonic()
             while not (self.agent.stopping or self.done.is_set()):
-                if time.monotonic() >= due:
+                if clock.monotonic() >= due:
                     self._pull()
-                    due = max(due + self.params.pull_interval, time.monotonic())
-                wait_s = max(0.0, due - time.monotonic())
+                    due = max(due + self.params.pull_interval, clock.monotonic())
+                wait_s = max(0.0, due - clock.monotonic())
                 if control is None:
-                    self.done.wait(wait_s)
+                    self.done.wait(clock.real_seconds(wait_s))
                     continue
                 changed = self.follower.poll(wait_s)
                 if changed is not None and self._decided(
                         changed.server, changed.bitrate or self.params.preferred):
-                    due = time.monotonic()  # the new server or bitrate at once
+                    due = clock.monotonic()  # the new server or bitrate at once
         finally:
             if control is not None:
                 if self.leave_at_end and self.follower is not None:
@@ -278,7 +278,7 @@ class Puller(threading.Thread):
         last = self.decisions[-1] if self.decisions else None
         if last is not None and (last.server, last.bitrate) == (server, bitrate):
             return False
-        self.decisions.append(LiveDecision(time.time_ns(), server, bitrate,
+        self.decisions.append(LiveDecision(clock.time_ns(), server, bitrate,
                                            last is not None and last.server != server,
                                            len(self.decisions) + 1))
         return True
@@ -288,7 +288,7 @@ class Puller(threading.Thread):
         # The rung counts from the lowest, as the streamer's does.
         rung = min(255, sum(1 for rate in self.params.bitrates if rate < decision.bitrate))
         pull = PULL.pack(stream=self.params.pull_stream, delivered_stream=decision.delivered,
-                         user=self.user, send_ns=time.time_ns(),
+                         user=self.user, send_ns=clock.time_ns(),
                          bitrate_kbps=max(1, round(decision.bitrate / 1e3)), rung=rung)
         try:
             self.sock.sendto(pull, self.target)

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
 import networkx as nx
 
 from edgebed import protocol
+from edgebed import clock
 
 from . import persistence, rules
 from .desired import DesiredRules, FlowRecord
@@ -234,9 +234,9 @@ class ControllerCore:
 
     def _decide(self, state: State, kind: str) -> Decision:
         """The policy's decision on ``state``, traced."""
-        started = time.perf_counter_ns()
+        started = clock.real_elapsed_ns()
         decision = self.policy.decide(state)
-        elapsed_ms = (time.perf_counter_ns() - started) / 1e6
+        elapsed_ms = (clock.real_elapsed_ns() - started) / 1e6
         # A copy: the core adds its own refusals to the decision, which are not the policy's.
         answered = Decision(list(decision.assignments), list(decision.migrations),
                             list(decision.rejections))

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import collections
 import math
-import time
 from types import MappingProxyType
 
+from edgebed import clock
 from .policy import LoadReport
 
 # Load reports kept per server: enough for a mean over tens of report periods, few enough that
@@ -56,7 +56,7 @@ class LoadReports:
         if history is None:
             problem = "not_a_server"
         elif sent is not None:
-            wall = time.time() if wall_clock is None else wall_clock
+            wall = clock.time() if wall_clock is None else wall_clock
             if sent > wall + LOAD_MAX_SKEW:
                 problem = "from_the_future"
             elif wall - sent > self.max_age:

@@ -14,12 +14,12 @@ shorter than that may go unseen; a switch whose controllers it has not yet repor
 from __future__ import annotations
 
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from edgebed.tables import TableWriter
+from edgebed import clock
 
 PERIOD_S = 1.0
 OVS_REPORT_S = 5.0  # ovs-vswitchd's stats-update-interval, when it writes a connection's state
@@ -96,16 +96,16 @@ class ControllerWatch:
         self.connections = connections
         self.controller = controller
         self.losses = Losses()
-        self.next_due = time.monotonic()
+        self.next_due = clock.monotonic()
         self._stops = 0  # of edgebed's controller by the run, counted at the latest poll
         self._outage_s: float | None = None  # the latest poll in or after a scheduled outage
 
     def poll(self, t_s: float) -> list[str]:
         """Look when due (``t_s`` on the timeline); returns the unscheduled losses it found,
         and a look that failed, said as warnings as they happen."""
-        if time.monotonic() < self.next_due:
+        if clock.monotonic() < self.next_due:
             return []
-        self.next_due = time.monotonic() + PERIOD_S
+        self.next_due = clock.monotonic() + PERIOD_S
         scheduled = self._scheduled(t_s)
         try:
             connections = self.connections()

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import logging
 import socket
-import time
 
+from edgebed import clock
 from agents.control import SIDE_BAND_VARIABLE
 from topologies.scenario import Scenario
 
@@ -118,9 +118,9 @@ class RunController:
         origin = self.process.status().get("period_origin")
         if origin is None:
             return
-        wait = (origin - time.time()) % period
+        wait = (origin - clock.time()) % period
         log.info("waiting %.3fs for the controller's next period to start the timeline", wait)
-        time.sleep(wait)
+        clock.sleep(wait)
 
     def running(self) -> bool:
         """Whether the controller process is up."""

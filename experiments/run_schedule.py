@@ -3,7 +3,7 @@ changes (told to the controller when they change a delay), the controller down a
 
 from __future__ import annotations
 
-import time
+from edgebed import clock
 
 
 class ScheduledEvents:
@@ -52,7 +52,7 @@ class ScheduledEvents:
         if self.run.controller.policy_process is None:
             return
         link = self.run.scenario.links[event.link]
-        record = {"t": round(time.monotonic() - self.run.origin, 3), "index": event.link,
+        record = {"t": round(clock.monotonic() - self.run.origin, 3), "index": event.link,
                   "link": [str(link.a), str(link.b)], "directions": list(event.directions),
                   "set": event.changes.model_dump(mode="json", exclude_unset=True)}
         if event.changes.delay is None:

@@ -9,12 +9,12 @@ import logging
 import os
 import platform
 import sys
-import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+from edgebed import clock
 from agents.launched import AgentLauncher, LauncherError
 from agents.processes import NodeProcesses, describe_exit, failures, tcpdump_command
 from agents.reachability import ping_pairs, role_pairs
@@ -31,6 +31,7 @@ from . import measurements, registry, run_accounts
 from .controller_watch import ControllerWatch
 from .flow_dumps import FlowDumps
 from .machine_lock import machine_lock
+from .run_clock import manifest_entry, start_run_clock, stop_run_clock
 from .run_controller import RunController
 from .run_schedule import ScheduledEvents
 from .run_signals import RunTerminated, signals_ignored, signals_raise
@@ -115,7 +116,7 @@ class Run:
         self.controller_watch: ControllerWatch | None = None  # likewise, from the timeline's start
         self.cpu = measurements.CpuMonitor()
         self._agent_count = 0
-        self.origin = time.monotonic()  # of the timeline, once it starts
+        self.origin = clock.monotonic()  # of the timeline, once it starts
         self.warnings: list[str] = []
         self.summary: dict = {"scenario": scenario.name, "prefix": self.names.prefix}
 
@@ -168,7 +169,8 @@ class Run:
                              f"failed: {'; '.join(failed)}")
             if self.controller.policy_process is not None and not self.options.cli:
                 self._scheme_summary(log)
-        self.summary.update(status=status, error=error, warnings=self.warnings)
+        self.summary.update(status=status, error=error, warnings=self.warnings,
+                            **manifest_entry(self.scenario))
         self.run_dir.write_json("summary.json", self.summary)
         self.run_dir.update_manifest(status=status, ended=iso(utc_now()), error=error,
                                      exit_code=EXIT_CODES.get(status, 1))
@@ -212,6 +214,7 @@ class Run:
             "backends": {"ovs_datapath": datapath, "controller": self.scenario.document.controller.app,
                          "impairments": backend.name},
             "capabilities": found.as_dict(),
+            **manifest_entry(self.scenario),
         }
 
     def _run(self, datapath: str, backend, log: logging.Logger) -> None:
@@ -352,9 +355,9 @@ class Run:
         self.controller.align_with_periods(log)
         self.options.on_phase(f"running for {duration:g}s")
         self.run_dir.update_manifest(timeline_started=iso(utc_now()))
-        origin = self.origin = time.monotonic()
+        origin = self.origin = clock.monotonic()
         # The timeline's t = 0 on CLOCK_REALTIME, the clock the agents' tables keep.
-        self.summary["timeline_origin_s"] = round(time.time(), 6)
+        self.summary["timeline_origin_s"] = round(clock.time(), 6)
         if self.flow_dumps is not None:
             self.controller_watch = ControllerWatch(
                 self.run_dir.path, self.network.controller_connections, self.controller.process)
@@ -363,15 +366,15 @@ class Run:
             if at > duration:
                 break
             self._wait_until(origin + at, log)
-            log.info("t=%.3fs %s", time.monotonic() - origin, description)
+            log.info("t=%.3fs %s", clock.monotonic() - origin, description)
             action()
         self._wait_until(origin + duration, log)
 
     def _wait_until(self, deadline: float, log: logging.Logger) -> None:
         """Sleep until ``deadline`` (monotonic), looking at the wires' load and the programs'
         exits every second."""
-        while (remaining := deadline - time.monotonic()) > 0:
-            time.sleep(min(remaining, LOAD_CHECK_PERIOD_S))
+        while (remaining := deadline - clock.monotonic()) > 0:
+            clock.sleep(min(remaining, LOAD_CHECK_PERIOD_S))
             for warning in (self.links.load_warnings() + self._exit_warnings()
                             + self._dump_flows(final=False) + self._controller_losses()):
                 log.warning(warning)
@@ -382,7 +385,7 @@ class Run:
         """Programs that ended before the run did, said as it happens."""
         return [f"{' '.join(item.argv)} on {item.node} "
                 f"{describe_exit(item.process.returncode)} at t="
-                f"{time.monotonic() - self.origin:.1f}s"
+                f"{clock.monotonic() - self.origin:.1f}s"
                 + (" (may_fail)" if item.may_fail else "")
                 for item in self.processes.newly_exited() if item.process.returncode != 0]
 
@@ -391,13 +394,13 @@ class Run:
         not be recorded, as warnings."""
         if self.flow_dumps is None or not (final or self.flow_dumps.due()):
             return []
-        return self.flow_dumps.record(time.monotonic() - self.origin, final)
+        return self.flow_dumps.record(clock.monotonic() - self.origin, final)
 
     def _controller_losses(self) -> list[str]:
         """Switches that lost their controller unscheduled, said as it happens."""
         if self.controller_watch is None:
             return []
-        return self.controller_watch.poll(time.monotonic() - self.origin)
+        return self.controller_watch.poll(clock.monotonic() - self.origin)
 
     def _interactive(self) -> None:
         from agents.control import ControlClient
@@ -439,7 +442,7 @@ class Run:
             self.summary["switch_flows"] = self.flow_dumps.counts
         # Before the controller stops, which every switch would see.
         lost = ([] if self.controller_watch is None
-                else self.controller_watch.finish(time.monotonic() - self.origin))
+                else self.controller_watch.finish(clock.monotonic() - self.origin))
         stopped = self.controller.stop()
         if stopped is not None:
             self.summary["controller"] = stopped
@@ -481,4 +484,8 @@ def run_scenario(scenario: Scenario, options: RunOptions | None = None) -> RunRe
     options = options or RunOptions()
     with machine_lock(scenario.name, str(scenario.source), concurrent=options.concurrent,
                       wait=options.wait, on_wait=options.on_warning):
-        return Run(scenario, options).execute()
+        start_run_clock(scenario)
+        try:
+            return Run(scenario, options).execute()
+        finally:
+            stop_run_clock()

@@ -85,7 +85,8 @@ class ScenarioNetwork:
             if node.cpu is None:
                 self.net.addHost(node.name, cls=Host, ip=str(node.ip) if node.ip else None)
                 continue
-            limit = CpuLimit(self.names.cgroup(node.name), node.cpu)
+            # Cores of virtual time: a virtual second lasts ``dilation`` real ones.
+            limit = CpuLimit(self.names.cgroup(node.name), node.cpu / clock.current().dilation)
             self.cpu_limits[node.name] = limit
             self.net.addHost(node.name, cls=CpuLimitedHost, limit=limit,
                              ip=str(node.ip) if node.ip else None)

@@ -200,7 +200,7 @@ def test_a_pacer_with_a_quantum_sleeps_a_quantum_at_least_and_is_never_early(mon
         sleeps.append(seconds)
         real_sleep(seconds)
 
-    monkeypatch.setattr(pacing.time, "sleep", recorded)
+    monkeypatch.setattr(pacing.clock, "sleep", recorded)
     pacer = pacing.Pacer(quantum_ns=200_000)
     start = time.monotonic_ns() + MS
     deadlines = [start + index * 20_000 for index in range(500)]  # 50k/s for 10 ms

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +14,7 @@ import optuna
 import pandas as pd
 import yaml
 
+from edgebed import clock
 from controller.policies.live_edge import reconstructions
 from controller.policies.live_edge.reconstructions import (SPEC, UNKNOWNS, FitRecord,
                                                            Reconstruction, from_point, to_point)
@@ -178,9 +178,9 @@ def search(trials: int, optimiser_seed: int, instance_seed: int, repetitions: in
 def fit(trials: int, optimiser_seed: int, instance_seed: int, repetitions: int,
         executor: Executor, out: Path) -> Reconstruction:
     """Step 1: search, save the best point as the fitted reconstruction and the trials."""
-    began = time.monotonic()
+    began = clock.real_elapsed()
     study, records = search(trials, optimiser_seed, instance_seed, repetitions, executor)
-    minutes = (time.monotonic() - began) / 60
+    minutes = (clock.real_elapsed() - began) / 60
     record = FitRecord(
         optimiser=f"optuna {optuna.__version__} TPESampler(multivariate=True)",
         seed=optimiser_seed, trials=trials, instance_seed=instance_seed,

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import time
 from collections.abc import Callable
 from functools import partial
 from typing import Annotated, Any, Literal
@@ -36,6 +35,7 @@ import pandas as pd
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field,
                       model_validator)
 
+from edgebed import clock
 from controller.policies.live_edge import reconstructions
 from controller.policies.live_edge.allocators import (ALLOCATORS, DF_BITRATES, Allocator, df,
                                                       mhcp, optimal)
@@ -224,9 +224,9 @@ def run_cell(cell: Cell) -> list[dict[str, object]]:
         watching = tuple(_with_history(viewer, history)
                          for viewer in pool.viewers[start:start + parameters.viewers])
         instance = dataclasses.replace(pool, viewers=watching)
-        began = time.perf_counter()
+        began = clock.real_elapsed()
         allocation = allocate(instance, rng)
-        rows.append(_metrics(instance, allocation, time.perf_counter() - began))
+        rows.append(_metrics(instance, allocation, clock.real_elapsed() - began))
         history = {viewer.name: allocation.assignment.get(viewer.name, (None, None))
                    for viewer in watching}
     return rows
