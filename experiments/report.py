@@ -16,7 +16,7 @@ from scipy import stats
 from edgebed.files import atomic_output, atomic_write
 
 from experiments.sweeps.experiment import Experiment, PaperEntry, Sweep
-from experiments.sweeps.kinds import Claim, Kind, TimeFigure
+from experiments.sweeps.kinds import Claim, Kind, Table, TimeFigure
 from experiments.sweeps.runner import RESULTS, read_results
 
 GROUP = ["sweep", "parameter", "value", "policy"]
@@ -358,6 +358,11 @@ def _markdown(experiment: Experiment, results: pd.DataFrame, summary: pd.DataFra
                [[sweep.name, sweep.parameter, ", ".join(sweep.labels), ", ".join(sweep.policies),
                  ", ".join(f"{k} = {_value(v)}" for k, v in sweep.overrides.items()) or "–"]
                 for sweep in experiment.sweeps]), ""]
+    if kind.constants:
+        parts += ["The kind's constants (its code's, the same in every cell), which its "
+                  "measurement and the figures below use:", "",
+                  markdown_table(["constant", "value", "meaning"],
+                                 [[c.name, c.value, c.meaning] for c in kind.constants]), ""]
     if left_out:
         parts += [f"{left_out} rows of `results.csv` belong to cells not in this experiment "
                   "(other parameters, or a fuller run) and are left out.", ""]
@@ -365,7 +370,7 @@ def _markdown(experiment: Experiment, results: pd.DataFrame, summary: pd.DataFra
         parts += _headline_section(experiment, found)
     remarks = kind.remarks(results)
     if remarks:
-        parts += ["## Remarks", "", *(f"- {remark}" for remark in remarks), ""]
+        parts += ["## Remarks", "", *_remarks(remarks)]
     if figures:
         parts += ["## Over time", ""]
         for figure in figures:
@@ -373,6 +378,21 @@ def _markdown(experiment: Experiment, results: pd.DataFrame, summary: pd.DataFra
     for sweep in experiment.sweeps:
         parts += _sweep_section(experiment, sweep, summary)
     return "\n".join(parts)
+
+
+def _remarks(remarks: list[str | Table]) -> list[str]:
+    """The remarks' lines: a sentence as an item of a list, a table under its caption."""
+    lines = []
+    for remark in remarks:
+        if isinstance(remark, Table):
+            if lines and lines[-1]:
+                lines.append("")  # the list before it ends
+            lines += [remark.caption, "", markdown_table(list(remark.header),
+                                                         [list(row) for row in remark.rows]),
+                      ""]
+        else:
+            lines.append(f"- {remark}")
+    return lines + ([""] if lines[-1] else [])
 
 
 def _headline_section(experiment: Experiment, found: list[Headline]) -> list[str]:
