@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -441,6 +442,50 @@ def _estimate(table: pd.DataFrame, label: str, policy: str) -> str:
     # The mean to the interval's precision: its two significant digits.
     decimals = max(0, 1 - math.floor(math.log10(half)))
     return f"{mean:.{decimals}f} ± {half:.{decimals}f}"
+
+
+def at_value(rows: pd.DataFrame) -> str:
+    """``parameter = value``: the swept value ``rows`` (of ``results.csv``) share."""
+    return f"{rows['parameter'].iloc[0]} = {rows['value'].iloc[0]}"
+
+
+def swept_values(results: pd.DataFrame, by_number: bool = False
+                 ) -> Iterator[tuple[str, str, pd.DataFrame]]:
+    """The rows of ``results`` (of ``results.csv``) of each sweep and value: the sweep's name,
+    the value as :func:`at_value` words it, and its rows; in the rows' order, or with
+    ``by_number`` by sweep name and then the value read as a number (a trailing percent sign
+    left out; a value that is no number after the rest), not in the order the cells happened to
+    finish in."""
+    if by_number:
+        order = pd.to_numeric(results["value"].astype(str).str.rstrip("%"), errors="coerce")
+        results = results.assign(order=order).sort_values(["sweep", "order"], kind="stable")
+    for (sweep, _), rows in results.groupby(["sweep", "value"], sort=False):
+        yield sweep, at_value(rows), rows
+
+
+def policy_means(rows: pd.DataFrame, policies: Iterable[str]
+                 ) -> tuple[pd.DataFrame, pd.Series] | None:
+    """The mean of each numeric column of ``rows`` per policy and each policy's number of
+    rows (its runs); None unless every one of ``policies`` has rows."""
+    means = rows.groupby("policy").mean(numeric_only=True)
+    if not set(policies) <= set(means.index):
+        return None
+    return means, rows.groupby("policy").size()
+
+
+def versus(means: pd.DataFrame, first: str, second: str, column: str, form: str) -> str:
+    """``first``'s ``column`` against ``second``'s (rows of ``means``), each written by
+    ``form``: "0.96 against 0.46"."""
+    return (f"{format(means.loc[first, column], form)} against "
+            f"{format(means.loc[second, column], form)}")
+
+
+def against(means: pd.DataFrame, first: str, second: str,
+            compared: Iterable[tuple[str, str, str]]) -> list[str]:
+    """:func:`versus` for each (column, what it is, format) of ``compared``: "0.96 against
+    0.46 Mbit/s pulled"."""
+    return [f"{versus(means, first, second, column, form)} {what}"
+            for column, what, form in compared]
 
 
 def _value(value: object) -> str:

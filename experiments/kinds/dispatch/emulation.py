@@ -41,7 +41,7 @@ from controller.policies.dispatch.quality import VIA
 from controller.view import NetworkView
 from experiments.measurements import host_addresses, network_kept_up, read_table
 from experiments.playout import Playout, viewer_playouts
-from experiments.report import CONFIDENCE
+from experiments.report import CONFIDENCE, at_value, swept_values
 from experiments.sweeps.kinds import Cell, Constant, Kind, Metric, Table, measured_run
 from edgebed.units import parse_duration
 
@@ -499,15 +499,11 @@ old arm (no cache, probes in turn) beside the others.
 """
 
 
-def where(group: pd.DataFrame) -> str:
-    """The swept value ``group``'s rows share, as ``parameter = value``."""
-    return f"{group['parameter'].iloc[0]} = {group['value'].iloc[0]}"
-
-
 def by_value_and_policy(results: pd.DataFrame):
-    """``results``' rows per sweep, value and policy, in their order: (where, policy, rows)."""
+    """``results``' rows per sweep, value and policy, in their order: the value as
+    :func:`~experiments.report.at_value` words it, the policy and the rows."""
     for (_, _, policy), group in results.groupby(["sweep", "value", "policy"], sort=False):
-        yield where(group), policy, group
+        yield at_value(group), policy, group
 
 
 def whole(x: float) -> str:
@@ -657,15 +653,15 @@ def mechanism_tables(results: pd.DataFrame) -> list[Table]:
             (RELAYS, "poor_viewers", "Viewers poor by VIA's thresholds")):
         chosen = results[results["policy"].isin((baseline, mechanism))]
         totals, fixed = [], []
-        for _, group in chosen.groupby(["sweep", "value"], sort=False):
+        for _, at, group in swept_values(chosen):
             summed = group.groupby("policy")[metric].sum()
             runs = group.groupby("policy").size()
             if {baseline, mechanism} <= set(summed.index):
-                totals.append((where(group), str(int(summed[mechanism])),
+                totals.append((at, str(int(summed[mechanism])),
                                str(int(summed[baseline])), str(int(runs[mechanism])),
                                str(int(runs[baseline])), f"{group['viewers'].mean():g}"))
                 if metric == "poor_viewers":
-                    fixed += fixed_rows(where(group), group, baseline, mechanism)
+                    fixed += fixed_rows(at, group, baseline, mechanism)
         if totals:
             found.append(Table(f"{what}, {mechanism} against {baseline}, in total over the "
                                "runs:", ("value", f"with {mechanism}", f"with {baseline}",
@@ -688,10 +684,9 @@ def failover_remarks(results: pd.DataFrame) -> list[str | Table]:
     the reason."""
     chosen = results[results["policy"].isin(FAILOVER)]
     summaries, verdicts, each = [], [], []
-    for _, group in chosen.groupby(["sweep", "value"], sort=False):
+    for _, at, group in swept_values(chosen):
         if not set(FAILOVER) <= set(group["policy"]):
             continue
-        at = where(group)
         for policy in reversed(FAILOVER):
             runs = group[group["policy"] == policy]
             valid = runs[runs["failover_valid"] == 1]

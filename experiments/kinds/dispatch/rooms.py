@@ -27,6 +27,7 @@ from experiments.kinds.dispatch.emulation import (GOALS, PLAYOUT_BUFFER_S, PLAYO
                                                   serving_nodes)
 from experiments.measurements import host_addresses, read_table
 from experiments.playout import viewer_playouts
+from experiments.report import against, policy_means, swept_values
 from experiments.sweeps.kinds import Cell, Constant, Kind, Metric, Table, measured_run
 
 POLICIES = ("single", "multi")
@@ -242,14 +243,6 @@ impairment relays fell behind (fidelity flags in its `summary.json`) delivers fr
 """
 
 
-def against(means: pd.DataFrame, first: str, second: str,
-            compared: tuple[tuple[str, str, str], ...]) -> list[str]:
-    """``first``'s mean against ``second``'s (rows of ``means``) for each (column, what it is,
-    format) of ``compared``: "0.96 against 0.46 Mbit/s pulled"."""
-    return [f"{format(means.loc[first, m], f)} against {format(means.loc[second, m], f)} {what}"
-            for m, what, f in compared]
-
-
 def remarks(results: pd.DataFrame) -> list[str | Table]:
     """Per room, single-point against multi-point on the measured columns (means over the
     repetitions), and each policy's views: their playout (:func:`playout_table`) and against
@@ -264,11 +257,12 @@ def remarks(results: pd.DataFrame) -> list[str | Table]:
                 ("delay_p95_ms", "ms 95th-percentile delay", ".0f"),
                 ("frame_loss_pct", "% frames lost", ".2f"),
                 ("startup_mean_ms", "ms mean startup", ".0f"))
-    for value, group in results.groupby("value", sort=False):
-        means = group.groupby("policy").mean(numeric_only=True)
-        runs = group.groupby("policy").size()
-        if not set(POLICIES) <= set(means.index):
+    for _, _, group in swept_values(results):
+        counted = policy_means(group, POLICIES)
+        if counted is None:
             continue
+        means, runs = counted
+        value = group["value"].iloc[0]
         sides = against(means, "single", "multi", compared)
         found.append(
             f"Room {value}, single-point against multi-point (means of {int(runs['single'])} "

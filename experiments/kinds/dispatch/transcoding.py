@@ -25,10 +25,11 @@ from agents.edge_server import Params as NodeParams
 from controller.policies.dispatch.model import Join, transcoding
 from experiments.kinds.dispatch.emulation import (PLAYOUT_BUFFER_S, PLAYOUT_DELAY,
                                                   playout_metrics, serving_nodes)
-from experiments.kinds.dispatch.rooms import (EDGE_S, FRAME_LOSS_EDGE, ORIGIN, against,
+from experiments.kinds.dispatch.rooms import (EDGE_S, FRAME_LOSS_EDGE, ORIGIN,
                                               viewer_frame_loss, whole_frames)
 from experiments.measurements import host_addresses, network_kept_up, read_table
 from experiments.playout import viewer_playouts
+from experiments.report import against, policy_means
 from experiments.sweeps.kinds import Cell, Constant, Kind, Metric, Table, measured_run
 
 POLICIES = ("always", "passive")
@@ -260,10 +261,10 @@ def remarks(results: pd.DataFrame) -> list[str | Table]:
     """Always-on against passive on the measured columns (means over the repetitions), the
     runs' counts per policy, and the model's transcoder-seconds beside the measured pulling
     time."""
-    means = results.groupby("policy").mean(numeric_only=True)
-    runs = results.groupby("policy").size()
-    if not set(POLICIES) <= set(means.index):
+    counted = policy_means(results, POLICIES)
+    if counted is None:
         return []
+    means, runs = counted
     compared = (("transcoder_mbps", "Mbit/s pulled by the transcoder", ".2f"),
                 ("transcoder_mb", "MB pulled", ".1f"),
                 ("transcoder_pulling_s", "s pulling", ".1f"),

@@ -39,7 +39,7 @@ from controller.policies.live_edge.policies import instance_from_state
 from controller.policy import Placement
 from controller.view import NetworkView
 from experiments.measurements import read_table
-from experiments.report import CONFIDENCE, plot_time_figure
+from experiments.report import CONFIDENCE, plot_time_figure, swept_values
 from experiments.runs import RunRecord, per_second
 from experiments.sweeps.kinds import (Cell, Kind, Metric, Panel, RunSummary, Table, TimeFigure,
                                       emulated_run)
@@ -422,10 +422,9 @@ def remarks(results: pd.DataFrame) -> list[str | Table]:
     orderings of the policies and whether they match (:func:`ordering_remarks`), and what the
     measured delay, its tail and loss add to the model's latency (:func:`gap_table`)."""
     values = []
-    for (sweep, value), rows in results.groupby(["sweep", "value"], sort=False):
+    for sweep, at, rows in swept_values(results):
         cells = rows.groupby(["policy", "repetition"], sort=False).first().reset_index()
-        values.append((f"{sweep}, {rows['parameter'].iloc[0]} = {value}", cells,
-                       list(dict.fromkeys(cells["policy"]))))
+        values.append((f"{sweep}, {at}", cells, list(dict.fromkeys(cells["policy"]))))
     # Results made before runs recorded their placements lack them.
     placed = placement_tables(values) if "placement" in results else []
     return [*placed, *ordering_remarks(values), gap_table(values)]
