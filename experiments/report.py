@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from scipy import stats
 from edgebed.files import atomic_output, atomic_write
 
 from experiments.sweeps.experiment import Experiment, PaperEntry, Sweep
-from experiments.sweeps.kinds import Claim, Kind, TimeFigure
+from experiments.sweeps.kinds import Claim, Kind, Table, TimeFigure
 from experiments.sweeps.runner import RESULTS, read_results
 
 GROUP = ["sweep", "parameter", "value", "policy"]
@@ -358,6 +359,11 @@ def _markdown(experiment: Experiment, results: pd.DataFrame, summary: pd.DataFra
                [[sweep.name, sweep.parameter, ", ".join(sweep.labels), ", ".join(sweep.policies),
                  ", ".join(f"{k} = {_value(v)}" for k, v in sweep.overrides.items()) or "–"]
                 for sweep in experiment.sweeps]), ""]
+    if kind.constants:
+        parts += ["The kind's constants (its code's, the same in every cell), which its "
+                  "measurement and the figures below use:", "",
+                  markdown_table(["constant", "value", "meaning"],
+                                 [[c.name, c.value, c.meaning] for c in kind.constants]), ""]
     if left_out:
         parts += [f"{left_out} rows of `results.csv` belong to cells not in this experiment "
                   "(other parameters, or a fuller run) and are left out.", ""]
@@ -365,7 +371,7 @@ def _markdown(experiment: Experiment, results: pd.DataFrame, summary: pd.DataFra
         parts += _headline_section(experiment, found)
     remarks = kind.remarks(results)
     if remarks:
-        parts += ["## Remarks", "", *(f"- {remark}" for remark in remarks), ""]
+        parts += ["## Remarks", "", *_remarks(remarks)]
     if figures:
         parts += ["## Over time", ""]
         for figure in figures:
@@ -373,6 +379,21 @@ def _markdown(experiment: Experiment, results: pd.DataFrame, summary: pd.DataFra
     for sweep in experiment.sweeps:
         parts += _sweep_section(experiment, sweep, summary)
     return "\n".join(parts)
+
+
+def _remarks(remarks: list[str | Table]) -> list[str]:
+    """The remarks' lines: a sentence as an item of a list, a table under its caption."""
+    lines = []
+    for remark in remarks:
+        if isinstance(remark, Table):
+            if lines and lines[-1]:
+                lines.append("")  # the list before it ends
+            lines += [remark.caption, "", markdown_table(list(remark.header),
+                                                         [list(row) for row in remark.rows]),
+                      ""]
+        else:
+            lines.append(f"- {remark}")
+    return lines + ([""] if lines[-1] else [])
 
 
 def _headline_section(experiment: Experiment, found: list[Headline]) -> list[str]:
@@ -421,6 +442,50 @@ def _estimate(table: pd.DataFrame, label: str, policy: str) -> str:
     # The mean to the interval's precision: its two significant digits.
     decimals = max(0, 1 - math.floor(math.log10(half)))
     return f"{mean:.{decimals}f} ± {half:.{decimals}f}"
+
+
+def at_value(rows: pd.DataFrame) -> str:
+    """``parameter = value``: the swept value ``rows`` (of ``results.csv``) share."""
+    return f"{rows['parameter'].iloc[0]} = {rows['value'].iloc[0]}"
+
+
+def swept_values(results: pd.DataFrame, by_number: bool = False
+                 ) -> Iterator[tuple[str, str, pd.DataFrame]]:
+    """The rows of ``results`` (of ``results.csv``) of each sweep and value: the sweep's name,
+    the value as :func:`at_value` words it, and its rows; in the rows' order, or with
+    ``by_number`` by sweep name and then the value read as a number (a trailing percent sign
+    left out; a value that is no number after the rest), not in the order the cells happened to
+    finish in."""
+    if by_number:
+        order = pd.to_numeric(results["value"].astype(str).str.rstrip("%"), errors="coerce")
+        results = results.assign(order=order).sort_values(["sweep", "order"], kind="stable")
+    for (sweep, _), rows in results.groupby(["sweep", "value"], sort=False):
+        yield sweep, at_value(rows), rows
+
+
+def policy_means(rows: pd.DataFrame, policies: Iterable[str]
+                 ) -> tuple[pd.DataFrame, pd.Series] | None:
+    """The mean of each numeric column of ``rows`` per policy and each policy's number of
+    rows (its runs); None unless every one of ``policies`` has rows."""
+    means = rows.groupby("policy").mean(numeric_only=True)
+    if not set(policies) <= set(means.index):
+        return None
+    return means, rows.groupby("policy").size()
+
+
+def versus(means: pd.DataFrame, first: str, second: str, column: str, form: str) -> str:
+    """``first``'s ``column`` against ``second``'s (rows of ``means``), each written by
+    ``form``: "0.96 against 0.46"."""
+    return (f"{format(means.loc[first, column], form)} against "
+            f"{format(means.loc[second, column], form)}")
+
+
+def against(means: pd.DataFrame, first: str, second: str,
+            compared: Iterable[tuple[str, str, str]]) -> list[str]:
+    """:func:`versus` for each (column, what it is, format) of ``compared``: "0.96 against
+    0.46 Mbit/s pulled"."""
+    return [f"{versus(means, first, second, column, form)} {what}"
+            for column, what, form in compared]
 
 
 def _value(value: object) -> str:

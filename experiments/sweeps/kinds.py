@@ -123,6 +123,29 @@ class TimeFigure:
 
 
 @dataclass(frozen=True)
+class Table:
+    """A table among a kind's remarks, for figures the report computes from the rows beyond
+    the summary's (sums over runs, shares, intervals, one metric less another): ``caption``
+    says what it shows (markdown, above it; figures go in the cells), ``header`` and ``rows``
+    hold the cells as they print."""
+
+    caption: str
+    header: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+
+
+@dataclass(frozen=True)
+class Constant:
+    """A fixed figure of a kind's measurement or analysis, the same in every cell (not a
+    parameter: changing it changes the code, not the experiment): its name in the code, its
+    value as the report's text writes it, and what it is."""
+
+    name: str
+    value: str
+    meaning: str
+
+
+@dataclass(frozen=True)
 class Kind:
     """A kind of experiment cell.
 
@@ -133,7 +156,9 @@ class Kind:
     intervals, as papers draw theory against simulation. ``claims`` are the paper's results
     an experiment file's ``paper:`` section may cite by key; ``ablation`` names a parameter whose sweeps every claim is also measured along, value
     by value. ``about`` is markdown opening the report (what a cell is, caveats), ``remarks``
-    further markdown lines from the results, ``figures`` the figures over time the report
+    further markdown lines from the results, and :class:`Table` s of the figures they
+    compute, ``constants`` the fixed figures its measurement and analysis use (the report
+    tabulates them beside the parameters), ``figures`` the figures over time the report
     draws for an experiment (given the :class:`~experiments.sweeps.experiment.Experiment`).
     ``emulated`` says a cell builds a network on the machine it runs on (an ``edgebed run``):
     such cells run one per machine at a time (:mod:`~experiments.sweeps.executors`).
@@ -151,7 +176,8 @@ class Kind:
     claims: Mapping[str, Claim] = field(default_factory=dict)
     ablation: str | None = None
     about: str = ""
-    remarks: Callable[[pd.DataFrame], list[str]] = lambda results: []
+    remarks: Callable[[pd.DataFrame], list[str | Table]] = lambda results: []
+    constants: tuple[Constant, ...] = ()
     figures: Callable[[Any], Sequence[TimeFigure]] = lambda experiment: ()
     emulated: bool = False
     texts: tuple[str, ...] = ()

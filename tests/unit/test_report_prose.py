@@ -5,10 +5,12 @@ Rounding rule: a number written with d decimals (``0.34``, ``-84``, ``1.5``) sta
 value v when |v - x| <= 0.5 * 10^-d, i.e. v printed to d decimals could read x (its sign
 ignored, as prose says "84% below" of a change of -84%); followed by a percent sign it may
 also stand for 100·v (a share of 0.105 written 10.5%). Numbers in markdown tables count as
-data: the tables are built from the rows. Computed from the rows too: the row and cell counts,
-each policy's mean of a metric over all rows, each cell's mean over its periods, and the
-difference of two policies' means at one sweep value (summary.csv). The 95 of the 95% intervals
-is the report's confidence level. Prose is every other line.
+data: the tables are built from the rows (and from the kind's constants, the fixed figures its
+code applies to them, which the report tabulates beside its parameters). Computed from the
+rows too: the row and cell counts, each policy's mean of a metric over all rows, each cell's
+mean over its periods, and the difference of two policies' means at one sweep value
+(summary.csv). The 95 of the 95% intervals is the report's confidence level. Prose is every
+other line.
 """
 
 from __future__ import annotations
@@ -30,17 +32,6 @@ EXPERIMENT_IDS = [f"{path.parent.name}/{path.stem}" for path in EXPERIMENTS]
 # An ordinal (the 99th percentile) names a statistic, not a value.
 NUMBER = re.compile(r"(?:(?<![\w.])\d{1,3}(?:,\d{3})+(?:\.\d+)?|(?<![\w.,])\d+(?:\.\d+)?)"
                     r"(?!\d|st\b|nd\b|rd\b|th\b)")
-
-# Reports whose prose holds numbers this checker cannot trace though the report computes them:
-# the dispatch emulation's design constants (the frame interval, the failover validity
-# threshold, LiveNet's anchors, the playout delay) and its goals' Clopper-Pearson intervals;
-# the transcoder's model seconds on the configured timeline; the live_edge emulation's media rate
-# per edge (from the runs' placements) and its measured-minus-model latencies. The number check
-# is expected to fail on them until those figures are tabulated or traced.
-STALE_PROSE = {
-    "dispatch-failover", "dispatch-probing", "dispatch-relay", "dispatch-rooms",
-    "dispatch-transcoding", "live_edge-capacity", "live_edge-emulation",
-}
 
 
 def _numbers(text: str) -> list[str]:
@@ -132,11 +123,8 @@ def test_the_shipped_report_is_its_results_rendered(path, tmp_path):
 
 
 @pytest.mark.parametrize("path", EXPERIMENTS, ids=EXPERIMENT_IDS)
-def test_every_number_in_the_prose_comes_from_data_configuration_or_paper(path, tmp_path,
-                                                                           request):
+def test_every_number_in_the_prose_comes_from_data_configuration_or_paper(path, tmp_path):
     experiment = experiment_module.load(path.relative_to(ROOT))
-    if experiment.name in STALE_PROSE:
-        request.applymarker(pytest.mark.xfail(strict=True, reason="prose of earlier runs"))
     out = tmp_path / "report"
     _, rendered, _ = _render(path, out)
     sources = [_tables(rendered), path.read_text(),

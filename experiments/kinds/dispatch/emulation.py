@@ -35,12 +35,14 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 from scipy import stats
 
+from agents.echo import PROBE_INTERVAL, PROBE_TIMEOUT, PROBES
 from controller.config import ControllerConfig
 from controller.policies.dispatch.quality import VIA
 from controller.view import NetworkView
 from experiments.measurements import host_addresses, network_kept_up, read_table
 from experiments.playout import Playout, viewer_playouts
-from experiments.sweeps.kinds import Cell, Kind, Metric, measured_run
+from experiments.report import CONFIDENCE, at_value, swept_values
+from experiments.sweeps.kinds import Cell, Constant, Kind, Metric, Table, measured_run
 from edgebed.units import parse_duration
 
 ACCESS = ("database", "probe")
@@ -51,6 +53,9 @@ FAILOVER = ("recompute", "hot_standby")
 CUT_VIEWER = "euv1"
 INGEST = "cn0"
 FAILOVER_WINDOW_S = 4.0
+# Frames the ingest node got from this long before the cut count for the viewer's frames lost:
+# those in flight on the cut link die with it.
+IN_FLIGHT_S = 0.1
 # A run measures failover only if the cut viewer was receiving normally in the second before
 # the cut and the ingest node all along: at 25 frames a second a whole frame comes every 40 ms,
 # a burst loss on a cross-border link takes one or two (in five clean runs the longest wait
@@ -62,9 +67,12 @@ STALL_S = 0.25
 # The viewers' player (experiments.playout): half a second of playout delay, a low-latency
 # live player's (not fitted to anything; the talk gives none).
 PLAYOUT_BUFFER_S = 0.5
-# LiveNet's goals (the issue's anchors): shares of views never stalled and of startups under 1 s.
+# LiveNet's goals: shares of views never stalled and of startups under 1 s.
 STALL_FREE_GOAL = 0.98
 STARTUP_GOAL = 0.95
+# VIA's anchor for relays: relays with probing fix at least this share of direct access's poor
+# sessions.
+RELAY_FIX_GOAL = 0.5
 # A stall this soon after the first frame shown counts as one right after startup (what a GOP
 # cache's burst could cause): one GOP of the scenario's stream (50 frames at 25 fps).
 EARLY_S = 2.0
@@ -173,11 +181,11 @@ def failover(run_dir: Path, viewer: str = CUT_VIEWER, ingest: str = INGEST,
     The failover gap (s) is the longest time between two whole frames arriving at the viewer,
     from the last before the cut to the first after ``window_s`` past it (the window's end
     when none came): link down to the viewer receiving again, plus up to one frame interval
-    (the last frame before the cut arrived up to 40 ms before it). The frames lost are those
-    the ingest node got whole from 0.1 s before the cut (frames in flight on the 90 ms link
-    die with it) to the window's end that the viewer never got whole: the source's frame
-    numbers, which media nodes keep. They include the cross-border links' own burst losses in
-    the window (about a frame a second at the scenario's p 0.5%). The cut's time is
+    (the last frame before the cut arrived up to a frame interval before it). The frames
+    lost are those the ingest node got whole from :data:`IN_FLIGHT_S` before the cut (frames
+    in flight on the cut link die with it) to the window's end that the viewer never got
+    whole: the source's frame numbers, which media nodes keep. They include the cross-border
+    links' own burst losses in the window. The cut's time is
     :func:`cut_time`'s. The waits before the cut and at the ingest node say whether the
     run measured failover at all (:attr:`Failover.invalid`)."""
     cut = cut_time(run_dir)
@@ -189,7 +197,7 @@ def failover(run_dir: Path, viewer: str = CUT_VIEWER, ingest: str = INGEST,
     arrivals = sorted(whole[viewer].values())
     before = [t for t in arrivals if t < cut]
     later = [t for t in arrivals if t > end]
-    made = [frame for frame, t in whole[ingest].items() if cut - 0.1 <= t <= end]
+    made = [frame for frame, t in whole[ingest].items() if cut - IN_FLIGHT_S <= t <= end]
     return Failover(
         viewer, ingest,
         gap_s=longest_wait(arrivals, before[-1] if before else cut, later[0] if later else end),
@@ -326,7 +334,8 @@ METRICS = (Metric("misplaced_by_database", "viewers the database placed abroad")
                   "ms"),
            Metric("cross_border_node_loss_pct",
                   "stream loss at the nodes of viewers outside cn", "%"),
-           Metric("poor_viewers", "viewers poor by VIA (node loss > 1.2% or RTT > 320 ms)"),
+           Metric("poor_viewers", f"viewers poor by VIA (node loss > {VIA.loss:.1%} or RTT > "
+                                  f"{1e3 * VIA.rtt:.0f} ms)"),
            Metric("delay_p50_ms", "mean of viewers' median one-way delay", "ms"),
            Metric("relayed_flows", "flows the origin sent through hk1"),
            Metric("failover_gap_ms", f"{CUT_VIEWER}'s longest wait for a whole frame after "
@@ -371,7 +380,41 @@ PLOTS = ("misplaced_by_database", "served_abroad", "access_rtt_ms",
          "startups_under_1s", "first_frame_mean_ms", "early_stall_viewers", "cached_kbytes",
          "playout_lag_mean_ms", "viewers_served")
 
-ABOUT = """\
+# The viewers' playout delay and LiveNet's goals as the dispatch reports of emulated runs
+# tabulate them.
+PLAYOUT_DELAY = Constant("PLAYOUT_BUFFER_S", f"{PLAYOUT_BUFFER_S:g} s",
+                         "the viewers' player's playout delay (a low-latency live player's; "
+                         "chosen, not fitted)")
+GOALS = (Constant("STALL_FREE_GOAL", f"{STALL_FREE_GOAL:.0%}",
+                  "LiveNet's goal: views never stalled"),
+         Constant("STARTUP_GOAL", f"{STARTUP_GOAL:.0%}", "LiveNet's goal: startups under 1 s"))
+CONSTANTS = (
+    Constant("FAILOVER_WINDOW_S", f"{FAILOVER_WINDOW_S:g} s",
+             f"how long after the cut {CUT_VIEWER}'s outage is looked for"),
+    Constant("IN_FLIGHT_S", f"{IN_FLIGHT_S:g} s",
+             f"frames {INGEST} got from this long before the cut count for "
+             f"{CUT_VIEWER}'s frames lost (those in flight on the cut link die with it)"),
+    Constant("PRE_CUT_S", f"{PRE_CUT_S:g} s", "how long before the cut the waits for a whole "
+             "frame that flag a run are looked at"),
+    Constant("STALL_S", f"{1e3 * STALL_S:.0f} ms",
+             f"a longer wait for a whole frame, at {CUT_VIEWER} before the cut or at "
+             f"{INGEST} from then to the window's end, flags the run (the emulator stalled)"),
+    PLAYOUT_DELAY, *GOALS,
+    Constant("EARLY_S", f"{EARLY_S:g} s", "a first stall this soon after startup counts as "
+             "one right after it (what a GOP cache's burst could cause)"),
+    Constant("VIA.loss", f"{VIA.loss:.1%}", "VIA's threshold of a poor session: loss above it"),
+    Constant("VIA.rtt", f"{1e3 * VIA.rtt:.0f} ms",
+             "VIA's threshold of a poor session: round trip above it"),
+    Constant("RELAY_FIX_GOAL", f"{RELAY_FIX_GOAL:.0%}", "VIA's anchor for relays: the share of "
+             "direct access's poor viewers relays with probing fix"),
+    Constant("agents.echo.PROBES", f"{PROBES}", "ICMP echo requests a viewer sends each "
+             "candidate it probes"),
+    Constant("agents.echo.PROBE_INTERVAL", f"{1e3 * PROBE_INTERVAL:.0f} ms",
+             "between a candidate's echo requests"),
+    Constant("agents.echo.PROBE_TIMEOUT", f"{PROBE_TIMEOUT:g} s",
+             "an echo's answer later than this after the last request counts as lost"))
+
+ABOUT = f"""\
 Each cell is one emulated run of `topologies/dispatch/dispatch.yaml` (real packets on a Mininet network,
 userspace Open vSwitch, edgebed's controller running the dispatch policy for three regional
 centers): one 1 Mbit/s stream pushed in cn and back-sourced to seven media nodes in cn, us and
@@ -385,90 +428,188 @@ viewers' nodes' input (a media node re-packetises, so a viewer's own loss counte
 its node).
 
 Failover: at 9 s the scenario takes the cn-eu link down (both ends lose carrier), over which
-eu1 gets the stream for euv1; the standby route is cn-us-eu (80 + 35 ms against 90 ms one way).
-`failover_gap_ms` is euv1's longest wait for a whole frame from the last before the cut to 4 s
-after it (link down to receiving again, plus up to one 40 ms frame interval);
-`failover_frames_lost` counts the frames the ingest node cn0 got from 0.1 s before the cut to
-the window's end that euv1 never got whole, the cross-border links' own burst losses included
-(about a frame a second). Every run has the cut; the hot_standby and recompute cells differ
-only in the controller's `fast_failover`. `failover_reroute_ms` is when the controller had its
-recomputed routes in every switch (its `reroute` decision, recorded once the switches' barrier
-replies are in): it recomputes under both policies, but with hot standby the switches'
-fast-failover groups have moved the traffic already.
+eu1 gets the stream for {CUT_VIEWER}; the standby route is cn-us-eu (80 + 35 ms against 90 ms
+one way). `failover_gap_ms` is {CUT_VIEWER}'s longest wait for a whole frame from the last
+before the cut to {FAILOVER_WINDOW_S:g} s after it (link down to receiving again, plus up to
+one frame interval, 1/25 s at the stream's 25 frames a second); `failover_frames_lost` counts
+the frames the ingest node {INGEST} got from {IN_FLIGHT_S:g} s before the cut to the window's
+end that {CUT_VIEWER} never got whole, the cross-border links' own burst losses included. Every
+run has the cut; the hot_standby and recompute cells differ only in the controller's
+`fast_failover`. `failover_reroute_ms` is when the controller had its recomputed routes in
+every switch (its `reroute` decision, recorded once the switches' barrier replies are in): it
+recomputes under both policies, but with hot standby the switches' fast-failover groups have
+moved the traffic already.
 
-A run measures failover only if euv1 was receiving normally in the second before the cut and
-cn0, upstream of the cut and untouched by it, from then to the window's end: no wait for a
-whole frame over 250 ms at either (a clean run's waits are a few frame intervals). Otherwise
-the emulator stalled on the loaded machine (its relays then deliver frames late by up to
-seconds) and the gap measures the stall. Such a run is flagged (`failover_valid` 0): it stays in `results.csv`
-with its figures under `failover_measured_*` and its longest waits, the remarks list it with
-the reason, and it is left out of `failover_gap_ms` and `failover_frames_lost`, whose means
-count the valid runs only.
+A run measures failover only if {CUT_VIEWER} was receiving normally in the {PRE_CUT_S:g} s before
+the cut and {INGEST}, upstream of the cut and untouched by it, from then to the window's end: no
+wait for a whole frame over {1e3 * STALL_S:.0f} ms at either (a clean run's waits are a few frame
+intervals). Otherwise the emulator stalled on the loaded machine (its relays then deliver frames
+late) and the gap measures the stall. Such a run is flagged (`failover_valid` 0): it stays in
+`results.csv` with its figures under `failover_measured_*` and its longest waits, the remarks
+list it with the reason, and it is left out of `failover_gap_ms` and `failover_frames_lost`,
+whose means count the valid runs only.
 
 What to expect at this scale: a difference of about the controller's own reaction. The cut
 is a carrier loss both switches at its ends see at once, so recomputation starts from the same
 port-down event that flips a fast-failover group; what hot standby saves is the controller's
 part, the port-status message, the new routes and their installation in every switch
-(`failover_reroute_ms`: tens of milliseconds with five switches and a handful of flows),
-during which recomputed frames still go to the dead port. Neither saves the frames in flight
-on the dead 90 ms link (two or three) nor the standby route's 25 ms more, so a valid run's gap
-is at least 115 ms plus up to a frame interval of phase. Hot standby's margin grows where the
-control plane is slow or far (a loaded controller, many switches and flows to recompute, a
-controller out of reach), which this experiment does not vary.
+(`failover_reroute_ms`), during which recomputed frames still go to the dead port. Neither
+saves the frames in flight on the dead 90 ms link nor the standby route's longer way
+(80 + 35 ms), so a valid run's gap is at least the standby route's one-way delay plus up to a
+frame interval of phase. Hot standby's margin grows where the control plane is slow or far (a
+loaded controller, many switches and flows to recompute, a controller out of reach), which
+this experiment does not vary.
 
 Playout, every viewer of every run (`experiments.playout`, the same for any scheme's runs): a
-player with 0.5 s of playout delay (a low-latency live player's; chosen, not fitted) starts on
-the first I frame the viewer got whole and shows a frame every 40 ms after it. A stall is the
-buffer running dry: the next whole frame not there by its slot (a frame later than its playout
-deadline); frames that never came while later ones were buffered are skipped without one.
-`startup_*` run from the viewer's join request to its first frame shown: the join's answer,
-the probes, the pull, the wait for an I frame (every 2 s: without a GOP cache a viewer joining
-mid-GOP waits for the next; with one it gets the latest at once) and the 0.5 s of playout
-delay;
-`first_frame_mean_ms` is the part up to the first whole frame of any kind. The anchors are
-LiveNet's 98% stall-free views and 95% of startups under 1 s; the remarks give each policy's
-shares against them with the number of views and a 95% Clopper-Pearson interval (a goal is
-met when the share of views reaches it; at six views a run the interval says how little a few
-runs can show), and split the mean startup into its parts.
+player with {PLAYOUT_BUFFER_S:g} s of playout delay (a low-latency live player's; chosen, not
+fitted) starts on the first I frame the viewer got whole and shows the frames at the stream's
+rate after it. A stall is the buffer running dry: the next whole frame not there by its slot (a
+frame later than its playout deadline); frames that never came while later ones were buffered
+are skipped without one. `startup_*` run from the viewer's join request to its first frame
+shown: the join's answer, the probes, the pull, the wait for an I frame (one in 50 frames, the
+stream's GOP: without a GOP cache a viewer joining mid-GOP waits for the next; with one it gets
+the latest at once) and the {PLAYOUT_BUFFER_S:g} s of playout delay; `first_frame_mean_ms` is
+the part up to the first whole frame of any kind. The anchors are LiveNet's
+{STALL_FREE_GOAL:.0%} stall-free views and {STARTUP_GOAL:.0%} of startups under 1 s; the remarks
+tabulate each policy's shares against them with the number of views and a {CONFIDENCE:.0%}
+Clopper-Pearson interval (a goal is met when the share of views reaches it; at six views a run
+the interval says how little a few runs can show), and split the mean startup into its parts.
 
 Startup with a GOP cache and parallel probes (`gop_cache`, `parallel_probes`): every
 media node keeps each stream's frames since its latest I frame and sends them to a viewer's
 new session first, paced at 4 times its bitrate (the live frames completed meanwhile queue
 behind them), so the player starts on the cached I frame instead of waiting for the next;
-and viewers probe their three candidates all at once (five ICMP echoes 20 ms apart to each,
-an answer later than 0.5 s after the last request lost) and stop as soon as no answer still to
-come could change their choice (`agents.follower.probes_settled`), so probing takes about the
-best candidate's round trip after the last request: neither the farthest candidate's nor, when
-a far candidate loses an echo, the 0.5 s timeout. A lost echo of the candidate that would win
-still waits it out.
-What the cache costs: `cached_kbytes`, the bytes sent from the caches (the burst: up to a
-GOP, about 250 kB at 1 Mbit/s, per viewer), `catch_up_max_ms`, the longest time from a
-session's admission to its backlog drained, `early_stall_viewers`, views whose first stall
-came within 2 s of their startup (what a burst could cause), and `playout_lag_mean_ms`, how
-far the player runs behind the source (the frame it started on was sent up to a GOP before
-the join, and this player does not catch up: it lags by the cached GOP's age plus the
-playout delay for the whole view; real players skip ahead or play faster). The viewers'
-one-way delays (`delay_p50_ms`) include the cached frames, which are old when they arrive.
-The sweep `startup-before` runs the old arm (no cache, probes in turn) beside the others.
+and viewers probe their three candidates all at once ({PROBES} ICMP echoes
+{1e3 * PROBE_INTERVAL:.0f} ms apart to each, an answer later than {PROBE_TIMEOUT:g} s after the
+last request lost) and stop as soon as no answer still to come could change their choice
+(`agents.follower.probes_settled`), so probing takes about the best candidate's round trip
+after the last request: neither the farthest candidate's nor, when a far candidate loses an
+echo, the {PROBE_TIMEOUT:g} s timeout. A lost echo of the candidate that would win still waits
+it out.
+What the cache costs: `cached_kbytes`, the bytes sent from the caches (the burst: up to a GOP
+of the stream per viewer), `catch_up_max_ms`, the longest time from a session's admission to
+its backlog drained, `early_stall_viewers`, views whose first stall came within {EARLY_S:g} s
+of their startup (what a burst could cause), and `playout_lag_mean_ms`, how far the player
+runs behind the source (the frame it started on was sent up to a GOP before the join, and this
+player does not catch up: it lags by the cached GOP's age plus the playout delay for the whole
+view; real players skip ahead or play faster). The viewers' one-way delays (`delay_p50_ms`)
+include the cached frames, which are old when they arrive. The sweep `startup-before` runs the
+old arm (no cache, probes in turn) beside the others.
 
 """
 
 
+def by_value_and_policy(results: pd.DataFrame):
+    """``results``' rows per sweep, value and policy, in their order: the value as
+    :func:`~experiments.report.at_value` words it, the policy and the rows."""
+    for (_, _, policy), group in results.groupby(["sweep", "value", "policy"], sort=False):
+        yield at_value(group), policy, group
+
+
+def whole(x: float) -> str:
+    """``x`` to a whole number (of milliseconds, say; no sign on a 0); n/a when it is
+    missing."""
+    if pd.isna(x):
+        return "n/a"
+    text = f"{x:.0f}"
+    return "0" if text == "-0" else text
+
+
+def playout_table(results: pd.DataFrame) -> Table:
+    """Each policy's views at each swept value, over all its runs: the views never stalled,
+    the stalls and their time, the startups under 1 s and the slowest, the mean time to the
+    first whole frame and (when the rows have it) the player's mean lag behind the source."""
+    lag = "playout_lag_mean_ms" in results
+    rows = []
+    for at, policy, group in by_value_and_policy(results):
+        recorded = group["startup_max_ms"].notna().any()
+        rows.append((at, policy, str(len(group)), str(int(group["viewers"].sum())),
+                     str(int(group["stall_free_viewers"].sum())), str(int(group["stalls"].sum())),
+                     whole(group["stall_ms"].sum()),
+                     str(int(group["startups_under_1s"].sum())) if recorded else "n/a",
+                     whole(group["startup_max_ms"].max()),
+                     whole(group["first_frame_mean_ms"].mean()))
+                    + ((whole(group["playout_lag_mean_ms"].mean()),) if lag else ()))
+    return Table(
+        "Playout per swept value and policy, over all its runs' views (counts and time stalled "
+        "summed over the runs):",
+        ("value", "policy", "runs", "views", "never stalled", "stalls",
+         "time stalled (ms)", "started within 1 s", "slowest startup (ms)",
+         "join to first whole frame (ms, mean)")
+        + (("player behind the source (ms, mean)",) if lag else ()), tuple(rows))
+
+
+def gop_cache_table(results: pd.DataFrame) -> list[Table]:
+    """What the GOP caches cost where media nodes kept them: the bytes they sent a run, the
+    longest backlog, the views stalled right after startup; none when no cache sent a byte."""
+    if "cached_kbytes" not in results:
+        return []
+    rows = tuple((at, policy, whole(group["cached_kbytes"].mean()),
+                  whole(group["catch_up_max_ms"].max()),
+                  str(int(group["early_stall_viewers"].sum())))
+                 for at, policy, group in by_value_and_policy(results)
+                 if group["cached_kbytes"].sum() > 0)
+    return [Table("What the GOP caches cost, where the media nodes kept them:",
+                  ("value", "policy", "sent from the caches (kB a run, mean)",
+                   "backlogs drained within (ms)",
+                   f"views stalled within {EARLY_S:g} s of startup"), rows)] if rows else []
+
+
+def goals_tables(results: pd.DataFrame) -> list[Table]:
+    """Each policy's views at each swept value against LiveNet's goals: the share never
+    stalled against :data:`STALL_FREE_GOAL` and the share started within 1 s against
+    :data:`STARTUP_GOAL`, each with its Clopper-Pearson interval (the views are few, so the
+    interval says what the count can show); and where the startup went: the mean first whole
+    frame after the join, the wait from it to the first frame shown less the playout delay
+    (the wait for an I frame) and the playout delay. A view that never showed a frame counts
+    as neither stall-free nor started."""
+    shares, startups = [], []
+    for at, policy, group in by_value_and_policy(results):
+        views = int(group["viewers"].sum())
+        for count, goal, what in ((int(group["stall_free_viewers"].sum()), STALL_FREE_GOAL,
+                                   "never stalled"),
+                                  (int(group["startups_under_1s"].sum()), STARTUP_GOAL,
+                                   "started within 1 s")):
+            low, high = (stats.binomtest(count, views).proportion_ci(CONFIDENCE) if views
+                         else (0, 1))
+            shares.append((at, policy, what, str(count), str(views),
+                           f"{100 * count / views:.0f}%" if views else "n/a",
+                           f"{100 * low:.0f}-{100 * high:.0f}%", f"{100 * goal:.0f}%",
+                           "met" if views and count >= goal * views else "not met"))
+        if group["startup_mean_ms"].notna().any():
+            first = group["first_frame_mean_ms"].mean()
+            keyframe = group["startup_mean_ms"].mean() - first - 1e3 * PLAYOUT_BUFFER_S
+            startups.append((at, policy, whole(group["startup_mean_ms"].mean()), whole(first),
+                             whole(keyframe), whole(1e3 * PLAYOUT_BUFFER_S)))
+    found = [Table("LiveNet's goals per swept value and policy, from the views of all its runs "
+                   "(a goal is met when the share of views reaches it):",
+                   ("value", "policy", "views that", "count", "of views", "share",
+                    f"{CONFIDENCE:.0%} Clopper-Pearson interval", "LiveNet's goal", "met"),
+                   tuple(shares))]
+    if startups:
+        found.append(Table("Where the mean startup went (means over the runs):",
+                           ("value", "policy", "startup (ms)", "join to first whole frame (ms)",
+                            "then to the first I frame (ms)", "playout delay (ms)"),
+                           tuple(startups)))
+    return found
+
+
 def verdict(runs: pd.DataFrame) -> str:
     """Whether hot standby's failover gap is shorter than recomputation's in ``runs`` (one
-    swept value's), from the valid runs: shorter when the 95% Student-t intervals of the two
-    means do not overlap; otherwise not shown apart at this number of runs."""
+    swept value's), from the valid runs: shorter when the Student-t intervals of the two means
+    (at the report's confidence) do not overlap; otherwise not shown apart at this number of
+    runs."""
     gaps = {policy: runs.loc[(runs["policy"] == policy) & (runs["failover_valid"] == 1),
                              "failover_gap_ms"] for policy in FAILOVER}
     if min(len(gap) for gap in gaps.values()) < 2:
         return "too few valid runs to compare hot standby with recomputation."
-    interval = {policy: (gap.mean(), stats.t.ppf(0.975, len(gap) - 1) * gap.std()
+    interval = {policy: (gap.mean(), stats.t.ppf((1 + CONFIDENCE) / 2, len(gap) - 1) * gap.std()
                          / len(gap) ** 0.5) for policy, gap in gaps.items()}
     (hot, hot_half), (recomputed, recomputed_half) = (interval["hot_standby"],
                                                       interval["recompute"])
     figures = (f"mean gap {hot:.0f} ± {hot_half:.0f} ms with hot standby against "
-               f"{recomputed:.0f} ± {recomputed_half:.0f} ms recomputed (95% intervals, "
-               f"{len(gaps['hot_standby'])} and {len(gaps['recompute'])} valid runs)")
+               f"{recomputed:.0f} ± {recomputed_half:.0f} ms recomputed ({CONFIDENCE:.0%} "
+               f"intervals over the valid runs)")
     if hot + hot_half < recomputed - recomputed_half:
         return f"hot standby re-sources faster: {figures}."
     if recomputed + recomputed_half < hot - hot_half:
@@ -476,142 +617,122 @@ def verdict(runs: pd.DataFrame) -> str:
     return f"hot standby is not shown faster than recomputation at this scale: {figures}."
 
 
-def goals(group: pd.DataFrame) -> str:
-    """``group``'s views (one policy's runs at one swept value) against LiveNet's goals: the
-    share never stalled against :data:`STALL_FREE_GOAL` and the share started within 1 s
-    against :data:`STARTUP_GOAL`, each with its 95% Clopper-Pearson interval (the views are
-    few, so the interval says what the count can show), and where the startup went: the mean
-    first whole frame after the join, the wait from it to the first frame shown less the
-    playout delay (the wait for an I frame) and the playout delay. A view that never showed
-    a frame counts as neither stall-free nor started."""
-    views = int(group["viewers"].sum())
-    parts = []
-    for count, goal, what in ((int(group["stall_free_viewers"].sum()), STALL_FREE_GOAL,
-                               "stall-free"),
-                              (int(group["startups_under_1s"].sum()), STARTUP_GOAL,
-                               "started within 1 s")):
-        low, high = stats.binomtest(count, views).proportion_ci(0.95) if views else (0, 1)
-        parts.append(f"{what} {count} of {views} ({100 * count / views:.0f}%, 95% interval "
-                     f"{100 * low:.0f}-{100 * high:.0f}%) against {100 * goal:.0f}%: "
-                     + ("met" if count >= goal * views else "not met"))
-    first = group["first_frame_mean_ms"].mean()
-    keyframe = group["startup_mean_ms"].mean() - first - 1e3 * PLAYOUT_BUFFER_S
-    return (f"LiveNet's goals at {group['parameter'].iloc[0]} = {group['value'].iloc[0]}, "
-            f"{group['policy'].iloc[0]} ({views} views in {len(group)} runs): "
-            + "; ".join(parts)
-            + (f". Startup a mean {group['startup_mean_ms'].mean():.0f} ms: the first whole "
-               f"frame {first:.0f} ms after the join, {round(keyframe)} ms more to the first I "
-               f"frame, {1e3 * PLAYOUT_BUFFER_S:.0f} ms of playout delay"
-               if group["startup_mean_ms"].notna().any() else "") + ".")
-
-
-def fixed_share(group: pd.DataFrame, baseline: str, mechanism: str) -> str:
-    """VIA's anchor for relays (an oracle relay choice fixes up to 53% of the poor calls; the
-    goal: relays with probing fix at least half of direct access's poor sessions) on
-    ``group``'s runs: the share of the baseline's poor viewers the mechanism's runs do not
+def fixed_rows(at: str, group: pd.DataFrame, baseline: str, mechanism: str
+               ) -> list[tuple[str, ...]]:
+    """VIA's anchor for relays (:data:`RELAY_FIX_GOAL` of direct access's poor sessions fixed)
+    on ``group``'s runs: the share of the baseline's poor viewers the mechanism's runs do not
     have (poor viewers a run), over every run and over the runs whose emulated network kept
     up (``network_kept_up``: a run whose impairment relays fell behind makes viewers poor
-    that the policy did not; the hosts' own flags, a CPU busy at start-up, do not)."""
-    def share(runs: pd.DataFrame, which: str) -> str:
+    that the policy did not; the hosts' own flags, a CPU busy at start-up, do not) when some
+    did not."""
+    def row(runs: pd.DataFrame, which: str) -> tuple[str, ...]:
         poor = runs.groupby("policy")["poor_viewers"].mean()  # a run: the two may differ in runs
         counted = runs.groupby("policy").size()
-        if not {baseline, mechanism} <= set(poor.index) or not poor[baseline]:
-            return f"{which}: no poor viewer with {baseline} to fix"
-        fixed = 1 - poor[mechanism] / poor[baseline]
-        return (f"{which} ({int(counted[mechanism])} and {int(counted[baseline])} runs) "
-                f"{100 * fixed:.0f}% ({poor[mechanism]:.2f} poor a run against "
-                f"{poor[baseline]:.2f}): " + ("met" if fixed >= 0.5 else "not met"))
-    parts = [share(group, "over every run")]
+        both = {baseline, mechanism} <= set(poor.index)
+        fixed = 1 - poor[mechanism] / poor[baseline] if both and poor[baseline] else None
+        return (at, which,
+                *(f"{int(counted[p])}" if p in counted else "0" for p in (mechanism, baseline)),
+                *(f"{poor[p]:.2f}" if p in poor else "n/a" for p in (mechanism, baseline)),
+                f"{100 * fixed:.0f}%" if fixed is not None else f"no poor viewer with {baseline}",
+                ("met" if fixed >= RELAY_FIX_GOAL else "not met") if fixed is not None else "–")
+    rows = [row(group, "every run")]
     if "network_kept_up" in group and group["network_kept_up"].notna().all():
         kept_up = group[group["network_kept_up"] == 1]
-        parts.append(share(kept_up, "over the runs whose network kept up")
-                     if len(kept_up) < len(group) else "every run's network kept up")
-    return (f"{mechanism} fixed of {baseline}'s poor viewers, against VIA's anchor of at "
-            f"least half, " + ", ".join(parts))
+        if len(kept_up) < len(group):
+            rows.append(row(kept_up, "the runs whose network kept up"))
+    return rows
 
 
-def remarks(results: pd.DataFrame) -> list[str]:
-    """Per swept value, what each mechanism bought against its absence, from the results:
-    viewers served from abroad (probing) and viewers poor by VIA (relays), in total over the
-    value's repetitions; the failover gap's range and mean and the frames lost in total over
-    the valid runs, the number flagged, and every run as measured (failover); the views that
-    never stalled and the startups under 1 s, per policy over all its runs, and the same
-    against LiveNet's goals (:func:`goals`)."""
+def mechanism_tables(results: pd.DataFrame) -> list[Table]:
+    """Per swept value, what probing and relays bought against their absence: viewers served
+    from abroad (probing) and viewers poor by VIA (relays), in total over the value's runs,
+    and for relays the share of the poor viewers they fixed against VIA's anchor."""
     found = []
-    for (value, policy), group in results.groupby(["value", "policy"], sort=False):
-        views = int(group["viewers"].sum())
-        found.append(
-            f"At {group['parameter'].iloc[0]} = {value}, {policy}: "
-            f"{int(group['stall_free_viewers'].sum())} of {views} views never stalled "
-            f"({int(group['stalls'].sum())} stalls, {group['stall_ms'].sum():.0f} ms "
-            f"together), " + (f"{int(group['startups_under_1s'].sum())} of {views} started "
-                              f"within 1 s (slowest {group['startup_max_ms'].max():.0f} ms; "
-                              f"the first whole frame came a mean "
-                              f"{group['first_frame_mean_ms'].mean():.0f} ms after the join)"
-                              if group["startup_max_ms"].notna().any()
-                              else "startup not recorded") + f" in {len(group)} runs"
-            + (f"; GOP caches sent {group['cached_kbytes'].mean():.0f} kB a run (backlogs "
-               f"drained within {group['catch_up_max_ms'].max():.0f} ms), "
-               f"{int(group['early_stall_viewers'].sum())} views stalled within {EARLY_S:g} s "
-               f"of startup" if "cached_kbytes" in group and group["cached_kbytes"].sum() > 0
-               else "")
-            + (f"; the player a mean {group['playout_lag_mean_ms'].mean():.0f} ms behind the "
-               f"source" if "playout_lag_mean_ms" in group
-               and group["playout_lag_mean_ms"].notna().any() else "") + ".")
-        found.append(goals(group))
     for (baseline, mechanism), metric, what in (
-            (ACCESS, "served_abroad", "viewers served from another region"),
-            (RELAYS, "poor_viewers", "viewers poor by VIA's thresholds")):
+            (ACCESS, "served_abroad", "Viewers served from another region"),
+            (RELAYS, "poor_viewers", "Viewers poor by VIA's thresholds")):
         chosen = results[results["policy"].isin((baseline, mechanism))]
-        for value, group in chosen.groupby("value", sort=False):
-            totals = group.groupby("policy")[metric].sum()
+        totals, fixed = [], []
+        for _, at, group in swept_values(chosen):
+            summed = group.groupby("policy")[metric].sum()
             runs = group.groupby("policy").size()
-            if {baseline, mechanism} <= set(totals.index):
-                found.append(
-                    f"At {group['parameter'].iloc[0]} = {value}: {int(totals[mechanism])} "
-                    f"{what} with {mechanism} against {int(totals[baseline])} with {baseline} "
-                    f"({int(runs[mechanism])} and {int(runs[baseline])} runs of six viewers)"
-                    + (f"; {fixed_share(group, baseline, mechanism)}"
-                       if metric == "poor_viewers" else "") + ".")
+            if {baseline, mechanism} <= set(summed.index):
+                totals.append((at, str(int(summed[mechanism])),
+                               str(int(summed[baseline])), str(int(runs[mechanism])),
+                               str(int(runs[baseline])), f"{group['viewers'].mean():g}"))
+                if metric == "poor_viewers":
+                    fixed += fixed_rows(at, group, baseline, mechanism)
+        if totals:
+            found.append(Table(f"{what}, {mechanism} against {baseline}, in total over the "
+                               "runs:", ("value", f"with {mechanism}", f"with {baseline}",
+                                         f"runs of {mechanism}", f"runs of {baseline}",
+                                         "viewers a run"), tuple(totals)))
+        if fixed:
+            found.append(Table(
+                f"Of {baseline}'s poor viewers, the share {mechanism} fixed (poor viewers a run), "
+                f"against VIA's anchor for relays:",
+                ("value", "runs counted", f"runs of {mechanism}", f"runs of {baseline}",
+                 f"poor a run with {mechanism}", f"poor a run with {baseline}", "fixed",
+                 f"VIA's anchor ({RELAY_FIX_GOAL:.0%})"), tuple(fixed)))
+    return found
+
+
+def failover_remarks(results: pd.DataFrame) -> list[str | Table]:
+    """Per swept value that ran both: the failover gap's range and mean, the frames lost in
+    total and the controller's reroute, over the valid runs, with the number flagged; whether
+    hot standby is faster (:func:`verdict`); and every run as measured, the flagged ones with
+    the reason."""
     chosen = results[results["policy"].isin(FAILOVER)]
-    for value, group in chosen.groupby("value", sort=False):
+    summaries, verdicts, each = [], [], []
+    for _, at, group in swept_values(chosen):
         if not set(FAILOVER) <= set(group["policy"]):
             continue
-        where = f"At {group['parameter'].iloc[0]} = {value}"
-        sides = []
         for policy in reversed(FAILOVER):
             runs = group[group["policy"] == policy]
             valid = runs[runs["failover_valid"] == 1]
-            flagged = len(runs) - len(valid)
-            sides.append(
-                (f"{valid['failover_gap_ms'].min():.0f}-{valid['failover_gap_ms'].max():.0f} ms "
-                 f"(mean {valid['failover_gap_ms'].mean():.0f} ms) with {policy}, "
-                 f"{int(valid['failover_frames_lost'].sum())} frames lost in {len(valid)} "
-                 f"valid runs, routes recomputed "
-                 f"{valid['failover_reroute_ms'].min():.0f}-"
-                 f"{valid['failover_reroute_ms'].max():.0f} ms after the cut"
-                 if len(valid) else f"no valid run with {policy}")
-                + (f" ({flagged} of {len(runs)} flagged and left out)" if flagged else ""))
-        found.append(f"{where}: failover gap " + " against ".join(sides) + ".")
-        found.append(f"{where}: {verdict(group)}")
-        # Every run as measured, the flagged ones with the reason.
+            gap, reroute = valid["failover_gap_ms"], valid["failover_reroute_ms"]
+            summaries.append((at, policy, str(len(valid)), str(len(runs) - len(valid)),
+                              *(whole(x) for x in (gap.min(), gap.max(), gap.mean())),
+                              str(int(valid["failover_frames_lost"].sum())),
+                              f"{whole(reroute.min())}-{whole(reroute.max())}"
+                              if len(valid) else "n/a"))
+        verdicts.append(f"At {at}: {verdict(group)}")
         for _, row in group.iterrows():
             cut = Failover(CUT_VIEWER, INGEST, row["failover_measured_gap_ms"] / 1e3,
                            int(row["failover_measured_frames_lost"]),
                            row["failover_wait_before_ms"] / 1e3,
                            row["failover_ingest_wait_ms"] / 1e3)
-            found.append(
-                f"{where}, {row['policy']} repetition {row['repetition']} (seed {row['seed']}): "
-                f"gap {1e3 * cut.gap_s:.0f} ms, {cut.frames_lost} frames lost; longest wait "
-                f"for a whole frame {1e3 * cut.viewer_wait_before_s:.0f} ms at {CUT_VIEWER} in "
-                f"the {PRE_CUT_S:g} s before the cut, {1e3 * cut.ingest_wait_s:.0f} ms at "
-                f"{INGEST} around it"
-                + (f"; **flagged, left out of the means**: {cut.invalid}" if cut.invalid
-                   else "") + ".")
-    return found
+            each.append((at, row["policy"], str(row["repetition"]), str(row["seed"]),
+                         whole(1e3 * cut.gap_s), str(cut.frames_lost),
+                         whole(1e3 * cut.viewer_wait_before_s), whole(1e3 * cut.ingest_wait_s),
+                         f"flagged, left out of the means: {cut.invalid}" if cut.invalid
+                         else "valid"))
+    if not summaries:
+        return []
+    return [Table("The failover gap over the valid runs (a flagged run is left out), the frames "
+                  f"{CUT_VIEWER} lost in total over them and when the controller's recomputed "
+                  "routes were in:",
+                  ("value", "policy", "valid runs", "flagged", "shortest gap (ms)",
+                   "longest gap (ms)", "mean gap (ms)", "frames lost",
+                   "routes recomputed after the cut (ms)"), tuple(summaries)),
+            *verdicts,
+            Table("Every run as measured (the longest waits for a whole frame say whether it "
+                  "measured failover):",
+                  ("value", "policy", "repetition", "seed", "gap (ms)", "frames lost",
+                   f"{CUT_VIEWER}'s longest wait in the {PRE_CUT_S:g} s before the cut (ms)",
+                   f"{INGEST}'s longest wait around it (ms)", "run"), tuple(each))]
+
+
+def remarks(results: pd.DataFrame) -> list[str | Table]:
+    """Per swept value and policy, from the results: the views' playout and startup
+    (:func:`playout_table`), what the GOP caches cost, the views against LiveNet's goals and
+    where the startup went (:func:`goals_tables`), what probing and relays bought
+    (:func:`mechanism_tables`) and the failover (:func:`failover_remarks`)."""
+    return [playout_table(results), *gop_cache_table(results), *goals_tables(results),
+            *mechanism_tables(results), *failover_remarks(results)]
 
 
 KINDS = (Kind(name="dispatch_emulation", parameters=Parameters, policies=ACCESS + RELAYS + FAILOVER,
               run=measured_run(variables, measure), metrics=METRICS,
-              plots=PLOTS,
+              plots=PLOTS, constants=CONSTANTS,
               about=ABOUT, remarks=remarks, emulated=True),)

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from controller.policies.dispatch.rooms import Directory, LookupMode
 from experiments.measurements import host_addresses, read_table
+from experiments.report import policy_means, swept_values, versus
 from experiments.sweeps.kinds import Cell, Kind, Metric, measured_run
 
 POLICIES = tuple(mode.value for mode in LookupMode)
@@ -227,22 +228,19 @@ def remarks(results: pd.DataFrame) -> list[str]:
     """Per sweep and value, the hint against the broadcast on the measured columns and the
     model's (means over the repetitions), and the round trips the model was given."""
     found = []
-    # By sweep and value, not in the order the cells happened to finish in.
-    order = pd.to_numeric(results["value"].astype(str).str.rstrip("%"), errors="coerce")
-    results = results.assign(order=order).sort_values(["sweep", "order"], kind="stable")
-    for (sweep, value), group in results.groupby(["sweep", "value"], sort=False):
-        means = group.groupby("policy").mean(numeric_only=True)
-        runs = group.groupby("policy").size()
-        if not set(POLICIES) <= set(means.index):
+    for sweep, at, group in swept_values(results, by_number=True):
+        counted = policy_means(group, POLICIES)
+        if counted is None:
             continue
-        h, b = means.loc["hint"], means.loc["broadcast"]
+        means, runs = counted
+        h = means.loc["hint"]
 
         def sides(metric: str, form: str) -> str:
-            return f"{format(h[metric], form)} against {format(b[metric], form)}"
+            return versus(means, "hint", "broadcast", metric, form)
 
         rtts = ", ".join(f"{a}-{z} {means[f'rtt_{a}_{z}_ms'].mean():.0f}" for a, z in PAIRS)
         found.append(
-            f"{sweep}, {group['parameter'].iloc[0]} = {value}, hint against broadcast (means "
+            f"{sweep}, {at}, hint against broadcast (means "
             f"of {int(runs['hint'])} and {int(runs['broadcast'])} runs): "
             f"{sides('messages_per_lookup', '.2f')} messages per lookup (the model "
             f"{sides('model_messages_per_lookup', '.2f')}); "

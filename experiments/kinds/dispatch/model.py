@@ -27,6 +27,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from controller.policies.dispatch import model
 from controller.policies.dispatch.access import LocationDatabase
 from controller.policies.dispatch.rooms import LookupMode
+from experiments.report import swept_values
 from experiments.sweeps.kinds import Cell, Kind, Metric
 from edgebed import units
 
@@ -151,14 +152,11 @@ def remarks(results: pd.DataFrame) -> list[str]:
     """What probing bought per database error share, the oversell of each capacity control
     and what each lookup mode cost, read from the results."""
     found = []
-    # By sweep and value, not in the order the cells happened to finish in.
-    results = (results.assign(order=pd.to_numeric(results["value"], errors="coerce"))
-               .sort_values(["sweep", "order"], kind="stable"))
     access = results[results["policy"].isin(ACCESS)]
-    for (_, value), group in access.groupby(["sweep", "value"], sort=False):
+    for _, at, group in swept_values(access, by_number=True):
         means = group.groupby("policy")["poor_sessions"].mean()
         if {"database", "probe"} <= set(means.index) and means["database"] > 0:
-            found.append(f"At {group['parameter'].iloc[0]} = {value}, probing leaves "
+            found.append(f"At {at}, probing leaves "
                          f"{means['probe']:.1%} of sessions poor against "
                          f"{means['database']:.1%} with the database's first candidate: "
                          f"{1 - means['probe'] / means['database']:.0%} of the poor sessions "
@@ -172,12 +170,12 @@ def remarks(results: pd.DataFrame) -> list[str]:
                      f"cells oversold a node; at most {int(group['oversold_streams'].max())} "
                      f"streams oversold in a cell.")
     lookup = results[results["policy"].isin(LOOKUP)]
-    for (sweep, value), group in lookup.groupby(["sweep", "value"], sort=False):
+    for sweep, at, group in swept_values(lookup, by_number=True):
         means = group.groupby("policy")[["lookup_messages", "lookup_messages_total",
                                          "lookup_ms_mean", "lookup_fallback"]].mean()
         if set(LOOKUP) <= set(means.index):
             b, h = means.loc["broadcast"], means.loc["hint"]
-            found.append(f"{sweep}, {group['parameter'].iloc[0]} = {value}: a hint takes "
+            found.append(f"{sweep}, {at}: a hint takes "
                          f"{h['lookup_messages']:.2f} messages per lookup "
                          f"({h['lookup_messages_total']:.0f} in a cell) against "
                          f"{b['lookup_messages']:.2f} ({b['lookup_messages_total']:.0f}) by "

@@ -22,11 +22,13 @@ import pandas as pd
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from experiments.kinds.dispatch.emulation import (PLAYOUT_BUFFER_S, goals, playout_metrics,
+from experiments.kinds.dispatch.emulation import (GOALS, PLAYOUT_BUFFER_S, PLAYOUT_DELAY,
+                                                  goals_tables, playout_metrics, playout_table,
                                                   serving_nodes)
 from experiments.measurements import host_addresses, read_table
 from experiments.playout import viewer_playouts
-from experiments.sweeps.kinds import Cell, Kind, Metric, measured_run
+from experiments.report import against, policy_means, swept_values
+from experiments.sweeps.kinds import Cell, Constant, Kind, Metric, Table, measured_run
 
 POLICIES = ("single", "multi")
 ORIGIN = "cn1"  # the media node the scenario's streamer pushes to
@@ -196,10 +198,15 @@ PLOTS = ("delay_p50_ms", "delay_p95_ms", "frame_loss_pct", "cross_border_mbps",
          "nodes_serving", "stall_free_viewers", "stalls", "startup_mean_ms",
          "first_frame_mean_ms")
 
-ABOUT = """\
+FRAME_LOSS_EDGE = Constant("EDGE_S", f"{EDGE_S:g} s", "a viewer's frames count for its frames "
+                           "lost from this long after its first whole frame to this long "
+                           "before its last")
+CONSTANTS = (PLAYOUT_DELAY, *GOALS, FRAME_LOSS_EDGE)
+
+ABOUT = f"""\
 Each cell is one emulated run of `topologies/dispatch/rooms.yaml` (real packets on a Mininet
 network, userspace Open vSwitch, edgebed's controller running the dispatch policy for three
-regional centers): one 1 Mbit/s stream (25 frames/s, an I frame every 2 s) pushed in cn to the
+regional centers): one 1 Mbit/s stream (25 frames/s, an I frame in every 50) pushed in cn to the
 origin cn1, six viewers joining 0.6 s apart from 2 s, seven media nodes (cn1, cn2 in machine
 room cn-a, cn3 behind the second ISP, two in the us, two in eu). The room is the same-city one
 (six viewers in cn) or the cross-border one (three in the us, three in eu). Policies:
@@ -217,7 +224,7 @@ with Gilbert-Elliott burst loss (p 0.5%, r 30%: about 1.6% each way), us-eu 35 m
 
 Measured: the viewers' frame delays (from the streamer's send time to the frame whole at the
 viewer, per viewer its median and 95th percentile, then their mean); `frame_loss_pct`, the
-frames the origin got whole, from half a second after a viewer's first frame to half a second
+frames the origin got whole, from {EDGE_S:g} s after a viewer's first frame to {EDGE_S:g} s
 before its last, that the viewer, or the node that served it, never got whole (a node
 re-packetises what it got of a frame, so its viewers get whole frames it got in part); `cross_border_mbps`, the media every host received from a sender in another region,
 each flow's bytes over its duration, summed (a viewer's sender is the node that served it,
@@ -227,25 +234,19 @@ over the run, both ways, pulls and load reports included (counted by the wires t
 node the origin served); `origin_sessions` and `node_sessions_max`, the sessions (viewers and
 back-sourcing nodes) the origin and the busiest node served, `nodes_serving` how many nodes
 served any. Playout, stalls and startup as in the other dispatch reports (`experiments.playout`:
-0.5 s of playout delay, a stall is a frame later than its playout deadline).
+{PLAYOUT_BUFFER_S:g} s of playout delay, a stall is a frame later than its playout deadline),
+and the views against LiveNet's goals of stall-free views and startups under 1 s.
 
 Scale: a machine's, one stream and six viewers; a count moves by one with one viewer. Runs made
-while other work loaded the shared 2-core machine: delays carry its queues, and a run whose
+while other work loaded the shared machine: delays carry its queues, and a run whose
 impairment relays fell behind (fidelity flags in its `summary.json`) delivers frames late.
 """
 
 
-def against(means: pd.DataFrame, first: str, second: str,
-            compared: tuple[tuple[str, str, str], ...]) -> list[str]:
-    """``first``'s mean against ``second``'s (rows of ``means``) for each (column, what it is,
-    format) of ``compared``: "0.96 against 0.46 Mbit/s pulled"."""
-    return [f"{format(means.loc[first, m], f)} against {format(means.loc[second, m], f)} {what}"
-            for m, what, f in compared]
-
-
-def remarks(results: pd.DataFrame) -> list[str]:
+def remarks(results: pd.DataFrame) -> list[str | Table]:
     """Per room, single-point against multi-point on the measured columns (means over the
-    repetitions), and each policy's views against LiveNet's goals (:func:`goals`)."""
+    repetitions), and each policy's views: their playout (:func:`playout_table`) and against
+    LiveNet's goals (:func:`goals_tables`)."""
     found = []
     compared = (("cross_border_mbps", "Mbit/s across borders", ".2f"),
                 ("origin_sessions", "sessions at the origin", ".1f"),
@@ -256,24 +257,20 @@ def remarks(results: pd.DataFrame) -> list[str]:
                 ("delay_p95_ms", "ms 95th-percentile delay", ".0f"),
                 ("frame_loss_pct", "% frames lost", ".2f"),
                 ("startup_mean_ms", "ms mean startup", ".0f"))
-    for value, group in results.groupby("value", sort=False):
-        means = group.groupby("policy").mean(numeric_only=True)
-        runs = group.groupby("policy").size()
-        if not set(POLICIES) <= set(means.index):
+    for _, _, group in swept_values(results):
+        counted = policy_means(group, POLICIES)
+        if counted is None:
             continue
+        means, runs = counted
+        value = group["value"].iloc[0]
         sides = against(means, "single", "multi", compared)
-        stalls = {p: (int(group.loc[group["policy"] == p, "stall_free_viewers"].sum()),
-                      int(group.loc[group["policy"] == p, "viewers"].sum())) for p in POLICIES}
         found.append(
             f"Room {value}, single-point against multi-point (means of {int(runs['single'])} "
-            f"and {int(runs['multi'])} runs): " + "; ".join(sides)
-            + f"; views never stalled {stalls['single'][0]} of {stalls['single'][1]} against "
-              f"{stalls['multi'][0]} of {stalls['multi'][1]}.")
-    for _, group in results.groupby(["value", "policy"], sort=False):
-        found.append(goals(group))
-    return found
+            f"and {int(runs['multi'])} runs): " + "; ".join(sides) + ".")
+    return [*found, playout_table(results), *goals_tables(results)]
 
 
 KINDS = (Kind(name="dispatch_rooms", parameters=Parameters, policies=POLICIES,
               run=measured_run(variables, measure),
-              metrics=METRICS, plots=PLOTS, about=ABOUT, remarks=remarks, emulated=True),)
+              metrics=METRICS, plots=PLOTS, constants=CONSTANTS, about=ABOUT, remarks=remarks,
+              emulated=True),)

@@ -21,13 +21,16 @@ import pandas as pd
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from agents.edge_server import Params as NodeParams
 from controller.policies.dispatch.model import Join, transcoding
-from experiments.kinds.dispatch.emulation import (PLAYOUT_BUFFER_S, playout_metrics,
-                                                  serving_nodes)
-from experiments.kinds.dispatch.rooms import ORIGIN, against, viewer_frame_loss, whole_frames
+from experiments.kinds.dispatch.emulation import (PLAYOUT_BUFFER_S, PLAYOUT_DELAY,
+                                                  playout_metrics, serving_nodes)
+from experiments.kinds.dispatch.rooms import (EDGE_S, FRAME_LOSS_EDGE, ORIGIN,
+                                              viewer_frame_loss, whole_frames)
 from experiments.measurements import host_addresses, network_kept_up, read_table
 from experiments.playout import viewer_playouts
-from experiments.sweeps.kinds import Cell, Kind, Metric, measured_run
+from experiments.report import against, policy_means
+from experiments.sweeps.kinds import Cell, Constant, Kind, Metric, Table, measured_run
 
 POLICIES = ("always", "passive")
 # Frames a node got this close together (s) belong to one stretch of pulling; a longer silence
@@ -37,6 +40,9 @@ PULLING_GAP_S = 0.5
 # duration); the model's prediction beside the measured figures is made on it.
 STREAM_AT_S = 0.5
 STAY_S = 4.0
+# How long a media node keeps a session (and a back-sourcing node its pull) after the last
+# pull: the edge_server agent's default, which the scenario keeps.
+PULL_TIMEOUT_S = NodeParams.model_fields["pull_timeout"].default
 
 
 class Parameters(BaseModel):
@@ -192,11 +198,18 @@ PLOTS = ("transcoder_mbps", "transcoder_pulling_s", "transcoder_wasted_s", "late
          "late_first_frame_ms", "late_frames_lost", "same_startup_mean_ms",
          "same_frame_loss_pct")
 
-ABOUT = """\
+CONSTANTS = (
+    Constant("PULLING_GAP_S", f"{PULLING_GAP_S:g} s", "frames the transcoder got at most this "
+             "far apart belong to one stretch of pulling"),
+    PLAYOUT_DELAY, FRAME_LOSS_EDGE,
+    Constant("agents.edge_server pull_timeout", f"{PULL_TIMEOUT_S:g} s",
+             "a node ends a session (and stops its own pull) this long after the last pull"))
+
+ABOUT = f"""\
 Each cell is one emulated run of `topologies/dispatch/transcoding.yaml` (real packets on a
 Mininet network, userspace Open vSwitch, edgebed's controller running the dispatch policy with
-`transcoding` set to the cell's policy): one 1 Mbit/s stream (25 frames/s, an I frame every
-2 s) pushed in rtmp to the origin cn1 at 0.5 s; three rtmp viewers joining 0.6 s apart from
+`transcoding` set to the cell's policy): one 1 Mbit/s stream (25 frames/s, an I frame in every
+50) pushed in rtmp to the origin cn1 at 0.5 s; three rtmp viewers joining 0.6 s apart from
 2 s, placed on the media nodes cn1 and cn2 (cn2 back-sources from cn1); one webrtc viewer,
 webv1, joining at 7 s and leaving 4 s later, placed on the transcoder tc1 (a node of its own
 site, 2 ms from the media nodes' switch). Every media node keeps a GOP cache. Policies:
@@ -208,12 +221,14 @@ site, 2 ms from the media nodes' switch). Every media node keeps a GOP cache. Po
   always-on transcoder: `edge_server`'s `back_source_mode: always`).
 
 Measured: the bytes the transcoder got from the origin (its `flows` row) and their rate over
-the whole run; when it was getting the stream (stretches of frames no more than 0.5 s apart),
+the whole run; when it was getting the stream (stretches of frames no more than
+{PULLING_GAP_S:g} s apart),
 and of that time how much no webrtc viewer was there (`transcoder_wasted_s`: webv1's stay is
 from its join request to its last whole frame), split into before webv1 joined and after it
-left; webv1's startup (join to first frame shown, `experiments.playout`, 0.5 s of playout
-delay), the time to its first whole frame, its stalls and the frames the origin got that it
-never got whole (from 0.5 s after its first frame to 0.5 s before its last, as
+left; webv1's startup (join to first frame shown, `experiments.playout`,
+{PLAYOUT_BUFFER_S:g} s of playout delay), the time to its first whole frame, its stalls and
+the frames the origin got that it never got whole (from {EDGE_S:g} s after its first frame to
+{EDGE_S:g} s before its last, as
 `reports/dispatch/rooms/` counts them); and the rtmp viewers' startup, stalls, frames lost
 and median delay, which the mechanism should leave alone.
 
@@ -221,12 +236,13 @@ What is reproduced: the talk's mechanism, a transcoder running only while a clie
 protocol is in the room, and its cost. What is not: the conversion itself (protocols are
 labels; the transcoder forwards frames as any node does, so its work is counted as the stream
 it pulls and the time it runs, not as CPU), and rooms with many protocols or many streams.
-After the viewer leaves, passive keeps pulling for the transcoder's pull timeout (1 s) and the
-origin's (1 s) before the stream stops: that is the tail passive wastes.
+After the viewer leaves, passive keeps pulling for the transcoder's pull timeout
+({PULL_TIMEOUT_S:g} s) and the origin's ({PULL_TIMEOUT_S:g} s) before the stream stops: that is
+the tail passive wastes.
 
 Scale: a machine's, one stream, one room, four viewers, one of another protocol; every
-figure is per run, three runs a policy. Runs made while other work loaded the shared 2-core
-machine; `network_kept_up` says whether the emulated network kept up in each.
+figure is per run. Runs made while other work loaded the shared machine; `network_kept_up`
+says whether the emulated network kept up in each.
 """
 
 
@@ -241,13 +257,14 @@ def predicted(late_join: float, duration: float) -> dict[str, float]:
                               mode).transcoder_s for mode in POLICIES}
 
 
-def remarks(results: pd.DataFrame) -> list[str]:
-    """Always-on against passive on the measured columns (means over the repetitions), and
-    the model's transcoder-seconds beside the measured pulling time."""
-    means = results.groupby("policy").mean(numeric_only=True)
-    runs = results.groupby("policy").size()
-    if not set(POLICIES) <= set(means.index):
+def remarks(results: pd.DataFrame) -> list[str | Table]:
+    """Always-on against passive on the measured columns (means over the repetitions), the
+    runs' counts per policy, and the model's transcoder-seconds beside the measured pulling
+    time."""
+    counted = policy_means(results, POLICIES)
+    if counted is None:
         return []
+    means, runs = counted
     compared = (("transcoder_mbps", "Mbit/s pulled by the transcoder", ".2f"),
                 ("transcoder_mb", "MB pulled", ".1f"),
                 ("transcoder_pulling_s", "s pulling", ".1f"),
@@ -262,34 +279,38 @@ def remarks(results: pd.DataFrame) -> list[str]:
                 ("same_delay_p50_ms", "ms rtmp viewers' median delay", ".0f"))
     sides = against(means, "always", "passive", compared)
     sums = results.groupby("policy").sum(numeric_only=True).astype(int)
-    started = sums["transcoder_started_joins"]
-    stall_free = {p: (sums.loc[p, "same_stall_free"], sums.loc[p, "same_viewers"])
-                  for p in POLICIES}
-    kept = int(results["network_kept_up"].sum())
     return [f"Always-on against passive transcoder (means of {int(runs['always'])} and "
-            f"{int(runs['passive'])} runs; the emulated network kept up in {kept} of "
-            f"{len(results)}): " + "; ".join(sides) + ".",
-            f"Decisions that started the transcoder: {started['always']} under always-on, "
-            f"{started['passive']} under passive (one per run: webv1's join). rtmp views never "
-            f"stalled {stall_free['always'][0]} of {stall_free['always'][1]} against "
-            f"{stall_free['passive'][0]} of {stall_free['passive'][1]}.",
-            model_remark(results)]
+            f"{int(runs['passive'])} runs): " + "; ".join(sides) + ".",
+            Table("The runs of each policy, in total (under passive, webv1's join is the "
+                  "decision that starts the transcoder):",
+                  ("policy", "runs", "the emulated network kept up",
+                   "decisions that started the transcoder", "rtmp views never stalled",
+                   "rtmp views"),
+                  tuple((policy, str(int(runs[policy])), str(sums.loc[policy, "network_kept_up"]),
+                         str(sums.loc[policy, "transcoder_started_joins"]),
+                         str(sums.loc[policy, "same_stall_free"]),
+                         str(sums.loc[policy, "same_viewers"])) for policy in POLICIES)),
+            model_table(results)]
 
 
-def model_remark(results: pd.DataFrame) -> str:
+def model_table(results: pd.DataFrame) -> Table:
     """The model's transcoder-seconds against the transcoder's measured pulling time."""
     late_join = float(results["value"].iloc[0])
     duration = float(Parameters().duration)
     model = predicted(late_join, duration)
     means = results.groupby("policy")["transcoder_pulling_s"].mean()
-    return (f"Model (the policy's Transcoding on this timeline: stream from {STREAM_AT_S:g} s "
-            f"to {duration:g} s, webv1 from {late_join:g} s for {STAY_S:g} s): transcoder "
-            f"running {model['always']:.1f} s always-on against {model['passive']:.1f} s "
-            f"passive; measured pulling {means['always']:.1f} against {means['passive']:.1f} s "
-            f"(passive's difference: the back-source pull's start after the join and the two "
-            f"pull timeouts after the leave).")
+    return Table(f"The model (the policy's Transcoding on this timeline: the stream from "
+                 f"{STREAM_AT_S:g} s to {duration:g} s, webv1 from {late_join:g} s for "
+                 f"{STAY_S:g} s) against the transcoder's measured pulling (passive's "
+                 f"difference: the back-source pull's start after the join and the two pull "
+                 f"timeouts after the leave):",
+                 ("policy", "transcoder running in the model (s)",
+                  "measured pulling (s, mean over the runs)"),
+                 tuple((policy, f"{model[policy]:.1f}", f"{means[policy]:.1f}")
+                       for policy in POLICIES))
 
 
 KINDS = (Kind(name="dispatch_transcoding", parameters=Parameters, policies=POLICIES,
               run=measured_run(variables, measure),
-              metrics=METRICS, plots=PLOTS, about=ABOUT, remarks=remarks, emulated=True),)
+              metrics=METRICS, plots=PLOTS, constants=CONSTANTS, about=ABOUT, remarks=remarks,
+              emulated=True),)

@@ -39,9 +39,9 @@ from controller.policies.live_edge.policies import instance_from_state
 from controller.policy import Placement
 from controller.view import NetworkView
 from experiments.measurements import read_table
-from experiments.report import plot_time_figure
+from experiments.report import CONFIDENCE, plot_time_figure, swept_values
 from experiments.runs import RunRecord, per_second
-from experiments.sweeps.kinds import (Cell, Kind, Metric, Panel, RunSummary, TimeFigure,
+from experiments.sweeps.kinds import (Cell, Kind, Metric, Panel, RunSummary, Table, TimeFigure,
                                       emulated_run)
 from edgebed import units
 
@@ -415,92 +415,118 @@ METRICS = (Metric("objective_model", "objective, model's prediction"),
                                  "table does not name"))
 
 
-def remarks(results: pd.DataFrame) -> list[str]:
+def remarks(results: pd.DataFrame) -> list[str | Table]:
     """Per sweep value: how differently each pair of policies placed the same viewers (each
-    run's ``placement``, repetition by repetition), the objective as the model predicted it and
-    as measured, both orderings of the policies and whether they match, and what the measured
-    delay, its tail and loss add to the model's latency."""
-    lines = []
-    for (sweep, value), rows in results.groupby(["sweep", "value"], sort=False):
-        at = f"{sweep}, {rows['parameter'].iloc[0]} = {value}"
+    run's ``placement``, repetition by repetition) and the media rate each left on each edge
+    (:func:`placement_tables`), the objective as the model predicted it and as measured, both
+    orderings of the policies and whether they match (:func:`ordering_remarks`), and what the
+    measured delay, its tail and loss add to the model's latency (:func:`gap_table`)."""
+    values = []
+    for sweep, at, rows in swept_values(results):
         cells = rows.groupby(["policy", "repetition"], sort=False).first().reset_index()
-        order = list(dict.fromkeys(cells["policy"]))
-        if "placement" in cells:  # results made before runs recorded their placements lack it
-            lines += _placement_remarks(at, cells, order)
-        lines += [_ordering_remark(at, cells, order), _gap_remark(at, cells, order)]
-    return lines
+        values.append((f"{sweep}, {at}", cells, list(dict.fromkeys(cells["policy"]))))
+    # Results made before runs recorded their placements lack them.
+    placed = placement_tables(values) if "placement" in results else []
+    return [*placed, *ordering_remarks(values), gap_table(values)]
 
 
-def _placement_remarks(at: str, cells: pd.DataFrame, order: list[str]) -> list[str]:
-    placed = {(row.policy, row.repetition): read_placement(row.placement)
-              for row in cells.itertuples()}
-    viewers = set().union(*placed.values())
-    unconfirmed = int(cells["unconfirmed"].sum())
-    lines = [f"{at}: placements compared over the {len(viewers)} viewers some policy served, "
-             "each where its last decision followed put it; the controller's decisions table "
-             f"names that edge for all but {unconfirmed} of the runs' placements"]
+def placement_tables(values: list[tuple[str, pd.DataFrame, list[str]]]) -> list[Table]:
+    """Per sweep value (``values``: where, its cells' rows, the policies in order), each pair
+    of policies' placements compared viewer by viewer, repetition by repetition; and each
+    policy's media rate on each edge at the end, with the placements the controller's
+    ``decisions`` table does not confirm."""
+    pairs, loads = [], []
     unserved = ("-", math.nan)
+    for at, cells, order in values:
+        placed = {(row.policy, row.repetition): read_placement(row.placement)
+                  for row in cells.itertuples()}
+        viewers = set().union(*placed.values())
+        for a, b in itertools.combinations(order, 2):
+            repetitions = sorted({r for p, r in placed if p == a}
+                                 & {r for p, r in placed if p == b})
+            edges, rungs = [], []
+            for r in repetitions:
+                each = [(placed[a, r].get(v, unserved), placed[b, r].get(v, unserved))
+                        for v in viewers]
+                edges.append(sum(x[0] != y[0] for x, y in each))
+                rungs.append(sum(x[0] == y[0] != "-" and x[1] != y[1] for x, y in each))
+            pairs.append((at, f"{a} and {b}", str(len(viewers)), ", ".join(map(str, edges)),
+                          ", ".join(map(str, rungs))))
+        for policy in order:
+            runs = [where for (p, _), where in placed.items() if p == policy]
+            rate: dict[str, float] = {}
+            for where in runs:
+                for server, bitrate in where.values():
+                    rate[server] = rate.get(server, 0.0) + bitrate / 1e6
+            mine = cells[cells["policy"] == policy]
+            loads.append((at, policy, {server: total / len(runs)
+                                       for server, total in rate.items()},
+                          int(mine["unconfirmed"].sum())))
+    edges = sorted({server for *_, rate, _ in loads for server in rate})
+    return [Table("Placements compared pair by pair over the viewers some policy served, each "
+                  "where its last decision followed put it, repetition by repetition:",
+                  ("value", "policies", "viewers", "on different edges (or served by one only)",
+                   "on the same edge at another rung"), tuple(pairs)),
+            Table("Media rate placed on each edge at the end, Mbit/s (mean over the "
+                  "repetitions; what the model's uplink capacity D_m counts, packet headers "
+                  "not included), and the runs' placements whose edge the controller's "
+                  "decisions table does not name:",
+                  ("value", "policy", *edges, "unconfirmed placements"),
+                  tuple((at, policy, *(f"{rate[edge]:.3g}" if edge in rate else "–"
+                                       for edge in edges), str(unconfirmed))
+                        for at, policy, rate, unconfirmed in loads))]
+
+
+def ordering_remarks(values: list[tuple[str, pd.DataFrame, list[str]]]) -> list[str | Table]:
+    """Per sweep value, the policies ordered by the objective the model predicted and by the
+    one measured (:func:`_ordering_remark`), and a table of the pairs the measurement puts
+    the other way round (with whether the repetitions resolve the measured difference: its
+    paired interval leaves out 0)."""
+    found, reversed_pairs = [], []
+    for at, cells, order in values:
+        pairs = _reversed_pairs(at, cells, order)
+        found.append(_ordering_remark(at, cells, bool(pairs)))
+        reversed_pairs += pairs
+    if reversed_pairs:
+        found.append(Table(
+            "The pairs the measured objective orders the other way round from the model, the "
+            "measured difference a mean over the repetitions with its paired "
+            f"{CONFIDENCE:.0%} interval:",
+            ("value", "measured higher", "predicted higher", "measured difference",
+             "± (half the interval)", "resolved by the repetitions"), tuple(reversed_pairs)))
+    return found
+
+
+def _reversed_pairs(at: str, cells: pd.DataFrame, order: list[str]) -> list[tuple[str, ...]]:
+    means = cells.groupby("policy", sort=False)["objective_model"].mean()
+    measured_by = cells.pivot(index="repetition", columns="policy", values="objective_measured")
+    found = []
     for a, b in itertools.combinations(order, 2):
-        repetitions = sorted({r for p, r in placed if p == a} & {r for p, r in placed if p == b})
-        edges, rungs = [], []
-        for r in repetitions:
-            pairs = [(placed[a, r].get(v, unserved), placed[b, r].get(v, unserved))
-                     for v in viewers]
-            edges.append(sum(x[0] != y[0] for x, y in pairs))
-            rungs.append(sum(x[0] == y[0] != "-" and x[1] != y[1] for x, y in pairs))
-        lines.append(f"{at}: {a} and {b} put {_per_repetition(edges)} of the {len(viewers)} "
-                     "viewers on different edges (or served one and not the other), and "
-                     f"{_per_repetition(rungs)} more on the same edge at another rung")
-    loads = []
-    for policy in order:
-        placed_rate: dict[str, list[float]] = {}
-        runs = [where for (p, _), where in placed.items() if p == policy]
-        for where in runs:
-            for server in {server for server, _ in where.values()}:
-                placed_rate.setdefault(server, []).append(
-                    sum(bitrate for s, bitrate in where.values() if s == server) / 1e6)
-        loads.append(f"{policy} " + ", ".join(
-            f"{server} {sum(rates) / len(runs):.3g}" for server, rates in sorted(
-                placed_rate.items())))
-    lines.append(f"{at}: media rate placed on each edge at the end, Mbit/s (mean over the "
-                 "repetitions; what the model's uplink capacity D_m counts, packet headers "
-                 "not included): " + "; ".join(loads))
-    return lines
-
-
-def _per_repetition(counts: list[int]) -> str:
-    if len(counts) == 1:
-        return str(counts[0])
-    return f"{', '.join(map(str, counts))} (repetition by repetition)"
-
-
-def _ordering_remark(at: str, cells: pd.DataFrame, order: list[str]) -> str:
-    """The policies ordered by the objective the model predicted and by the one measured, and
-    the pairs the measurement puts the other way round (with whether the repetitions resolve
-    the measured difference: its paired 95% interval leaves out 0)."""
-    means = cells.groupby("policy", sort=False)[["objective_model",
-                                                 "objective_measured"]].mean()
-    by = {column: cells.pivot(index="repetition", columns="policy", values=column)
-          for column in ("objective_model", "objective_measured")}
-    reversed_pairs = []
-    for a, b in itertools.combinations(order, 2):
-        predicted = _difference(means.at[a, "objective_model"], means.at[b, "objective_model"])
-        differences = (by["objective_measured"][a] - by["objective_measured"][b]).dropna()
+        predicted = _difference(means[a], means[b])
+        differences = (measured_by[a] - measured_by[b]).dropna()
         measured = float(differences.mean())
         if predicted and measured and np.sign(measured) != np.sign(predicted):
             high, low = (a, b) if predicted > 0 else (b, a)
-            half = (stats.t.ppf(0.975, len(differences) - 1) * differences.std()
+            half = (stats.t.ppf((1 + CONFIDENCE) / 2, len(differences) - 1) * differences.std()
                     / math.sqrt(len(differences)) if len(differences) > 1 else math.nan)
-            resolved = ("one repetition: not resolved" if math.isnan(half) else
-                        "resolved by the repetitions" if abs(measured) > half else
-                        f"within the repetitions' spread, ±{half:.2g}")
-            reversed_pairs.append(f"{low} above {high} by {abs(measured):.3g} ({resolved})")
-    verdict = ("the measured ordering matches the predicted one" if not reversed_pairs else
-               "the measured ordering does not match the predicted one: measured "
-               + "; ".join(reversed_pairs) + ", where the model has it the other way")
+            resolved = ("one repetition: no" if math.isnan(half) else
+                        "yes" if abs(measured) > half else "no: within their spread")
+            found.append((at, low, high, f"{abs(measured):.3g}",
+                          "n/a" if math.isnan(half) else f"{half:.3g}", resolved))
+    return found
+
+
+def _ordering_remark(at: str, cells: pd.DataFrame, reversed_pairs: bool) -> str:
+    """The policies ordered by the objective the model predicted and by the one measured, and
+    whether the orderings match."""
+    means = cells.groupby("policy", sort=False)[["objective_model",
+                                                 "objective_measured"]].mean()
+    verdict = ("the measured ordering does not match the predicted one (the pairs the other "
+               "way round are tabulated below)" if reversed_pairs else
+               "the measured ordering matches the predicted one")
     return (f"{at}: objective (gift-weighted QoE summed over the viewers served), predicted "
             f"{_ordering(means['objective_model'])}; measured "
-            f"{_ordering(means['objective_measured'])}; {verdict}")
+            f"{_ordering(means['objective_measured'])}; {verdict}.")
 
 
 def _difference(a: float, b: float) -> float:
@@ -519,19 +545,26 @@ def _ordering(means: pd.Series) -> str:
     return text
 
 
-def _gap_remark(at: str, cells: pd.DataFrame, order: list[str]) -> str:
-    means = cells.groupby("policy", sort=False)[["latency_model_ms", "latency_measured_ms",
-                                                 "latency_p99_ms", "loss"]].mean()
-
-    def each(figure) -> str:
-        return ", ".join(f"{policy} {figure(means.loc[policy])}" for policy in order)
-
-    return (f"{at}: what the emulation adds to the model's latency, mean over the viewers: "
-            "measured median one-way delay minus the model's latency "
-            + each(lambda m: f"{m['latency_measured_ms'] - m['latency_model_ms']:+.0f} ms")
-            + "; 99th percentile of the delay "
-            + each(lambda m: f"{m['latency_p99_ms']:.0f} ms")
-            + "; loss " + each(lambda m: f"{m['loss']:.2%}"))
+def gap_table(values: list[tuple[str, pd.DataFrame, list[str]]]) -> Table:
+    """What the emulation adds to the model's latency, per sweep value and policy (means over
+    the repetitions of each run's mean over its viewers): the measured median one-way delay
+    against the model's latency and their difference, the delay's 99th percentile and the
+    loss of the viewers' streams."""
+    rows = []
+    for at, cells, order in values:
+        means = cells.groupby("policy", sort=False)[["latency_model_ms", "latency_measured_ms",
+                                                     "latency_p99_ms", "loss"]].mean()
+        for policy in order:
+            m = means.loc[policy]
+            rows.append((at, policy, f"{m['latency_model_ms']:.0f}",
+                         f"{m['latency_measured_ms']:.0f}",
+                         f"{m['latency_measured_ms'] - m['latency_model_ms']:+.0f}",
+                         f"{m['latency_p99_ms']:.0f}", f"{m['loss']:.2%}"))
+    return Table("What the emulation adds to the model's latency (each run's mean over its "
+                 "viewers, then the mean over the repetitions):",
+                 ("value", "policy", "model's latency (ms)", "measured median one-way delay (ms)",
+                  "measured less the model's (ms)", "99th percentile of the delay (ms)", "loss"),
+                 tuple(rows))
 
 
 ABOUT = """\
@@ -563,11 +596,11 @@ What the emulation measures that the model does not (the remarks give it per pol
 value): transcoding delay is emulated as the model has it, an edge holding each transcoded
 frame G·(R−R_v) after the source frame was complete, but it then sends the frame's packets
 spread over the time the source frame took to arrive (paced as the source was, up to a frame
-interval, 33 ms at 30 fps), and a frame is complete only when its last fragment arrived; the
-model's G·(R−R_v) counts neither. On top come queueing (the edges' uplinks are rate-limited to
-D_m, counting whole Ethernet frames, which the policies fill with media bitrate while the packets
-carry at least 3% more: 42 bytes of Ethernet, IP and UDP headers per packet of at most 1400
-bytes; and the userspace switches of a loaded machine) and loss (on the way to
+interval, 1/30 s at the stream's 30 fps), and a frame is complete only when its last fragment
+arrived; the model's G·(R−R_v) counts neither. On top come queueing (the edges' uplinks are
+rate-limited to D_m, counting whole Ethernet frames, which the policies fill with media bitrate
+while the packets carry more: 42 bytes of Ethernet, IP and UDP headers per packet of at most
+1400 bytes; and the userspace switches of a loaded machine) and loss (on the way to
 the edges and from them; a frame with a lost fragment is transcoded only when the next begins).
 The delay's 99th percentile and the loss of the viewers' streams are measured to show how much
 of the gap each explains.

@@ -10,11 +10,12 @@ import pandas as pd
 import pytest
 
 from experiments.kinds import registered
-from experiments.kinds.dispatch.emulation import (PRE_CUT_S, STALL_S, Parameters, fixed_share,
-                                                  early_stall_viewers, failover, goals,
-                                                  playout_metrics, remarks, variables, verdict)
+from experiments.kinds.dispatch.emulation import (PRE_CUT_S, STALL_S, Parameters,
+                                                  early_stall_viewers, failover, fixed_rows,
+                                                  goals_tables, playout_metrics, remarks,
+                                                  variables, verdict)
 from experiments.playout import playout
-from experiments.sweeps.kinds import Cell
+from experiments.sweeps.kinds import Cell, Table
 
 
 def cell(policy: str, **parameters) -> Cell:
@@ -122,25 +123,24 @@ def test_the_remarks_leave_flagged_runs_out_of_the_means_and_say_why():
                    failover_measured_gap_ms=4271.0, failover_measured_frames_lost=33,
                    failover_wait_before_ms=1000.0, failover_ingest_wait_ms=110.0,
                    failover_reroute_ms=90.0)])
-    [recompute_playout, _, hot_playout, hot_goals, summary, *runs] = remarks(results)
-    assert hot_goals.startswith("LiveNet's goals at border_loss_p = 0.5%, hot_standby (12 views "
-                                "in 2 runs): stall-free 12 of 12"), hot_goals
-    assert hot_playout == ("At border_loss_p = 0.5%, hot_standby: 12 of 12 views never "
-                           "stalled (0 stalls, 0 ms together), 10 of 12 started within 1 s "
-                           "(slowest 1200 ms; the first whole frame came a mean 450 ms after "
-                           "the join) in 2 runs."), hot_playout
-    assert summary == ("At border_loss_p = 0.5%: failover gap 130-130 ms (mean 130 ms) with "
-                       "hot_standby, 2 frames lost in 1 valid runs, routes recomputed 30-30 ms "
-                       "after the cut (1 of 2 flagged and left out) against 150-150 ms (mean "
-                       "150 ms) with recompute, 6 frames lost in 1 valid runs, routes "
-                       "recomputed 30-30 ms after the cut."), summary
-    [compared, *runs] = runs
+    [played, goals, startup, summary, compared, runs] = remarks(results)
+    assert all(isinstance(table, Table) for table in (played, goals, startup, summary, runs))
+    # Per policy over its runs, every run counted, flagged or not.
+    assert played.rows[1] == ("border_loss_p = 0.5%", "hot_standby", "2", "12", "12", "0", "0",
+                              "10", "1200", "450"), played.rows
+    assert goals.rows[2][:6] == ("border_loss_p = 0.5%", "hot_standby", "never stalled", "12",
+                                 "12", "100%"), goals.rows
+    # The failover over the valid runs only, the flagged one counted apart.
+    assert summary.rows == (
+        ("border_loss_p = 0.5%", "hot_standby", "1", "1", "130", "130", "130", "2", "30-30"),
+        ("border_loss_p = 0.5%", "recompute", "1", "0", "150", "150", "150", "6", "30-30")), \
+        summary.rows
     assert compared == ("At border_loss_p = 0.5%: too few valid runs to compare hot standby "
                         "with recomputation."), compared
-    assert len(runs) == 3 and sum("flagged" in line for line in runs) == 1, runs
-    [flagged] = [line for line in runs if "flagged" in line]
-    assert "hot_standby repetition 1" in flagged and "gap 4271 ms, 33 frames lost" in flagged
-    assert "euv1 got no whole frame for 1000 ms in the 1 s before the cut" in flagged
+    assert len(runs.rows) == 3 and sum(row[-1] != "valid" for row in runs.rows) == 1, runs
+    [flagged] = [row for row in runs.rows if row[-1] != "valid"]
+    assert flagged[1:6] == ("hot_standby", "1", "7", "4271", "33"), flagged
+    assert "euv1 got no whole frame for 1000 ms in the 1 s before the cut" in flagged[-1]
 
 
 def test_the_verdict_says_whether_hot_standby_is_faster_beyond_the_runs_spread():
@@ -157,30 +157,33 @@ def test_the_verdict_says_whether_hot_standby_is_faster_beyond_the_runs_spread()
 
 def test_the_goals_give_the_shares_of_views_against_livenets_and_where_startup_went():
     def runs(stall_free, started, startup_ms=(900.0, 1100.0), first_ms=(400.0, 350.0)):
-        return pd.DataFrame([dict(parameter="border_loss_p", value="1.5%", policy="relay",
-                                  viewers=6, stall_free_viewers=free, startups_under_1s=fast,
-                                  startup_mean_ms=startup, first_frame_mean_ms=first)
+        return pd.DataFrame([dict(sweep="border-loss", parameter="border_loss_p", value="1.5%",
+                                  policy="relay", viewers=6, stall_free_viewers=free,
+                                  startups_under_1s=fast, startup_mean_ms=startup,
+                                  first_frame_mean_ms=first)
                              for free, fast, startup, first in zip(stall_free, started,
                                                                     startup_ms, first_ms)])
-    line = goals(runs((6, 5), (6, 6)))
+    shares, startup = goals_tables(runs((6, 5), (6, 6)))
     # 11 of 12 is 92%, under 98%; 12 of 12 meets 95% though its interval reaches down to 74%.
-    assert line.startswith(
-        "LiveNet's goals at border_loss_p = 1.5%, relay (12 views in 2 runs): stall-free 11 of "
-        "12 (92%, 95% interval 62-100%) against 98%: not met; started within 1 s 12 of 12 "
-        "(100%, 95% interval 74-100%) against 95%: met."), line
+    assert shares.rows == (
+        ("border_loss_p = 1.5%", "relay", "never stalled", "11", "12", "92%", "62-100%", "98%",
+         "not met"),
+        ("border_loss_p = 1.5%", "relay", "started within 1 s", "12", "12", "100%", "74-100%",
+         "95%", "met")), shares.rows
     # Startup 1000 ms a mean: first whole frame 375 ms, then 125 ms to the I frame, 500 ms
     # of playout delay.
-    assert line.endswith("Startup a mean 1000 ms: the first whole frame 375 ms after the "
-                         "join, 125 ms more to the first I frame, 500 ms of playout delay."), line
+    assert startup.rows == (("border_loss_p = 1.5%", "relay", "1000", "375", "125", "500"),)
     # Exactly at the goal counts as met, one view short of it does not; no startup recorded,
     # no account of it.
-    line = goals(pd.DataFrame([dict(parameter="p", value="0", policy="relay", viewers=50,
-                                    stall_free_viewers=49, startups_under_1s=47,
-                                    startup_mean_ms=float("nan"),
-                                    first_frame_mean_ms=float("nan"))]))
-    assert "stall-free 49 of 50 (98%, 95% interval 89-100%) against 98%: met;" in line, line
-    assert line.endswith("started within 1 s 47 of 50 (94%, 95% interval 83-99%) against "
-                         "95%: not met."), line
+    [shares] = goals_tables(pd.DataFrame([dict(sweep="s", parameter="p", value="0",
+                                               policy="relay", viewers=50,
+                                               stall_free_viewers=49, startups_under_1s=47,
+                                               startup_mean_ms=float("nan"),
+                                               first_frame_mean_ms=float("nan"))]))
+    assert shares.rows == (
+        ("p = 0", "relay", "never stalled", "49", "50", "98%", "89-100%", "98%", "met"),
+        ("p = 0", "relay", "started within 1 s", "47", "50", "94%", "83-99%", "95%",
+         "not met")), shares.rows
 
 
 def test_the_playout_columns_count_views_from_what_each_viewer_got():
@@ -221,17 +224,17 @@ def test_the_relays_fixed_share_of_poor_viewers_is_put_against_half_with_and_wit
     # behind.
     group = pd.DataFrame([run("direct", 2, 1), run("direct", 2, 1), run("direct", 2, 1),
                           run("relay", 1, 1), run("relay", 6, 0), run("relay", 1, 1)])
-    line = fixed_share(group, "direct", "relay")
+    rows = fixed_rows("x = 1", group, "direct", "relay")
     # Over every run 2.67 a run against 2 is none fixed; over the clean runs 1 against 2,
     # half (per run: the clean relay runs are two, the direct three).
-    assert line == ("relay fixed of direct's poor viewers, against VIA's anchor of at least "
-                    "half, over every run (3 and 3 runs) -33% (2.67 poor a run against 2.00): "
-                    "not met, over the runs whose network kept up (2 and 3 runs) 50% "
-                    "(1.00 poor a run against 2.00): met"), line
-    # Under half is not met; no second figure when every run kept up; nothing poor to start
+    assert rows == [("x = 1", "every run", "3", "3", "2.67", "2.00", "-33%", "not met"),
+                    ("x = 1", "the runs whose network kept up", "2", "3", "1.00", "2.00", "50%",
+                     "met")], rows
+    # Under half is not met; no second row when every run kept up; nothing poor to start
     # with is said as such.
-    assert fixed_share(pd.DataFrame([run("direct", 3, 1), run("relay", 2, 1)]), "direct",
-                       "relay").endswith("33% (2.00 poor a run against 3.00): not met, every "
-                                         "run's network kept up")
-    assert "no poor viewer with direct to fix" in fixed_share(
-        pd.DataFrame([run("direct", 0, 1), run("relay", 0, 1)]), "direct", "relay")
+    assert fixed_rows("x = 1", pd.DataFrame([run("direct", 3, 1), run("relay", 2, 1)]),
+                      "direct", "relay") == [("x = 1", "every run", "1", "1", "2.00", "3.00",
+                                              "33%", "not met")]
+    [(*_, nothing, anchor)] = fixed_rows(
+        "x = 1", pd.DataFrame([run("direct", 0, 1), run("relay", 0, 1)]), "direct", "relay")
+    assert (nothing, anchor) == ("no poor viewer with direct", "–")

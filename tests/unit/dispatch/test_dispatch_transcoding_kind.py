@@ -75,9 +75,12 @@ def test_the_remarks_put_always_on_against_passive_and_the_model():
                    transcoder_started_joins=started, same_stall_free=3, same_viewers=3,
                    network_kept_up=1)
         rows += [row, row]
-    found = remarks(pd.DataFrame(rows))
-    assert "13.4 against 5.9 s pulling" in found[0] and "kept up in 4 of 4" in found[0]
-    assert "9.5 against 2.0 s pulling with no webrtc viewer" in found[0]
-    assert "0 under always-on, 2 under passive" in found[1]
-    assert "running 13.5 s always-on against 4.0 s passive" in found[2]
+    [compared, counts, model] = remarks(pd.DataFrame(rows))
+    assert "13.4 against 5.9 s pulling" in compared
+    assert "9.5 against 2.0 s pulling with no webrtc viewer" in compared
+    # Per policy: runs, runs whose network kept up, decisions that started the transcoder,
+    # rtmp views never stalled of how many.
+    assert counts.rows == (("always", "2", "2", "0", "6", "6"),
+                           ("passive", "2", "2", "2", "6", "6")), counts.rows
+    assert model.rows == (("always", "13.5", "13.4"), ("passive", "4.0", "5.9")), model.rows
     assert remarks(pd.DataFrame(rows[:2])) == []  # one policy only: nothing to compare

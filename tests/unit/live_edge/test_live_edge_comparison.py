@@ -59,24 +59,28 @@ def test_remarks_count_the_viewers_two_policies_placed_apart_and_compare_the_ord
     results = pd.DataFrame([
         cell("lua", 0, a, 10.0, 6.0), cell("df", 0, b, 8.0, 7.0),
         cell("lua", 1, a, 10.0, 5.0), cell("df", 1, a, 8.0, 7.5)])
-    lines = remarks(results)
-    [pair] = [line for line in lines if "lua and df put" in line]
-    assert "put 3, 0 (repetition by repetition) of the 4 viewers on different edges" in pair
-    assert "and 1, 0 (repetition by repetition) more on the same edge at another rung" in pair
-    [rates] = [line for line in lines if "media rate placed" in line]
-    assert "lua edge1 1, edge2 1, edge3 0.312; df edge1 1, edge2 1.31, edge3 0.156" in rates
-    [ordering] = [line for line in lines if "objective" in line]
+    [pairs, rates, ordering, reversed_pairs, gap] = remarks(results)
+    # Viewers on different edges (or served by one only), then on the same edge at another
+    # rung, repetition by repetition, of the 4 some policy served.
+    assert pairs.rows == (("s, G = 400", "lua and df", "4", "3, 0", "1, 0"),), pairs.rows
+    assert rates.header == ("value", "policy", "edge1", "edge2", "edge3",
+                            "unconfirmed placements")
+    assert rates.rows == (("s, G = 400", "lua", "1", "1", "0.312", "0"),
+                          ("s, G = 400", "df", "1", "1.31", "0.156", "0")), rates.rows
     assert "predicted lua 10 > df 8" in ordering and "measured df 7.25 > lua 5.5" in ordering
-    assert "does not match" in ordering and "df above lua by 1.75" in ordering
-    [gap] = [line for line in lines if "what the emulation adds" in line]
-    assert "lua +50 ms, df +50 ms" in gap and "loss lua 1.00%, df 1.00%" in gap
+    assert "does not match" in ordering
+    # df measured above lua by 1.75 a repetition (1 and 2.5): not resolved by two.
+    assert reversed_pairs.rows == (("s, G = 400", "df", "lua", "1.75", "9.53",
+                                    "no: within their spread"),), reversed_pairs.rows
+    assert [row[4:] for row in gap.rows] == [("+50", "300", "1.00%")] * 2, gap.rows
 
 
 def test_equal_predictions_order_either_way_and_the_measured_order_then_matches():
     same = {"v1": ("edge1", 1e6)}
     results = pd.DataFrame([cell("lua", 0, same, 5.0, 4.0), cell("df", 0, same, 5.0, 4.5),
                             cell("mhcp", 0, same, 9.0, 8.0)])
-    [ordering] = [line for line in remarks(results) if "objective" in line]
+    [ordering] = [line for line in remarks(results)
+                  if isinstance(line, str) and "objective" in line]
     assert "predicted mhcp 9 > lua 5 = df 5" in ordering
     assert "the measured ordering matches the predicted one" in ordering
 
