@@ -26,7 +26,6 @@ other run), so record it alone.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -45,7 +44,8 @@ from experiments.cpu_accounting import CpuAccounting, Process  # noqa: E402
 from experiments.measurements import read_table  # noqa: E402
 from experiments.runner import RunOptions, run_scenario  # noqa: E402
 from recorder import Recording  # noqa: E402
-from scale import KINDS, TrafficKind, is_sender_node, scenario_text, trunk_offered  # noqa: E402
+from scale import (KINDS, TrafficKind, is_sender_node, kinds_parser, scenario_text,  # noqa: E402
+                   trunk_offered)
 
 SENDING, RECEIVING = "sending agent", "receiving agent"
 SWITCH, RELAY, RUNNER, CONTROLLER, OTHER = ("switch", "relay", "runner", "controller",
@@ -166,12 +166,8 @@ def startup_rows(kind: TrafficKind, busy: Measured) -> list[tuple[str, ...]]:
 
 def main() -> int:
     recording = Recording(__file__, __doc__)
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kinds", default=",".join(KINDS),
-                        help=f"comma-separated, of {', '.join(KINDS)}")
+    parser = kinds_parser(__doc__)
     parser.add_argument("--flows", type=int, default=4, help="flows a run")
-    parser.add_argument("--duration", type=float, default=10.0, help="seconds a run")
-    parser.add_argument("--keep", type=Path, help="keep the run directories here")
     arguments = parser.parse_args()
     kinds = [KINDS[name] for name in arguments.kinds.split(",")]
     console = Console(width=200)

@@ -186,14 +186,21 @@ def boundary(kind: TrafficKind, duration_s: float, largest: int, runs_root: Path
     return clean, flagged
 
 
-def main() -> int:
-    recording = Recording(__file__, __doc__)
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def kinds_parser(doc: str) -> argparse.ArgumentParser:
+    """The options a benchmark over the kinds of traffic takes: which kinds, how long a run,
+    where to keep the run directories."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--kinds", default=",".join(KINDS),
                         help=f"comma-separated, of {', '.join(KINDS)}")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds a run")
-    parser.add_argument("--largest", type=int, default=256, help="flows at most")
     parser.add_argument("--keep", type=Path, help="keep the run directories here")
+    return parser
+
+
+def main() -> int:
+    recording = Recording(__file__, __doc__)
+    parser = kinds_parser(__doc__)
+    parser.add_argument("--largest", type=int, default=256, help="flows at most")
     arguments = parser.parse_args()
     kinds = [KINDS[name] for name in arguments.kinds.split(",")]
     console = Console(width=200)
