@@ -1,24 +1,9 @@
 """dispatch emulated: the ``dispatch_emulation`` kind of experiment cell, one ``edgebed run`` of
-``topologies/dispatch/dispatch.yaml`` per cell, each mechanism against its absence on the same seeds.
-
-The cell's policy says which mechanism is on, through the scenario's variables:
-
-* ``database`` / ``probe`` — access: each viewer takes the database's pick (one candidate), or
-  probes three ranked candidates with ICMP echoes and confirms the best; the database is wrong
-  for ``database_error`` of the clients in and out of cn (seeded by the cell's seed); relays
-  off, so only access differs;
-* ``direct`` / ``relay`` — back-source paths: never relayed, or relayed through hk1 when a media
-  node's probes show its direct path from the origin poor by VIA's thresholds; viewers probe
-  (the database right), the direct cn-us link's Gilbert-Elliott p is ``border_loss_p``;
-* ``recompute`` / ``hot_standby`` — failure handling when the scheduled cut takes the cn-eu link
-  down mid-stream: the controller recomputes the routes after the switch reports the port
-  down, or every switch already holds the standby route in an OpenFlow fast-failover group;
-  viewers probe (the database right), relays off.
-
-Everything comes from what the run recorded: the controller's first placement of each viewer
-(the database's pick), the media nodes' sessions (where a viewer's media came from), the nodes'
-input (the stream's loss on its way to a viewer's node) and the viewers' own one-way delays.
-"""
+``topologies/dispatch/dispatch.yaml`` per cell, each mechanism against its absence on the same seeds:
+access (``database`` / ``probe``), back-source paths (``direct`` / ``relay``) and failure handling
+(``recompute`` / ``hot_standby``). Everything comes from what the run recorded: the controller's
+first placement of each viewer (the database's pick), the media nodes' sessions (where a viewer's
+media came from), the nodes' input (the stream's loss) and the viewers' own one-way delays."""
 
 from __future__ import annotations
 
@@ -55,7 +40,22 @@ class Parameters(BaseModel):
 
 
 def variables(cell: Cell) -> dict[str, str]:
-    """The scenario's variables for ``cell``'s policy and parameters."""
+    """The scenario's variables for ``cell``'s policy and parameters; the policy says which
+    mechanism is on:
+
+    * ``database`` / ``probe`` — access: each viewer takes the database's pick (one
+      candidate), or probes three ranked candidates with ICMP echoes and confirms the best; the
+      database is wrong for ``database_error`` of the clients in and out of cn (seeded by the
+      cell's seed); relays off, so only access differs;
+    * ``direct`` / ``relay`` — back-source paths: never relayed, or relayed through hk1 when a
+      media node's probes show its direct path from the origin poor by VIA's thresholds;
+      viewers probe (the database right), the direct cn-us link's Gilbert-Elliott p is
+      ``border_loss_p``;
+    * ``recompute`` / ``hot_standby`` — failure handling when the scheduled cut takes the cn-eu
+      link down mid-stream: the controller recomputes the routes after the switch reports the
+      port down, or every switch already holds the standby route in an OpenFlow fast-failover
+      group; viewers probe (the database right), relays off.
+    """
     parameters: Parameters = cell.parameters
     access = cell.policy in ACCESS
     # EDGEBED_SEED is the cell's seed already (emulated_run sets it).

@@ -1,21 +1,8 @@
-"""live_edge emulated: the ``live_edge_emulation`` kind of experiment cell (one ``edgebed run`` of
-``topologies/live_edge/live_edge.yaml`` per cell), and the run's QoE twice: as the model predicted it and as
-the agents measured it.
-
-The prediction is the policy's own view of the run's last period: the instance it built from
-the network (delays over the scenario's links, transcoding G·(R−R_v)) and the viewers' labels,
-with the allocation that was carried out. The measurement keeps everything the network cannot
-change (interaction demand, preference, gift weight, the decision history behind the switch
-and bitrate-drop penalties) and puts in what each viewer's agent measured since its last
-decision: the median one-way delay from the streamer (kernel timestamps; transcoding and every
-queue included) for the latency L, the goodput for the bitrate. Their gap is a result: what
-the model leaves out (frame-by-frame transcoding, pacing, losses on the way to the edges).
-
-A cell also records where its run left each viewer (``placement``, a text column of
-``results.csv``: the last decision each viewer followed, checked against the controller's
-``decisions`` table), so that the report's remarks can compare the policies viewer by viewer
-on the same repetition, and order the policies by the objective predicted and measured.
-"""
+"""live_edge emulated: the ``live_edge_emulation`` kind of experiment cell (one ``edgebed run``
+of ``topologies/live_edge/live_edge.yaml`` per cell), its QoE twice, as the model predicted it and as
+the agents measured it (:mod:`~experiments.kinds.live_edge.emulation_measures`), and where the
+run left each viewer, so that the report compares the policies viewer by viewer
+(:mod:`~experiments.kinds.live_edge.emulation_remarks`)."""
 
 from __future__ import annotations
 
@@ -43,7 +30,9 @@ class Parameters(BaseModel):
 
 def run_cell(cell: Cell) -> list[dict[str, object]]:
     """One emulated run of ``cell``'s policy: the scenario's policy, seed and G set through its
-    variables; its QoE as predicted and as measured."""
+    variables; its QoE as predicted and as measured, and where it left each viewer
+    (``placement``, a text column of ``results.csv``, checked against the controller's
+    ``decisions`` table)."""
     parameters: Parameters = cell.parameters
     run_dir, summary = emulated_run(cell, parameters.scenario, parameters.duration,
                                     parameters.runs_dir,

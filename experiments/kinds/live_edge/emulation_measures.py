@@ -1,5 +1,7 @@
 """live_edge emulated, measured: the QoE of one run's decisions as the model predicted it and as
-the agents measured it, the run's totals, and where the run left each viewer."""
+the agents measured it, the run's totals, and where the run left each viewer. Their gap is a
+result: what the model leaves out (frame-by-frame transcoding, pacing, losses on the way to the
+edges)."""
 
 from __future__ import annotations
 
@@ -36,7 +38,15 @@ def decision_qoe(run_dir: Path, events: list[dict] = (), origin: float = 0.0) ->
     controller knew it then: the link delays ``events`` (the run summary's ``network_events``,
     ``t`` seconds after ``origin`` on CLOCK_REALTIME) announced before the decision applied.
     ``candidates`` maps every server covering the viewer to the model's latency and QoE there
-    at the decided bitrate (the switch penalty included): how the servers compared."""
+    at the decided bitrate (the switch penalty included): how the servers compared.
+
+    The prediction is the policy's own view: the instance it built from the network (delays
+    over the scenario's links, transcoding G·(R−R_v)) and the viewers' labels, with the
+    allocation that was carried out. The measurement keeps everything the network cannot
+    change (interaction demand, preference, gift weight, the decision history behind the switch
+    and bitrate-drop penalties) and puts in what the viewer's agent measured: the median
+    one-way delay from the streamer (kernel timestamps; transcoding and every queue included)
+    for the latency L, the goodput for the bitrate."""
     config = ControllerConfig.read(run_dir / "controller" / "config.json")
     policy = policies.create(config.policy, config.policy_params)
     followed = defaultdict(list)

@@ -1,21 +1,9 @@
 """live_edge at model level: the ``live_edge_model`` kind of experiment cell, and the paper's
-results it is compared with.
-
-A cell draws one random instance with :func:`controller.policies.live_edge.model.generate`
-(planar, synthetic geometry) and lets one allocator of
-:data:`controller.policies.live_edge.allocators.ALLOCATORS` decide ``periods`` periods in a row,
-judging each with :func:`~controller.policies.live_edge.model.evaluate`. No network is
-emulated: latencies are the model's, QoE is the model's (a reconstruction; see that module's
-docstring).
-
-**Periods.** The generator draws a pool of viewers; period p (from 1, as in results) watches
-pool viewers (p − 1)·n .. (p − 1)·n + viewers − 1, n = round(churn · viewers), so each period
-n viewers leave and n new ones arrive, keeping the arrival order. Period 1's history (previous
-server and bitrate, for about ``returning`` of the viewers) is the generator's; from then on a
-viewer's history is what the same allocator gave it last period (none if it was left
-unassigned or is new). Only then do switches and bitrate drops say something about an
-allocator.
-"""
+results it is compared with. A cell draws one random instance with
+:func:`controller.policies.live_edge.model.generate` (planar, synthetic geometry) and lets one
+allocator of :data:`controller.policies.live_edge.allocators.ALLOCATORS` decide several periods
+in a row, judged by :func:`~controller.policies.live_edge.model.evaluate`. No network is
+emulated: latencies and QoE are the model's (a reconstruction; see that module's docstring)."""
 
 from __future__ import annotations
 
@@ -44,7 +32,15 @@ def allocator(cell: Cell) -> Allocator:
 
 
 def run_cell(cell: Cell) -> list[dict[str, object]]:
-    """One row of metrics per period of ``cell``'s policy on its seed's instance."""
+    """One row of metrics per period of ``cell``'s policy on its seed's instance.
+
+    The generator draws a pool of viewers; period p (from 1, as in results) watches
+    pool viewers (p − 1)·n .. (p − 1)·n + viewers − 1, n = round(churn · viewers), so each period
+    n viewers leave and n new ones arrive, keeping the arrival order. Period 1's history (previous
+    server and bitrate, for about ``returning`` of the viewers) is the generator's; from then on a
+    viewer's history is what the same allocator gave it last period (none if it was left
+    unassigned or is new). Only then do switches and bitrate drops say something about an
+    allocator."""
     parameters: Parameters = cell.parameters
     pool = parameters.pool(cell.seed)
     allocate = allocator(cell)
