@@ -471,7 +471,8 @@ def test_a_decision_whose_stream_never_arrived_has_no_measured_latency_and_no_qo
     # From a real run on a saturated machine: viewer1's first decision (stream-1, 2.5 Mbit/s)
     # was replaced 90 ms later, before any of its packets came; the run's tables stopped the
     # experiment with a KeyError.
-    from experiments.kinds.live_edge.emulation import decision_qoe, run_totals, viewer_qoe
+    from experiments.kinds.live_edge.emulation_measures import (decision_qoe, run_totals,
+                                                                viewer_qoe)
 
     run_dir = Path(__file__).parent / "live_edge" / "recorded" / "unserved"
     rows = decision_qoe(run_dir)

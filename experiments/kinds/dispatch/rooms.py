@@ -22,9 +22,10 @@ import pandas as pd
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from experiments.kinds.dispatch.emulation import (GOALS, PLAYOUT_BUFFER_S, PLAYOUT_DELAY,
-                                                  goals_tables, playout_metrics, playout_table,
-                                                  serving_nodes)
+from experiments.kinds.dispatch.emulation import GOALS, PLAYOUT_DELAY
+from experiments.kinds.dispatch.emulation_measures import (PLAYOUT_BUFFER_S, playout_metrics,
+                                                           serving_nodes)
+from experiments.kinds.dispatch.emulation_remarks import goals_tables, playout_table
 from experiments.measurements import host_addresses, read_table
 from experiments.playout import viewer_playouts
 from experiments.report import against, policy_means, swept_values

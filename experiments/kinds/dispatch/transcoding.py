@@ -23,8 +23,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agents.edge_server import Params as NodeParams
 from controller.policies.dispatch.model import Join, transcoding
-from experiments.kinds.dispatch.emulation import (PLAYOUT_BUFFER_S, PLAYOUT_DELAY,
-                                                  playout_metrics, serving_nodes)
+from experiments.kinds.dispatch.emulation import PLAYOUT_DELAY
+from experiments.kinds.dispatch.emulation_measures import (PLAYOUT_BUFFER_S, playout_metrics,
+                                                           serving_nodes)
 from experiments.kinds.dispatch.rooms import (EDGE_S, FRAME_LOSS_EDGE, ORIGIN,
                                               viewer_frame_loss, whole_frames)
 from experiments.measurements import host_addresses, network_kept_up, read_table

@@ -21,7 +21,8 @@ import os
 import pytest
 
 from controller.policies.dispatch.quality import VIA
-from experiments.kinds.dispatch.emulation import METRICS, failover, measure
+from experiments.kinds.dispatch.emulation import METRICS
+from experiments.kinds.dispatch.emulation_measures import failover, measure
 from experiments.measurements import read_table
 from tests.conftest import ROOT
 from tests.integration.conftest import assert_nothing_left, edgebed, only_run_dir
@@ -374,7 +375,7 @@ def test_back_to_source_lookups_cross_the_borders_by_broadcast_or_hint(probed):
 
 
 def test_the_dispatch_experiment_measures_these_runs(runs, probed):
-    # The emulated experiment's own row (experiments/kinds/dispatch_emulation.measure) from
+    # The emulated experiment's own row (experiments/kinds/dispatch/emulation_measures.measure) from
     # real run directories: a rename in what it reads broke every cell of the experiment
     # once, and only regenerating a report found it. Every declared metric, figures that
     # agree with what the tests above check by hand.

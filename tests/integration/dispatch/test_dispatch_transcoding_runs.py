@@ -15,7 +15,7 @@ import os
 import pytest
 import yaml
 
-from experiments.kinds.dispatch.emulation import serving_nodes
+from experiments.kinds.dispatch.emulation_measures import serving_nodes
 from experiments.kinds.dispatch.transcoding import measure
 from experiments.measurements import host_addresses, read_table
 from tests.conftest import ROOT

@@ -15,7 +15,7 @@ import yaml
 from agents import edge_server, streamer
 from controller.config import ControllerConfig
 from controller.view import NetworkView
-from experiments.kinds.live_edge.emulation import viewer_qoe
+from experiments.kinds.live_edge.emulation_measures import viewer_qoe
 from experiments.measurements import read_table
 from tests.conftest import ROOT
 from tests.integration.conftest import assert_nothing_left, edgebed, only_run_dir

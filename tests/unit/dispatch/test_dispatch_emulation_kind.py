@@ -10,10 +10,12 @@ import pandas as pd
 import pytest
 
 from experiments.kinds import registered
-from experiments.kinds.dispatch.emulation import (PRE_CUT_S, STALL_S, Parameters,
-                                                  early_stall_viewers, failover, fixed_rows,
-                                                  goals_tables, playout_metrics, remarks,
-                                                  variables, verdict)
+from experiments.kinds.dispatch.emulation import Parameters, variables
+from experiments.kinds.dispatch.emulation_measures import (PRE_CUT_S, STALL_S,
+                                                           early_stall_viewers, failover,
+                                                           playout_metrics)
+from experiments.kinds.dispatch.emulation_remarks import (fixed_rows, goals_tables, remarks,
+                                                          verdict)
 from experiments.playout import playout
 from experiments.sweeps.kinds import Cell, Table
 

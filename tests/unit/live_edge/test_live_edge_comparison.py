@@ -10,8 +10,10 @@ import json
 
 import pandas as pd
 
-from experiments.kinds.live_edge.emulation import (KIND, placement, placement_text,
-                                                   read_placement, remarks)
+from experiments.kinds.live_edge.emulation import KIND
+from experiments.kinds.live_edge.emulation_measures import (placement, placement_text,
+                                                            read_placement)
+from experiments.kinds.live_edge.emulation_remarks import remarks
 from experiments.sweeps.runner import columns, read_results
 
 
@@ -102,7 +104,7 @@ def test_a_last_stream_of_one_packet_counts_as_nothing_arrived_not_as_minus_infi
     import shutil
     from pathlib import Path
 
-    from experiments.kinds.live_edge.emulation import run_totals, viewer_qoe
+    from experiments.kinds.live_edge.emulation_measures import run_totals, viewer_qoe
 
     run_dir = tmp_path / "run"
     shutil.copytree(Path(__file__).parent / "recorded" / "unserved", run_dir)

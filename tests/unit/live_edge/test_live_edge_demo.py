@@ -15,7 +15,7 @@ from controller import policies
 from edgebed import protocol
 from controller.core import ControllerCore
 from controller.view import NetworkView
-from experiments.kinds.live_edge.emulation import phases, timeline_plot
+from experiments.kinds.live_edge.run_summary import phases, timeline_plot
 from tests.conftest import ROOT
 
 DEMO = ROOT / "topologies" / "live_edge" / "demo.yaml"
