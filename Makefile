@@ -42,6 +42,7 @@ bench: setup
 	$(VENV)/bin/python benchmarks/ai_access.py
 	$(VENV)/bin/python benchmarks/surveillance.py
 	$(VENV)/bin/python benchmarks/cost.py
+	$(VENV)/bin/python benchmarks/dilation.py
 
 # Removes what crashed runs left behind (by prefix); run directories under runs/ stay.
 clean: setup

@@ -8,14 +8,15 @@ reads the run's own fidelity verdict (:func:`experiments.measurements.fidelity`:
 loss, senders behind their schedule, a late wire, a saturated CPU). ``n`` doubles from 1 until
 a run is flagged or fails, then two bisection steps narrow the boundary. The table gives, per
 kind, the largest clean run's hosts, flows and the frames a second the impaired link carried,
-and what flagged the first run past it.
+and what flagged the first run past it; with ``--dilate 1,10`` the search runs at each time
+dilation factor (docs/concepts/virtual-time.md), durations and rates in virtual time.
 
 A verdict on a shared machine is noisy: a run beside other work can be flagged at a size that
 passes alone, so run it alone (the runner waits for the machine lock anyway) and read the
 boundary as "about", not as an exact figure.
 
     sudo .venv/bin/python benchmarks/scale.py [--kinds video,chat,ai] [--duration 10]
-                                              [--largest 256] [--keep DIR]
+                                              [--largest 256] [--dilate 1,10] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -98,10 +99,11 @@ def _on_senders(entry: dict) -> bool:
     return all(is_sender_node(node) for node in entry["nodes"])
 
 
-def scenario_text(kind: TrafficKind, n: int, duration_s: float, senders: bool = True) -> str:
+def scenario_text(kind: TrafficKind, n: int, duration_s: float, senders: bool = True,
+                  dilation: float = 1) -> str:
     """The scenario of ``n`` flows of ``kind``: senders on s1, receivers on s2, and the one
     impaired link between the switches; with ``senders`` False, the same hosts and receiving
-    agents with no agent on the senders' hosts (no traffic)."""
+    agents with no agent on the senders' hosts (no traffic); time dilated ``dilation`` times."""
     receivers = kind.receivers(n)
     workload = [entry for entry in kind.workload(n) if senders or not _on_senders(entry)]
     document = {
@@ -110,6 +112,7 @@ def scenario_text(kind: TrafficKind, n: int, duration_s: float, senders: bool = 
                        f"{IMPAIRMENT['delay']} delay and {IMPAIRMENT['loss']} loss each way",
         "seed": 1,
         "duration": f"{duration_s:g}s",
+        "time_dilation": dilation,
         "topology": {
             "nodes": {f"src[1-{n}]": {"role": kind.sender_role},
                       f"dst[1-{receivers}]": {"role": kind.receiver_role},
@@ -141,8 +144,9 @@ def trunk_offered(summary: dict) -> int:
                if entry["endpoints"] == TRUNK and entry["direction"] == "forward")
 
 
-def run_once(kind: TrafficKind, n: int, duration_s: float, runs_root: Path) -> Outcome:
-    text = scenario_text(kind, n, duration_s)
+def run_once(kind: TrafficKind, n: int, duration_s: float, runs_root: Path,
+             dilation: float = 1) -> Outcome:
+    text = scenario_text(kind, n, duration_s, dilation=dilation)
     loaded = scenarios.loads(text, file=f"<scale {kind.name} {n}>")
     result = run_scenario(loaded, RunOptions(runs_root=runs_root))
     summary = result.summary
@@ -160,14 +164,15 @@ def run_once(kind: TrafficKind, n: int, duration_s: float, runs_root: Path) -> O
 
 
 def boundary(kind: TrafficKind, duration_s: float, largest: int, runs_root: Path,
-             console: Console) -> tuple[Outcome | None, Outcome | None]:
-    """The largest clean run found and the smallest flagged one (None where there is none)."""
+             console: Console, dilation: float = 1) -> tuple[Outcome | None, Outcome | None]:
+    """The largest clean run found and the smallest flagged one (None where there is none),
+    time dilated ``dilation`` times."""
     clean = flagged = None
 
     def attempt(n: int) -> Outcome:
         nonlocal clean, flagged
-        outcome = run_once(kind, n, duration_s, runs_root)
-        console.print(f"  {kind.name} n={n}: {'clean' if outcome.clean else 'flagged'}, "
+        outcome = run_once(kind, n, duration_s, runs_root, dilation)
+        console.print(f"  {kind.name} N={dilation:g} n={n}: {'clean' if outcome.clean else 'flagged'}, "
                       f"{outcome.frames_per_s:,.0f} frames/s on the impaired link"
                       + (f"; {outcome.why}" if outcome.why else ""), markup=False)
         if outcome.clean:
@@ -201,29 +206,35 @@ def main() -> int:
     recording = Recording(__file__, __doc__)
     parser = kinds_parser(__doc__)
     parser.add_argument("--largest", type=int, default=256, help="flows at most")
+    parser.add_argument("--dilate", default="1",
+                        help="comma-separated time dilation factors, each searched in turn")
     arguments = parser.parse_args()
     kinds = [KINDS[name] for name in arguments.kinds.split(",")]
+    dilations = [float(factor) for factor in arguments.dilate.split(",")]
     console = Console(width=200)
     with tempfile.TemporaryDirectory(prefix="edgebed-scale-") as scratch:
         runs_root = arguments.keep or Path(scratch)
-        found = {kind.name: boundary(kind, arguments.duration, arguments.largest, runs_root,
-                                     console) for kind in kinds}
-    table = Table(title=f"largest clean run a kind ({arguments.duration:g} s runs, one link of "
-                        f"{IMPAIRMENT['delay']} and {IMPAIRMENT['loss']} each way)",
-                  title_justify="left")
-    for column in ("traffic", "hosts", "flows", "frames/s on the impaired link",
-                   "CPU busy max", "next size flagged for"):
+        found = {(kind.name, n): boundary(kind, arguments.duration, arguments.largest,
+                                          runs_root, console, n)
+                 for n in dilations for kind in kinds}
+    table = Table(title=f"largest clean run a kind ({arguments.duration:g} s runs of virtual "
+                        f"time, one link of {IMPAIRMENT['delay']} and {IMPAIRMENT['loss']} "
+                        f"each way; frames/s in virtual time)", title_justify="left")
+    for column in ("traffic", "time dilation", "hosts", "flows",
+                   "frames/s on the impaired link", "CPU busy max", "next size flagged for"):
         table.add_column(column)
-    for kind in kinds:
-        clean, flagged = found[kind.name]
-        past = (f"n={flagged.n}: {flagged.why}" if flagged
-                else f"none up to {arguments.largest}")
-        if clean is None:
-            table.add_row(kind.what, "-", "-", "-", "-", past)
-            continue
-        table.add_row(kind.what, str(clean.hosts), str(clean.n), f"{clean.frames_per_s:,.0f}",
-                      f"{clean.cpu_busy_max:.0%}" if clean.cpu_busy_max is not None else "-",
-                      past)
+    for n in dilations:
+        for kind in kinds:
+            clean, flagged = found[kind.name, n]
+            past = (f"n={flagged.n}: {flagged.why}" if flagged
+                    else f"none up to {arguments.largest}")
+            if clean is None:
+                table.add_row(kind.what, f"{n:g}", "-", "-", "-", "-", past)
+                continue
+            table.add_row(kind.what, f"{n:g}", str(clean.hosts), str(clean.n),
+                          f"{clean.frames_per_s:,.0f}",
+                          f"{clean.cpu_busy_max:.0%}" if clean.cpu_busy_max is not None
+                          else "-", past)
     console.print(recording.table(table))
     recording.save()
     return 0
