@@ -39,11 +39,13 @@ class Pacer:
 
     def __post_init__(self):
         request_cpu_latency(0)
+        # The spin covers a wake-up's real latency, whatever the run's time dilation (which
+        # is fixed for a process's life).
+        self._spin_ns = SPIN_NS / clock.current().dilation
 
     def wait_until(self, deadline_ns: int) -> int:
         """Return at ``deadline_ns`` (the clock's monotonic time) or just after; how late."""
-        # The spin covers a wake-up's real latency, whatever the run's time dilation.
-        spin_ns = SPIN_NS / clock.current().dilation
+        spin_ns = self._spin_ns
         remaining = deadline_ns - clock.monotonic_ns()
         if self.quantum_ns and remaining > 0:
             clock.sleep(max(remaining, self.quantum_ns) / 1e9)
