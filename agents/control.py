@@ -434,7 +434,10 @@ class LoadReporter:
             metrics or {})
         crossed = [name for name, side in self._sides_of(load, figures).items()
                    if self._sides.get(name, side) != side]
-        urgent = bool(crossed) and now - self._last_sent >= self.min_gap
+        # A report is urgent when it announces a crossing: sent at once, or the periodic one
+        # when the period fell due at the check that found it (either way the controller
+        # learns of it then, and the record says which report told it).
+        urgent = bool(crossed) and (periodic or now - self._last_sent >= self.min_gap)
         if not (periodic or urgent):
             return False
         if periodic:
@@ -447,12 +450,12 @@ class LoadReporter:
         try:
             self.client.report_load(load, service=self.service, metrics=figures,
                                     seq=self.sent + self.errors + 1,
-                                    urgent=urgent and not periodic)
+                                    urgent=urgent)
         except OSError:
             self.errors += 1
             return False
         self.sent += 1
-        self.urgent += urgent and not periodic
+        self.urgent += urgent
         return True
 
     def _sides_of(self, load: float, figures: Mapping[str, float]) -> dict[str, bool]:

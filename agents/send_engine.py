@@ -16,9 +16,10 @@ import signal
 import struct
 import subprocess
 import sys
-from array import array
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from edgebed import clock
 from edgebed.realtime import request_cpu_latency
@@ -84,7 +85,7 @@ class EngineResult:
     last_group: int
     last_send_ns: int | None
     refusals: int
-    lateness_ns: list[int]
+    lateness_ns: np.ndarray
 
 
 class SendEngine:
@@ -98,7 +99,9 @@ class SendEngine:
             [binary, "--socket", str(descriptor), "--sequence-offset", str(sequence_offset),
              "--timestamp-offset", str(timestamp_offset)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=(descriptor,))
-        fcntl.fcntl(self.process.stdin.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        self.requests = self.process.stdin.fileno()
+        fcntl.fcntl(self.requests, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        os.set_blocking(self.requests, False)
         self.records = bytearray()
         self.replies = b""
         self.running = True
@@ -123,19 +126,24 @@ class SendEngine:
     def wait_until(self, deadline_ns: int, stopped) -> list[int]:
         """Hand over what was added and wait until ``deadline_ns``, ``stopped()`` or the
         engine's end; the groups whose sends were refused, as soon as the engine says so
-        (it then drops what it is handed until :meth:`resume`)."""
-        self._hand_over()
-        descriptor = self.process.stdout.fileno()
+        (it then drops what it is handed until :meth:`resume`). The hand-over never blocks:
+        a full pipe is written as the engine drains it, so a stop is seen at once."""
+        replies = self.process.stdout.fileno()
         while self.running and not stopped():
             remaining_ns = deadline_ns - monotonic_ns()
-            if remaining_ns <= 0:
+            if remaining_ns <= 0 and not self.records:
                 break
-            readable = select.select([descriptor, self.signalled], [], [], clock.real_seconds(remaining_ns / 1e9))[0]
+            writable = [self.requests] if self.records else []
+            timeout = clock.real_seconds(max(remaining_ns, 0) / 1e9) if not writable else None
+            readable, writable, _ = select.select([replies, self.signalled], writable, [],
+                                                  timeout)
             if self.signalled in readable:
                 os.read(self.signalled, 4096)  # the handler has run: stopped() says what came
-            if descriptor not in readable:
+            if writable:
+                self._write_some()
+            if replies not in readable:
                 continue
-            reply = os.read(descriptor, 65536)
+            reply = os.read(replies, 65536)
             if not reply:
                 self.running = False
                 break
@@ -153,7 +161,9 @@ class SendEngine:
             if self.process.poll() is None:
                 self.process.send_signal(signal.SIGTERM)
         else:
-            self._hand_over()
+            os.set_blocking(self.requests, True)
+            while self.records and self.running:
+                self._write_some()
         try:
             self.process.stdin.close()
         except OSError:
@@ -170,20 +180,21 @@ class SendEngine:
             raise RuntimeError(f"the send engine ended with {code} and no figures: "
                                f"{self.replies[:200]!r}") from None
         sent, sent_bytes, errors, last_group, last_send_ns = map(int, fields[1:])
-        lateness = array("q")
-        lateness.frombytes(rest[:count * lateness.itemsize])
+        lateness = np.frombuffer(rest, dtype=np.int64, count=count)
         return EngineResult(sent, sent_bytes, errors, last_group,
-                            last_send_ns if sent else None, refusals, lateness.tolist())
+                            last_send_ns if sent else None, refusals, lateness)
 
-    def _hand_over(self) -> None:
-        if not self.records:
-            return
+    def _write_some(self) -> None:
+        """Write as much of what was added as the pipe takes now."""
         try:
-            self.process.stdin.write(self.records)
-            self.process.stdin.flush()
+            written = os.write(self.requests, self.records)
+        except BlockingIOError:
+            return
         except OSError:
             self.running = False  # it has exited; finish() says how
-        self.records.clear()
+            self.records.clear()
+            return
+        del self.records[:written]
 
     def _refusals(self) -> list[int]:
         """The refusals the engine reported so far, taken from its replies."""

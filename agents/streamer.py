@@ -9,6 +9,7 @@ import random
 import socket
 import struct
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -173,7 +174,7 @@ class Sent:
     send_errors: int = 0
     gop_restarts: int = 0
     last_send_ns: int | None = None
-    lateness_ns: list[int] = field(default_factory=list)
+    lateness_ns: Sequence[int] = field(default_factory=list)
 
 
 def send_from_python(agent: Agent, params: Params, sizes: FrameSizes, sock: socket.socket,
@@ -238,7 +239,8 @@ def send_from_engine(agent: Agent, params: Params, sizes: FrameSizes, engine: Se
         # Woken when the next frame is a lookahead away: the frames of another lookahead go
         # along, so the agent wakes a few times a second, not once a frame.
         horizon_ns = packets.frame_due_ns(frame) + LOOKAHEAD_NS
-        while frame < params.frame_count and packets.frame_due_ns(frame) <= horizon_ns:
+        while (frame < params.frame_count and packets.frame_due_ns(frame) <= horizon_ns
+               and not agent.stopping):
             frame_type, frame_size = sizes.frame(frame)
             engine.add(packets.engine_records(frame, frame_type,
                                               fragment_sizes(frame_size, int(params.payload))))

@@ -57,22 +57,43 @@ def delivery_balance(run_dir: RunDirectory, scenario: Scenario, emulator_loss: l
     return record, flags, []
 
 
-def agents_still_starting(processes: list[dict]) -> list[str]:
-    """A flag for the agents among ``processes`` (their outcomes) that the run's SIGTERM ended
-    by its default action: an agent handles SIGTERM from its start-up on (it then writes its
-    tables and exits 0), so one killed by it was still importing, on a machine too slow to
-    start it within the run, and sent or measured nothing."""
-    starting = []
+def _agent_name(outcome: dict) -> str | None:
+    """The agent an outcome's command runs (``python -m agents.<module> ...``, the catalog's
+    form), or None for another program."""
+    words = outcome["command"].split()
+    if words[1:2] == ["-m"] and words[2].startswith("agents."):
+        return words[2].removeprefix("agents.")
+    return None
+
+
+def _listed(count_text: str, names: list[str]) -> str:
+    return (f"{count_text}: {', '.join(names[:5])}" + (" ..." if len(names) > 5 else ""))
+
+
+def agents_not_accounted(processes: list[dict]) -> list[str]:
+    """Flags for the agents among ``processes`` (their outcomes) whose measurements are
+    missing. An agent handles SIGTERM from its start-up on (it then writes its tables and
+    exits 0), so one that SIGTERM ended by its default action was still importing, on a
+    machine too slow to start it within the run, and sent or measured nothing; one that did
+    not exit within the grace period was killed before it wrote its tables."""
+    starting, killed = [], []
     for outcome in processes:
-        words = outcome["command"].split()  # python -m agents.<module> ... (catalog)
-        if outcome["stopped"] == "terminated" and outcome["exit_code"] == -signal.SIGTERM \
-                and words[1:2] == ["-m"] and words[2].startswith("agents."):
-            starting.append(f"{words[2].removeprefix('agents.')} on {outcome['node']}")
-    if not starting:
-        return []
-    return [f"{len(starting)} agents were still starting when the run stopped them, and "
-            f"measured nothing: {', '.join(starting[:5])}"
-            + (" ..." if len(starting) > 5 else "")]
+        name = _agent_name(outcome)
+        if name is None:
+            continue
+        where = f"{name} on {outcome['node']}"
+        if outcome["stopped"] == "terminated" and outcome["exit_code"] == -signal.SIGTERM:
+            starting.append(where)
+        elif outcome["stopped"] == "killed":
+            killed.append(where)
+    flags = []
+    if starting:
+        flags.append(_listed(f"{len(starting)} agents were still starting when the run "
+                             "stopped them, and measured nothing", starting))
+    if killed:
+        flags.append(_listed(f"{len(killed)} agents did not stop within the grace period and "
+                             "were killed: their tables are missing", killed))
+    return flags
 
 
 def write_switch_logs(network, scenario: Scenario, run_dir: RunDirectory) -> None:

@@ -462,7 +462,7 @@ class Run:
         self.summary["fidelity"] = measurements.fidelity(
             self.run_dir.path, self.cpu, self.summary.get("wires"),
             self.summary.get("emulator_loss"), self.scenario.document.emulation.emulator_loss,
-            short + run_accounts.agents_still_starting(self.summary.get("processes", [])) + lost)
+            short + run_accounts.agents_not_accounted(self.summary.get("processes", [])) + lost)
         self.warnings += self.summary["fidelity"]["flags"]
         if self.network is not None:
             if self.network.net is not None:

@@ -210,14 +210,15 @@ def test_a_threshold_crossing_is_reported_at_once_either_way(controller):
              (0.21, 1.0, 0.6),  # back below within the gap: waits for it
              (0.3, 1.0, 0.6),  # the gap is over: the crossing back goes now
              (0.4, 12.0, 0.6),  # the load crosses its level
-             (0.5, 12.0, 0.6), (1.0, 12.0, 0.6)]  # no crossing; the period's report
+             (0.5, 12.0, 0.6), (1.0, 12.0, 0.6),  # no crossing; the period's report
+             (2.0, 12.0, 0.9)]  # cpu crosses as the period falls due: that report tells it
     sent = [now for now, load, cpu in ticks if reporter.tick(load, {"cpu": cpu}, now=now)]
-    assert sent == [0.0, 0.2, 0.3, 0.4, 1.0]
+    assert sent == [0.0, 0.2, 0.3, 0.4, 1.0, 2.0]
     reports = received(controller)
     assert [(r.urgent, r.load, r.metrics["cpu"]) for r in reports] == [
         (False, 1.0, 0.5), (True, 1.0, 0.85), (True, 1.0, 0.6), (True, 12.0, 0.6),
-        (False, 12.0, 0.6)]
-    assert reporter.close() == {"sent": 5, "urgent": 3, "errors": 0}
+        (False, 12.0, 0.6), (True, 12.0, 0.9)]
+    assert reporter.close() == {"sent": 6, "urgent": 4, "errors": 0}
 
 
 def test_a_reporter_without_a_controller_sends_nothing():
