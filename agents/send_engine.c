@@ -239,14 +239,26 @@ int main(int argc, char **argv) {
             last_group = group;
         }
     }
+    /* The figures go out whole: a second stop signal must not cut their write short. */
+    sigset_t stops;
+    sigemptyset(&stops);
+    sigaddset(&stops, SIGTERM);
+    sigaddset(&stops, SIGINT);
+    sigprocmask(SIG_BLOCK, &stops, NULL);
     if (refused_group >= 0)
         printf("R %lld\n", (long long)refused_group);
     printf("E %llu %llu %llu %lld %lld\nL %zu\n", (unsigned long long)sent,
            (unsigned long long)bytes, (unsigned long long)errors, (long long)last_group,
            (long long)last_send_ns, lateness_count);
     fflush(stdout);
-    if (lateness_count)
-        fwrite(lateness, sizeof *lateness, lateness_count, stdout);
-    fflush(stdout);
+    if (lateness_count && fwrite(lateness, sizeof *lateness, lateness_count, stdout)
+        != lateness_count) {
+        perror("edgebed-send-engine: writing the lateness");
+        return 1;
+    }
+    if (fflush(stdout)) {
+        perror("edgebed-send-engine: writing the figures");
+        return 1;
+    }
     return 0;
 }

@@ -35,6 +35,7 @@ RESUME = 0xFFFFFFFF  # the group of the record that ends the dropping after a re
 # How far ahead of their deadlines packets are handed over: the engine never waits for Python
 # unless Python is this late, and Python wakes a few times per second, not per packet.
 LOOKAHEAD_NS = 500_000_000
+LATENESS_BYTES = 8  # a send attempt's lateness: int64_t, the machine's byte order
 PIPE_BYTES = 1 << 20  # two lookaheads of records at 10k packets/s before a write waits
 
 
@@ -180,6 +181,9 @@ class SendEngine:
             raise RuntimeError(f"the send engine ended with {code} and no figures: "
                                f"{self.replies[:200]!r}") from None
         sent, sent_bytes, errors, last_group, last_send_ns = map(int, fields[1:])
+        if len(rest) < count * LATENESS_BYTES:
+            raise RuntimeError(f"the send engine ended with {code} and its figures cut short: "
+                               f"{len(rest) // LATENESS_BYTES} of {count} lateness values")
         lateness = np.frombuffer(rest, dtype=np.int64, count=count)
         return EngineResult(sent, sent_bytes, errors, last_group,
                             last_send_ns if sent else None, refusals, lateness)
