@@ -114,7 +114,7 @@ def _calibrate(path: str, options, run) -> dilation_choice.Calibration:
     as it ends."""
     loaded = _load(path)
     console.print(f"{loaded.name}: calibrating the time dilation on runs of "
-                  f"{dilation_choice.calibration_duration(loaded):g} s (virtual)", markup=False)
+                  f"{dilation_choice.calibration_duration(loaded, options.duration):g} s (virtual)", markup=False)
 
     def said(trial: dilation_choice.Trial) -> None:
         verdict = "clean" if trial.clean else "flagged: " + "; ".join(trial.flags[:2])

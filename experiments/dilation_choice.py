@@ -44,10 +44,10 @@ class Calibration:
     chosen: float | None = None
 
 
-def calibration_duration(scenario: Scenario) -> float:
-    """A calibration run's virtual duration: :data:`CALIBRATION_S`, or the scenario's own when
-    shorter."""
-    return min(CALIBRATION_S, scenario.duration)
+def calibration_duration(scenario: Scenario, duration: float | None = None) -> float:
+    """A calibration run's virtual duration: :data:`CALIBRATION_S`, or the run's own when
+    shorter (``duration`` when it overrides the scenario's)."""
+    return min(CALIBRATION_S, duration or scenario.duration)
 
 
 def calibrate(load: Callable[[float], Scenario], options, run,
@@ -61,7 +61,8 @@ def calibrate(load: Callable[[float], Scenario], options, run,
     for factor in FACTORS:
         scenario = load(factor)
         result = run(scenario, replace(options, cli=False,
-                                       duration=calibration_duration(scenario),
+                                       duration=calibration_duration(scenario,
+                                                                     options.duration),
                                        runs_root=Path(options.runs_root) / CALIBRATION_DIR))
         fidelity = result.summary.get("fidelity") or {}
         trial = Trial(factor, result.status == "completed" and bool(fidelity.get("ok")),

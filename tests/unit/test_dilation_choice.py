@@ -64,10 +64,13 @@ def test_the_smallest_clean_factor_is_chosen_after_short_runs_of_the_doubling_fa
     assert options.cli and options.duration == 30.0 and options.runs_root == tmp_path / "runs"
 
 
-def test_a_scenario_shorter_than_a_calibration_run_calibrates_on_its_own_duration(tmp_path):
+def test_a_run_shorter_than_a_calibration_run_calibrates_on_its_own_duration(tmp_path):
     runner = StandInRunner(clean_from=1)
     calibration = calibrate(loader(tmp_path, "2s"), RunOptions(runs_root=tmp_path), runner)
     assert calibration.chosen == 1 and [asked[1] for asked in runner.asked] == [2.0]
+    # --duration overrides the scenario's, for the calibration too.
+    calibrate(loader(tmp_path), RunOptions(runs_root=tmp_path, duration=3.0), runner)
+    assert runner.asked[-1][1] == 3.0
 
 
 def test_no_clean_factor_chooses_none_after_trying_every_one(tmp_path):
