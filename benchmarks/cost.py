@@ -26,6 +26,7 @@ other run), so record it alone.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -33,12 +34,14 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean
+from typing import Iterator
 
 from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from agents.send_engine import ENGINE_KEY, PYTHON as PYTHON_SENDER  # noqa: E402
 from experiments import scenarios  # noqa: E402
 from experiments.cpu_accounting import CpuAccounting, Process  # noqa: E402
 from experiments.measurements import read_table  # noqa: E402
@@ -52,6 +55,9 @@ SWITCH, RELAY, RUNNER, CONTROLLER, OTHER = ("switch", "relay", "runner", "contro
                                             "other (host shells, tools)")
 COMPONENTS = (SENDING, RECEIVING, SWITCH, RELAY, RUNNER, CONTROLLER, OTHER)
 SWITCH_CROSSINGS = 2  # s1 and s2
+# The kinds whose senders use the compiled send engine: measured again sending from Python,
+# side by side, for the engine's cut in the same session.
+COMPILED_SENDER_KINDS = frozenset({"video"})
 OVS_PID_FILES = (Path("/run/openvswitch/ovs-vswitchd.pid"),
                  Path("/var/run/openvswitch/ovs-vswitchd.pid"))
 
@@ -74,6 +80,21 @@ class RunProcesses:
         if argv and "relay" in Path(argv[0]).name:
             return RELAY
         return OTHER
+
+
+@contextlib.contextmanager
+def sending_from(engine: str | None) -> Iterator[None]:
+    """Runs started inside send from ``engine`` (``EDGEBED_SEND_ENGINE``; None: the built
+    compiled engine, as a run does by default)."""
+    saved = os.environ.pop(ENGINE_KEY, None)
+    if engine is not None:
+        os.environ[ENGINE_KEY] = engine
+    try:
+        yield
+    finally:
+        os.environ.pop(ENGINE_KEY, None)
+        if saved is not None:
+            os.environ[ENGINE_KEY] = saved
 
 
 def switch_pid() -> int:
@@ -131,7 +152,7 @@ def per_packet_us(busy_s: float, idle_s: float, packets: int) -> str:
     return f"{(busy_s - idle_s) / packets * 1e6:,.1f}" if packets else "-"
 
 
-def cost_rows(kind: TrafficKind, busy: Measured, idle: Measured) -> list[tuple[str, ...]]:
+def cost_rows(name: str, busy: Measured, idle: Measured) -> list[tuple[str, ...]]:
     """The rows of one kind: each component, ovs-vswitchd's thread groups, the machine."""
     rows = []
     for component in COMPONENTS:
@@ -142,23 +163,23 @@ def cost_rows(kind: TrafficKind, busy: Measured, idle: Measured) -> list[tuple[s
                               f"{SWITCH_CROSSINGS}, {busy.datapath} datapath)", SWITCH_CROSSINGS
         if component == RELAY and busy.impairments == "netem":
             label = "relay (none: netem, the kernel's, in the machine's row)"
-        rows.append((kind.name, label, f"{used:.2f}", f"{unused:.2f}",
+        rows.append((name, label, f"{used:.2f}", f"{unused:.2f}",
                      per_packet_us(used / crossings, unused / crossings, busy.offered)))
     for group, used in sorted(busy.switch_threads.items(), key=lambda item: -item[1]):
         unused = idle.switch_threads.get(group, 0.0)
         if used - unused > 0.005:
-            rows.append((kind.name, f"  ovs-vswitchd's {group} threads, per bridge crossed",
+            rows.append((name, f"  ovs-vswitchd's {group} threads, per bridge crossed",
                          f"{used:.2f}", f"{unused:.2f}",
                          per_packet_us(used / SWITCH_CROSSINGS, unused / SWITCH_CROSSINGS,
                                        busy.offered)))
-    rows.append((kind.name, "machine (all CPUs busy)", f"{busy.machine_busy_s:.2f}",
+    rows.append((name, "machine (all CPUs busy)", f"{busy.machine_busy_s:.2f}",
                  f"{idle.machine_busy_s:.2f}",
                  per_packet_us(busy.machine_busy_s, idle.machine_busy_s, busy.offered)))
     return rows
 
 
-def startup_rows(kind: TrafficKind, busy: Measured) -> list[tuple[str, ...]]:
-    return [(kind.name, component, str(len(busy.startups.get(component, []))),
+def startup_rows(name: str, busy: Measured) -> list[tuple[str, ...]]:
+    return [(name, component, str(len(busy.startups.get(component, []))),
              f"{mean(busy.startups[component]):.3f}" if busy.startups.get(component) else "-",
              f"{max(busy.startups[component]):.3f}" if busy.startups.get(component) else "-")
             for component in (SENDING, RECEIVING)]
@@ -190,13 +211,18 @@ def main() -> int:
         for kind in kinds:
             console.print(f"  {kind.name}: idle run, then with traffic", markup=False)
             idle = measure(kind, arguments.flows, arguments.duration, False, runs_root)
-            busy = measure(kind, arguments.flows, arguments.duration, True, runs_root)
-            for row in cost_rows(kind, busy, idle):
-                costs.add_row(*row)
-            packets.add_row(kind.name, f"{busy.offered:,}", f"{busy.sent:,}",
-                            f"{busy.received:,}")
-            for row in startup_rows(kind, busy):
-                startups.add_row(*row)
+            senders = [(kind.name, None)]
+            if kind.name in COMPILED_SENDER_KINDS:
+                senders.append((f"{kind.name} (Python sender)", PYTHON_SENDER))
+            for name, engine in senders:
+                with sending_from(engine):
+                    busy = measure(kind, arguments.flows, arguments.duration, True, runs_root)
+                for row in cost_rows(name, busy, idle):
+                    costs.add_row(*row)
+                packets.add_row(name, f"{busy.offered:,}", f"{busy.sent:,}",
+                                f"{busy.received:,}")
+                for row in startup_rows(name, busy):
+                    startups.add_row(*row)
     for table in (costs, packets, startups):
         console.print(recording.table(table))
     recording.save()

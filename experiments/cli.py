@@ -13,7 +13,7 @@ import sys
 
 from edgebed.units import UnitError, format_duration, parse_duration
 
-from .cli_commands import (command_agents, command_clean, command_doctor, command_export,
+from .cli_commands import (AUTO, command_agents, command_clean, command_doctor, command_export,
                            command_pcap_summarize, command_policies, command_run, command_schema,
                            command_validate)
 from .cli_output import errors
@@ -31,11 +31,13 @@ def _duration(text: str) -> float:
     return value
 
 
-def _dilation(text: str) -> float:
+def _dilation(text: str) -> float | str:
+    if text == AUTO:
+        return AUTO
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"not a number or {AUTO!r}: {text!r}") from None
     if not 1 <= value <= 1000:
         raise argparse.ArgumentTypeError(f"a time dilation factor is from 1 to 1000, got {text}")
     return value
@@ -68,7 +70,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--duration", type=_duration, help="override the scenario's duration, e.g. 30s")
     run.add_argument("--dilate", type=_dilation, metavar="N",
                      help="override the scenario's time_dilation: run N times slower than "
-                          "real time, the emulated machine N times faster")
+                          "real time, the emulated machine N times faster; 'auto': the "
+                          "smallest N whose short calibration run is clean")
     run.add_argument("--runs-dir", default=os.environ.get("EDGEBED_RUNS", "runs"),
                      help="where run directories go (default: ./runs, or $EDGEBED_RUNS)")
     run.add_argument("--datapath", choices=("kernel", "user"),

@@ -18,7 +18,7 @@ from topologies.impairments.relay import COMPILED, PYTHON, RELAY_LIMITS
 from topologies.problems import ScenarioInvalid
 from topologies.scenario import Scenario
 
-from . import scenarios
+from . import dilation_choice, scenarios
 from .cli_output import (EXIT_INVALID, EXIT_NOT_READY, console, errors, first_sentence,
                          print_parameters, report_invalid)
 from .cli_summary import print_run_summary
@@ -32,6 +32,9 @@ IMPAIRMENT_BACKENDS = {
                 f"{RELAY_LIMITS[COMPILED]} by the compiled relay and {RELAY_LIMITS[PYTHON]} by "
                 f"the Python relay)",
 }
+
+
+AUTO = "auto"  # --dilate auto: the factor is calibrated (experiments.dilation_choice)
 
 
 def _load(path: str, overrides: dict | None = None) -> Scenario:
@@ -62,7 +65,8 @@ def _need_root(command: str) -> int:
 def command_run(arguments: argparse.Namespace) -> int:
     from .runner import RunOptions, run_scenario
 
-    overrides = {} if arguments.dilate is None else {"time_dilation": arguments.dilate}
+    auto = arguments.dilate == AUTO
+    overrides = {} if arguments.dilate in (None, AUTO) else {"time_dilation": arguments.dilate}
     try:
         loaded = _load(arguments.file, overrides)
     except ScenarioInvalid as error:
@@ -72,6 +76,20 @@ def command_run(arguments: argparse.Namespace) -> int:
     options = RunOptions(runs_root=Path(arguments.runs_dir), cli=arguments.cli,
                          duration=arguments.duration, datapath=arguments.datapath,
                          concurrent=arguments.concurrent, wait=not arguments.no_wait)
+    if auto:
+        try:
+            calibration = _calibrate(arguments.file, options, run_scenario)
+        except RuntimeError as error:
+            errors.print(f"not ready: {error}", markup=False)
+            return EXIT_NOT_READY
+        if calibration.chosen is None:
+            errors.print(f"{arguments.file}: no time dilation up to "
+                         f"{dilation_choice.FACTORS[-1]} kept a calibration run clean; the "
+                         f"runs are in {Path(arguments.runs_dir) / dilation_choice.CALIBRATION_DIR}",
+                         markup=False)
+            return EXIT_NOT_READY
+        loaded = _load(arguments.file, {"time_dilation": calibration.chosen})
+        options.calibration = [trial.as_dict() for trial in calibration.trials]
     # No spinner over the Mininet prompt: with --cli the phases are printed as lines.
     progress = (contextlib.nullcontext() if arguments.cli
                 else console.status(f"{loaded.name}: starting"))
@@ -89,6 +107,21 @@ def command_run(arguments: argparse.Namespace) -> int:
             return EXIT_NOT_READY
     print_run_summary(loaded, result)
     return result.exit_code
+
+
+def _calibrate(path: str, options, run) -> dilation_choice.Calibration:
+    """``--dilate auto``: calibration runs at doubling factors until one is clean, each said
+    as it ends."""
+    loaded = _load(path)
+    console.print(f"{loaded.name}: calibrating the time dilation on runs of "
+                  f"{dilation_choice.calibration_duration(loaded, options.duration):g} s (virtual)", markup=False)
+
+    def said(trial: dilation_choice.Trial) -> None:
+        verdict = "clean" if trial.clean else "flagged: " + "; ".join(trial.flags[:2])
+        console.print(f"  time dilation {trial.time_dilation:g}: {verdict}", markup=False)
+
+    return dilation_choice.calibrate(lambda factor: _load(path, {"time_dilation": factor}),
+                                     options, run, on_trial=said)
 
 
 def command_clean(arguments: argparse.Namespace) -> int:

@@ -27,7 +27,7 @@ from topologies.scenario import Scenario
 from agents import catalog
 from topologies import commands
 
-from . import measurements, registry, run_accounts
+from . import dilation_choice, measurements, registry, run_accounts
 from .controller_watch import ControllerWatch
 from .flow_dumps import FlowDumps
 from .machine_lock import machine_lock
@@ -52,6 +52,7 @@ class RunOptions:
     on_warning: Callable[[str], None] = lambda warning: None  # as it happens, during the run
     concurrent: bool = False  # run beside other concurrent runs (shared machine lock)
     wait: bool = True  # for the machine when another run holds it; False: refuse
+    calibration: list[dict] | None = None  # the runs that chose the time dilation (--dilate auto)
 
 
 @dataclass
@@ -119,6 +120,8 @@ class Run:
         self.origin = clock.monotonic()  # of the timeline, once it starts
         self.warnings: list[str] = []
         self.summary: dict = {"scenario": scenario.name, "prefix": self.names.prefix}
+        if options.calibration is not None:
+            self.summary["calibration"] = options.calibration
 
     def execute(self) -> RunResult:
         found = caps.probe()
@@ -464,6 +467,11 @@ class Run:
             self.summary.get("emulator_loss"), self.scenario.document.emulation.emulator_loss,
             short + run_accounts.agents_not_accounted(self.summary.get("processes", [])) + lost)
         self.warnings += self.summary["fidelity"]["flags"]
+        least = dilation_choice.least_factor(self.summary["fidelity"], self.scenario.time_dilation)
+        if least is not None:
+            self.summary["fidelity"]["least_time_dilation"] = least
+            self.warnings.append(dilation_choice.least_factor_warning(
+                self.summary["fidelity"], self.scenario.time_dilation))
         if self.network is not None:
             if self.network.net is not None:
                 run_accounts.write_switch_logs(self.network, self.scenario, self.run_dir)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import textwrap
 import time
+from pathlib import Path
 
 from agents.probe import loss_interval
 from experiments.measurements import read_table
@@ -103,3 +104,28 @@ def test_a_run_at_four_times_dilation_reads_like_one_undilated(tmp_path, state_b
     for summary in (plain, dilated):
         rtt = summary["reachability"][0]["rtt_avg_ms"]
         assert DELAY_MS <= rtt < 3 * DELAY_MS, rtt
+
+
+def test_auto_dilation_runs_at_the_first_factor_whose_calibration_run_was_clean(tmp_path,
+                                                                                state_before):
+    path = tmp_path / "scenario.yaml"
+    path.write_text(textwrap.dedent(STREAM))
+    runs = tmp_path / "runs"
+    result = edgebed("run", str(path), "--runs-dir", str(runs), "--dilate", "auto",
+                     "--duration", "3s", timeout=1200)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (run_dir,) = [path for path in runs.iterdir() if path.name != "calibration"]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    trials = summary["calibration"]
+    # Whichever factor this machine needed: every calibration run before the last was flagged,
+    # the last was clean, and the run went at its factor.
+    assert trials and trials[-1]["clean"] and not any(trial["clean"] for trial in trials[:-1])
+    assert [trial["time_dilation"] for trial in trials] == [1, 2, 4, 8, 16, 32][:len(trials)]
+    assert summary["time_dilation"] == trials[-1]["time_dilation"]
+    for trial in trials:
+        calibration = json.loads((Path(trial["run_dir"]) / "summary.json").read_text())
+        assert calibration["time_dilation"] == trial["time_dilation"]
+        assert calibration["fidelity"]["ok"] == trial["clean"]
+        assert Path(trial["run_dir"]).parent == runs / "calibration"
+    assert f"time dilation {trials[-1]['time_dilation']:g}: clean" in result.stdout
+    assert_nothing_left(state_before, summary["prefix"])

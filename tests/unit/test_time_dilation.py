@@ -4,6 +4,7 @@ processes, and what a dilated scenario refuses."""
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
 
@@ -11,7 +12,7 @@ from edgebed import clock
 from edgebed.clock import Clock
 from experiments import run_clock, scenarios
 from experiments.cli import main
-from topologies.impairments import tc, wire_front
+from topologies.impairments import relay, tc, wire_front
 from topologies.impairments.backends import NetemBackend, Placement
 from topologies.model import Impairment
 
@@ -140,3 +141,45 @@ def test_run_dilate_takes_a_factor_of_at_least_one(text, capsys):
     with pytest.raises(SystemExit):
         main(["run", "--dilate", text, "any.yaml"])
     assert "--dilate" in capsys.readouterr().err
+
+
+class EndedRelayProcess:
+    stdin = None
+
+    def poll(self):
+        return 0
+
+
+def ended_relay(tmp_path, kind: str, late: dict) -> relay.Relay:
+    """A relay whose process has ended, its log's last line its statistics."""
+    ended = relay.Relay.__new__(relay.Relay)
+    ended.log, ended.kind, ended.process = tmp_path / "wire1.log", kind, EndedRelayProcess()
+    figures = {"frames_out": 10, "late_us": late}
+    ended.log.write_text(json.dumps({"forward": figures, "reverse": figures}) + "\n")
+    return ended
+
+
+LATE = {"mean": 400.0, "std": 80.0, "p50": 360, "p99": 800, "max": 1200, "sum": 4000,
+        "sum_squares": 1_664_000}
+
+
+def test_the_compiled_relay_s_real_lateness_is_reported_in_virtual_time(tmp_path, dilated):
+    statistics = ended_relay(tmp_path, relay.COMPILED, LATE).stop()
+    assert statistics["forward"]["late_us"] == {
+        "mean": 100.0, "std": 20.0, "p50": 90.0, "p99": 200.0, "max": 300.0, "sum": 1000.0,
+        "sum_squares": 104_000.0}
+    assert statistics["reverse"]["frames_out"] == 10
+
+
+def test_the_python_relay_s_lateness_is_already_virtual(tmp_path, dilated):
+    assert ended_relay(tmp_path, relay.PYTHON, LATE).stop()["forward"]["late_us"] == LATE
+
+
+def test_undilated_the_compiled_relay_s_lateness_is_as_measured(tmp_path):
+    assert ended_relay(tmp_path, relay.COMPILED, LATE).stop()["forward"]["late_us"] == LATE
+
+
+def test_a_direction_that_sent_nothing_late_keeps_its_empty_figures(dilated):
+    empty = {"mean": None, "std": None, "p50": None, "p99": None, "max": None, "sum": 0,
+             "sum_squares": 0}
+    assert relay.virtual_lateness(empty, dilated) == empty | {"sum": 0.0, "sum_squares": 0.0}

@@ -88,6 +88,19 @@ def relay_engine() -> list[str]:
     return []
 
 
+LATENESS_US = ("mean", "std", "p50", "p99", "max", "sum")
+
+
+def virtual_lateness(late: dict | None, dilation: float) -> dict | None:
+    """The compiled relay's lateness figures, which it measures in real microseconds (it keeps
+    real time), in microseconds of a clock dilated by ``dilation``, as the Python relay's."""
+    if not late or dilation == 1:
+        return late
+    scaled = {key: None if late.get(key) is None else late[key] / dilation
+              for key in LATENESS_US}
+    return late | scaled | {"sum_squares": late.get("sum_squares", 0) / dilation ** 2}
+
+
 class Relay:
     """One wire's relay process, started inside the wire's namespace."""
 
@@ -132,7 +145,7 @@ class Relay:
         late frames left so far (µs) and the frames the relay lost so far because it did not
         keep up; empty until the relay has written its status."""
         try:
-            statistics = json.loads(self.status.read_text())
+            statistics = self._in_virtual_time(json.loads(self.status.read_text()))
             taken = self.status.stat().st_mtime
         except (OSError, ValueError):
             return {}
@@ -168,5 +181,16 @@ class Relay:
             except ValueError:
                 continue
             if isinstance(statistics, dict) and set(statistics) >= {"forward", "reverse"}:
-                return statistics
+                return self._in_virtual_time(statistics)
         return None
+
+    def _in_virtual_time(self, statistics: dict) -> dict:
+        """The relay's statistics with their lateness in the run's time (the compiled relay's
+        is real)."""
+        dilation = clock.current().dilation
+        if self.kind != COMPILED or dilation == 1:
+            return statistics
+        return {direction: figures | {"late_us": virtual_lateness(figures.get("late_us"),
+                                                                  dilation)}
+                if direction in ("forward", "reverse") else figures
+                for direction, figures in statistics.items()}
