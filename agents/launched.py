@@ -14,6 +14,8 @@ from pathlib import Path
 
 from topologies.naming import ENVIRONMENT_KEY
 
+LAUNCHER_MODULE = "agents.launcher"  # its forked agents keep this command line
+
 READY_TIMEOUT_S = 300.0  # the imports, on a machine a run may keep busy
 STOP_TIMEOUT_S = 10.0
 READ_SIZE = 1 << 16
@@ -53,7 +55,7 @@ class AgentLauncher:
         self.log = log
         with open(log, "a") as stream:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "agents.launcher", *modules], stdin=subprocess.PIPE,
+                [sys.executable, "-m", LAUNCHER_MODULE, *modules], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=stream, env=environment, start_new_session=True)
         self.agents: dict[int, LaunchedAgent] = {}
         self.replies: list[dict] = []

@@ -43,7 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agents.send_engine import ENGINE_KEY, PYTHON as PYTHON_SENDER  # noqa: E402
 from experiments import scenarios  # noqa: E402
-from experiments.cpu_accounting import CpuAccounting, Process  # noqa: E402
+from agents.launched import LAUNCHER_MODULE  # noqa: E402
+from experiments.cpu_accounting import CpuAccounting, Process, read_process  # noqa: E402
 from experiments.measurements import read_table  # noqa: E402
 from experiments.runner import RunOptions, run_scenario  # noqa: E402
 from recorder import Recording  # noqa: E402
@@ -63,10 +64,13 @@ OVS_PID_FILES = (Path("/run/openvswitch/ovs-vswitchd.pid"),
 
 
 class RunProcesses:
-    """Names the component of a process the run started, from its command line."""
+    """Names the component of a process the run started, from its command line, and for an
+    agent the launcher forked (which keeps the launcher's command line) from the host whose
+    network namespace it is in."""
 
     def __init__(self, runner: int):
         self.runner = runner
+        self.hosts: dict[int, str | None] = {}  # network namespace inode -> node (host shells)
 
     def __call__(self, process: Process) -> str:
         argv = process.cmdline
@@ -74,12 +78,51 @@ class RunProcesses:
             return RUNNER
         module = argv[argv.index("-m") + 1] if "-m" in argv[:-1] else ""
         if module.startswith("agents.") and "--node" in argv[:-1]:
-            return SENDING if is_sender_node(argv[argv.index("--node") + 1]) else RECEIVING
+            return self._agent_on(argv[argv.index("--node") + 1])
+        if module == LAUNCHER_MODULE:
+            # The launcher itself stays in the root namespace: it is the rest.
+            node = self._node_of(process.pid)
+            return OTHER if node is None else self._agent_on(node)
         if module == "controller":
             return CONTROLLER
         if argv and "relay" in Path(argv[0]).name:
             return RELAY
         return OTHER
+
+    @staticmethod
+    def _agent_on(node: str) -> str:
+        return SENDING if is_sender_node(node) else RECEIVING
+
+    def _node_of(self, pid: int) -> str | None:
+        inode = network_namespace(pid)
+        if inode is not None and inode not in self.hosts:
+            for shell, node in host_shells():
+                if (found := network_namespace(shell)) is not None:
+                    self.hosts[found] = node
+            # The hosts exist before any agent starts: a namespace none of them is in (the
+            # root's) is not looked up again.
+            self.hosts.setdefault(inode, None)
+        return self.hosts.get(inode)
+
+
+def host_shells() -> list[tuple[int, str]]:
+    """Mininet's host shells, (pid, node): each runs ``bash ... mininet:NODE`` in its node's
+    namespaces."""
+    shells = []
+    for entry in Path("/proc").iterdir():
+        shell = read_process(int(entry.name)) if entry.name.isdigit() else None
+        for part in shell.cmdline if shell else ():
+            if part.startswith("mininet:"):
+                shells.append((shell.pid, part.removeprefix("mininet:")))
+    return shells
+
+
+def network_namespace(pid: int) -> int | None:
+    """The inode of ``pid``'s network namespace (None once it is gone)."""
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:
+        return None
 
 
 @contextlib.contextmanager

@@ -38,6 +38,19 @@ def test_each_process_of_a_run_is_named_by_its_command_line(cost):
     assert name(process(16, "python", "-m")) == cost.OTHER
 
 
+def test_a_forked_agent_is_named_by_the_host_whose_namespace_it_is_in(cost, monkeypatch):
+    namespaces = {10: 1, 20: 2, 21: 3, 30: 1, 31: 2, 32: 3}  # runner and launcher in the root's
+    monkeypatch.setattr(cost, "network_namespace", namespaces.get)
+    monkeypatch.setattr(cost, "host_shells", lambda: [(20, "src1"), (21, "dst1")])
+    name = cost.RunProcesses(runner=10)
+    launcher = ("python", "-m", "agents.launcher", "agents.viewer", "agents.streamer")
+    assert name(process(30, *launcher)) == cost.OTHER
+    assert name(process(31, *launcher)) == cost.SENDING
+    assert name(process(32, *launcher)) == cost.RECEIVING
+    # A child not yet in its host's namespace (or one gone) is the rest until it is.
+    assert name(process(33, *launcher)) == cost.OTHER
+
+
 def test_the_switch_is_divided_by_the_bridges_crossed_and_idle_is_taken_out(cost):
     kind = cost.KINDS["video"]
 
