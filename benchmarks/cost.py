@@ -41,7 +41,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agents.send_engine import ENGINE_KEY, PYTHON as PYTHON_SENDER  # noqa: E402
+from agents.send_engine import BUILT_ENGINE, ENGINE_KEY, PYTHON as PYTHON_SENDER  # noqa: E402
 from experiments import scenarios  # noqa: E402
 from agents.launched import LAUNCHER_MODULE  # noqa: E402
 from experiments.cpu_accounting import CpuAccounting, Process, read_process  # noqa: E402
@@ -59,6 +59,7 @@ SWITCH_CROSSINGS = 2  # s1 and s2
 # The kinds whose senders use the compiled send engine: measured again sending from Python,
 # side by side, for the engine's cut in the same session.
 COMPILED_SENDER_KINDS = frozenset({"video"})
+SEND_ENGINE = BUILT_ENGINE.name
 OVS_PID_FILES = (Path("/run/openvswitch/ovs-vswitchd.pid"),
                  Path("/var/run/openvswitch/ovs-vswitchd.pid"))
 
@@ -83,6 +84,10 @@ class RunProcesses:
             # The launcher itself stays in the root namespace: it is the rest.
             node = self._node_of(process.pid)
             return OTHER if node is None else self._agent_on(node)
+        if argv and Path(argv[0]).name == SEND_ENGINE:
+            # A streamer's compiled engine: its sending, on the streamer's host.
+            node = self._node_of(process.pid)
+            return OTHER if node is None else SENDING
         if module == "controller":
             return CONTROLLER
         if argv and "relay" in Path(argv[0]).name:

@@ -49,6 +49,8 @@ def test_a_forked_agent_is_named_by_the_host_whose_namespace_it_is_in(cost, monk
     assert name(process(32, *launcher)) == cost.RECEIVING
     # A child not yet in its host's namespace (or one gone) is the rest until it is.
     assert name(process(33, *launcher)) == cost.OTHER
+    # A streamer's compiled engine sends, whichever host it is on.
+    assert name(process(32, "/venv/bin/edgebed-send-engine", "--socket", "3")) == cost.SENDING
 
 
 def test_the_switch_is_divided_by_the_bridges_crossed_and_idle_is_taken_out(cost):
