@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -78,7 +79,7 @@ def command_run(arguments: argparse.Namespace) -> int:
                          concurrent=arguments.concurrent, wait=not arguments.no_wait)
     if auto:
         try:
-            calibration = _calibrate(arguments.file, options, run_scenario)
+            calibration = _calibrate(loaded, arguments.file, options, run_scenario)
         except RuntimeError as error:
             errors.print(f"not ready: {error}", markup=False)
             return EXIT_NOT_READY
@@ -89,7 +90,7 @@ def command_run(arguments: argparse.Namespace) -> int:
                          markup=False)
             return EXIT_NOT_READY
         loaded = _load(arguments.file, {"time_dilation": calibration.chosen})
-        options.calibration = [trial.as_dict() for trial in calibration.trials]
+        options.calibration = [dataclasses.asdict(trial) for trial in calibration.trials]
     # No spinner over the Mininet prompt: with --cli the phases are printed as lines.
     progress = (contextlib.nullcontext() if arguments.cli
                 else console.status(f"{loaded.name}: starting"))
@@ -109,12 +110,12 @@ def command_run(arguments: argparse.Namespace) -> int:
     return result.exit_code
 
 
-def _calibrate(path: str, options, run) -> dilation_choice.Calibration:
-    """``--dilate auto``: calibration runs at doubling factors until one is clean, each said
-    as it ends."""
-    loaded = _load(path)
-    console.print(f"{loaded.name}: calibrating the time dilation on runs of "
-                  f"{dilation_choice.calibration_duration(loaded, options.duration):g} s (virtual)", markup=False)
+def _calibrate(loaded: Scenario, path: str, options, run) -> dilation_choice.Calibration:
+    """``--dilate auto``: calibration runs of ``path`` (loaded as ``loaded``) at doubling
+    factors until one is clean, each said as it ends."""
+    seconds = dilation_choice.calibration_duration(loaded, options.duration)
+    console.print(f"{loaded.name}: calibrating the time dilation on runs of {seconds:g} s "
+                  "(virtual)", markup=False)
 
     def said(trial: dilation_choice.Trial) -> None:
         verdict = "clean" if trial.clean else "flagged: " + "; ".join(trial.flags[:2])

@@ -30,10 +30,6 @@ class Trial:
     flags: list[str]
     run_dir: str
 
-    def as_dict(self) -> dict:
-        return {"time_dilation": self.time_dilation, "clean": self.clean, "flags": self.flags,
-                "run_dir": self.run_dir}
-
 
 @dataclass
 class Calibration:
