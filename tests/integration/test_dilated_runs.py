@@ -14,6 +14,7 @@ from pathlib import Path
 
 from agents.probe import loss_interval
 from experiments.cli_output import EXIT_NOT_READY
+from experiments.dilation_choice import CALIBRATION_DIR, FACTORS
 from experiments.measurements import read_table
 from tests.integration.conftest import (SINGLE_SHOT_CONFIDENCE, assert_nothing_left, edgebed,
                                         emulator_made, only_run_dir)
@@ -115,21 +116,21 @@ def test_auto_dilation_runs_at_the_first_factor_whose_calibration_run_was_clean(
     result = edgebed("run", str(path), "--runs-dir", str(runs), "--dilate", "auto",
                      "--duration", "2s", timeout=1200)
     calibrations = sorted((json.loads((run / "summary.json").read_text())
-                           for run in (runs / "calibration").iterdir()),
+                           for run in (runs / CALIBRATION_DIR).iterdir()),
                           key=lambda summary: summary["time_dilation"])
     # Whichever factor this machine needed (a machine busy with other work may need more than
     # any): every calibration run before the last was flagged, and each went at the next
     # factor.
-    assert [c["time_dilation"] for c in calibrations] == [1, 2, 4, 8, 16, 32][:len(calibrations)]
+    assert [c["time_dilation"] for c in calibrations] == list(FACTORS[:len(calibrations)])
     assert not any(c["fidelity"]["ok"] for c in calibrations[:-1])
-    runs_made = [path for path in runs.iterdir() if path.name != "calibration"]
+    runs_made = [path for path in runs.iterdir() if path.name != CALIBRATION_DIR]
     if not calibrations[-1]["fidelity"]["ok"]:
         # None was clean: the command refuses to run, names where the calibrations are, and
         # runs nothing else.
-        assert len(calibrations) == 6 and result.returncode == EXIT_NOT_READY, result.stdout
+        assert len(calibrations) == len(FACTORS) and result.returncode == EXIT_NOT_READY, result.stdout
         errors = "".join(result.stderr.split())  # the console may wrap the message
-        assert "notimedilationupto32keptacalibrationrunclean" in errors
-        assert str(runs / "calibration") in errors
+        assert f"notimedilationupto{FACTORS[-1]}keptacalibrationrunclean" in errors
+        assert str(runs / CALIBRATION_DIR) in errors
         assert runs_made == []
         for calibration in calibrations:
             assert_nothing_left(state_before, calibration["prefix"])
@@ -142,6 +143,6 @@ def test_auto_dilation_runs_at_the_first_factor_whose_calibration_run_was_clean(
         (c["time_dilation"], c["fidelity"]["ok"]) for c in calibrations]
     assert summary["time_dilation"] == trials[-1]["time_dilation"]
     for trial in trials:
-        assert Path(trial["run_dir"]).parent == runs / "calibration"
+        assert Path(trial["run_dir"]).parent == runs / CALIBRATION_DIR
     assert f"time dilation {trials[-1]['time_dilation']:g}: clean" in result.stdout
     assert_nothing_left(state_before, summary["prefix"])
