@@ -285,7 +285,31 @@ def _by_key(flows: Sequence[FlowDemand], loads: Iterable[ServerLoad],
 
 
 def least_connections(flows: Sequence[FlowDemand], loads: Iterable[ServerLoad]) -> Allocation:
-    """Least connections: the server with the fewest flows (ties: name) that takes the flow."""
+    """The paper's least connections: each flow to the server with the fewest flows (ties:
+    name), on its port with the fewest flows, whatever the server has left. Resources are not
+    looked at, so it rejects only when there is no server."""
+    rooms = rooms_of(loads)
+    allocation = Allocation()
+    heap = [(room.connections, room.name, index) for index, room in enumerate(rooms)]
+    heapq.heapify(heap)
+    for flow in flows:
+        if not heap:
+            allocation.rejected[flow.flow] = rejection_reason(flow)
+            continue
+        allocation.rounds += 1
+        _, _, index = heapq.heappop(heap)
+        room = rooms[index]
+        allocation.place(flow, room, min(room.port_flows, key=lambda name: (
+            room.port_flows[name], -room.port_left[name], name)))
+        allocation.stamp((flow.flow,))
+        heapq.heappush(heap, (room.connections, room.name, index))
+    return allocation
+
+
+def capacity_least_connections(flows: Sequence[FlowDemand], loads: Iterable[ServerLoad]
+                               ) -> Allocation:
+    """Least connections with ADGA's capacity test: the server with the fewest flows (ties:
+    name) among those that take the flow."""
     return _by_key(flows, loads, lambda room: (room.connections, room.name))
 
 
@@ -327,11 +351,20 @@ def power_of_two_choices(flows: Sequence[FlowDemand], loads: Iterable[ServerLoad
 Allocator = Callable[[Sequence[FlowDemand], Iterable[ServerLoad], LoadWeights, random.Random],
                      Allocation]
 
-# Every access algorithm by its policy name, called the same way.
+# Every access algorithm that keeps within the servers' capacity, by its policy name, called
+# the same way: the controller's policies.
 ALLOCATORS: dict[str, Allocator] = {
     "ai_adga": lambda flows, loads, weights, rng: adga(flows, loads),
     "ai_adga_grouped": lambda flows, loads, weights, rng: grouped_adga(flows, loads),
-    "ai_lc": lambda flows, loads, weights, rng: least_connections(flows, loads),
+    "ai_lc_capacity": lambda flows, loads, weights, rng: capacity_least_connections(flows,
+                                                                                    loads),
     "ai_wlc": lambda flows, loads, weights, rng: weighted_least_connections(flows, loads),
     "ai_p2c": power_of_two_choices,
+}
+
+# With the paper's least connections, which places beyond capacity (a controller policy must
+# not: its contract keeps every server within its capacity), for the model.
+MODEL_ALLOCATORS: dict[str, Allocator] = {
+    "ai_lc": lambda flows, loads, weights, rng: least_connections(flows, loads),
+    **ALLOCATORS,
 }

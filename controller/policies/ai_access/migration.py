@@ -44,6 +44,22 @@ class DoubleSmoothing:
         return level + trend * ahead
 
 
+class LastValue:
+    """The reactive forecast: the next period's load is the last one measured."""
+
+    def __init__(self):
+        self.last: float | None = None
+
+    def update(self, value: float) -> float:
+        self.last = value
+        return value
+
+
+FORECASTERS = {"double": DoubleSmoothing, "last": lambda alpha: LastValue()}
+"""How the migrator forecasts a server's load degree: ``double`` (the spec's second-order
+smoothing) or ``last`` (reactive migration on the last value)."""
+
+
 def load_spread(forecasts: Sequence[float]) -> float:
     """LSD: the population standard deviation of the forecast load degrees."""
     return statistics.pstdev(forecasts) if len(forecasts) > 1 else 0.0
@@ -80,10 +96,12 @@ class Migrator:
     """The prediction, trigger and move planning across periods for one cluster."""
 
     def __init__(self, weights: LoadWeights | None = None, theta: float = THETA,
-                 alpha: float = ALPHA, remaining_factor: float = REMAINING_SMOOTHING):
+                 alpha: float = ALPHA, remaining_factor: float = REMAINING_SMOOTHING,
+                 forecast: str = "double"):
         self.weights = weights or LoadWeights()
         self.theta, self.alpha, self.remaining_factor = theta, alpha, remaining_factor
-        self.forecasters: dict[str, DoubleSmoothing] = {}
+        self.forecaster = FORECASTERS[forecast]
+        self.forecasters: dict[str, DoubleSmoothing | LastValue] = {}
         self.remaining: dict[str, dict[str, float]] = {}  # server -> port -> smoothed bit/s
         self.forecasts: dict[str, float] = {}
         self.spread = 0.0
@@ -91,7 +109,7 @@ class Migrator:
     def observe(self, loads: Mapping[str, ServerLoad]) -> dict[str, float]:
         """Take one period's loads; returns each server's forecast load degree."""
         for name, load in loads.items():
-            forecaster = self.forecasters.setdefault(name, DoubleSmoothing(self.alpha))
+            forecaster = self.forecasters.setdefault(name, self.forecaster(self.alpha))
             self.forecasts[name] = forecaster.update(load.degree(self.weights))
             previous = self.remaining.get(name, {})
             self.remaining[name] = {

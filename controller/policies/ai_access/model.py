@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from controller.policies.ai_access.access import ALLOCATORS
+from controller.policies.ai_access.access import MODEL_ALLOCATORS
 from controller.policies.ai_access.migration import (ALPHA, REMAINING_SMOOTHING, THETA,
                                                      Migrator, PlacedFlow)
 from controller.policies.ai_access.resources import (SPEC_FRAGMENT_PAYLOAD, SPEC_UNIT_BYTES,
@@ -153,11 +153,13 @@ class Run:
 def simulate(allocator: str, receivers: list[Receiver], traffic: Traffic, flows: int,
              periods: int, *, migrate: bool, weights: LoadWeights | None = None,
              theta: float = THETA, alpha: float = ALPHA,
-             remaining_factor: float = REMAINING_SMOOTHING, seed: int = 0) -> Run:
+             remaining_factor: float = REMAINING_SMOOTHING, forecast: str = "double",
+             seed: int = 0) -> Run:
     """``flows`` flows ask for access at once and are placed by ``allocator`` (a name of
-    :data:`~.access.ALLOCATORS`) on the idle cluster, then send ``periods`` periods of units;
+    :data:`~.access.MODEL_ALLOCATORS`) on the idle cluster, then send ``periods`` periods of units;
     each period every server's measurements are smoothed into its load and, with ``migrate``,
-    the migrator moves flows for the next period."""
+    the migrator moves flows for the next period, on forecasts of kind ``forecast`` (a key of
+    :data:`~.migration.FORECASTERS`)."""
     weights = weights or LoadWeights()
     rng = np.random.default_rng([seed, 3])
     sizes = UnitSizes(flows, traffic, rng)
@@ -166,12 +168,12 @@ def simulate(allocator: str, receivers: list[Receiver], traffic: Traffic, flows:
     names = [f"f{k}" for k in range(flows)]
     requested = [traffic.demand_of(name, traffic.unit_bytes) for name in names]
     began = clock.real_elapsed()
-    allocation = ALLOCATORS[allocator](requested, [ServerLoad.idle(r.spec) for r in receivers],
+    allocation = MODEL_ALLOCATORS[allocator](requested, [ServerLoad.idle(r.spec) for r in receivers],
                                        weights, random.Random(seed))
     decision_s = clock.real_elapsed() - began
     where = dict(allocation.placed)
     index = {name: k for k, name in enumerate(names)}
-    migrator = Migrator(weights, theta, alpha, remaining_factor)
+    migrator = Migrator(weights, theta, alpha, remaining_factor, forecast)
     records = []
     for period in range(periods):
         units = sizes.next()

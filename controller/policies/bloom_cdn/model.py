@@ -17,6 +17,10 @@ STRATEGIES = ("linear", "parallel", "cut_through")
 # The adaptive switch's DC utilisation thresholds: the upper one where the model's cut-through
 # and parallel delays cross in the high-traffic setting (0.875), the lower one for hysteresis.
 ADAPTIVE_HIGH, ADAPTIVE_LOW = 0.875, 0.7
+# The routing sojourns the "four_sojourns" miss-path reading adds to a filter-judged miss: the
+# count that puts the paper's two 0 %-hit figures within a point of the default reading's
+# queues (fitted to them, not derived from the text).
+MISS_ROUTING_SOJOURNS = 4
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,9 @@ class Reading:
     delay: Literal["critical_path", "all_visits"] = "critical_path"
     cut_through_fetch: Literal["once", "twice"] = "once"
     dc_link: Literal["queue", "ignored"] = "queue"
+    # A filter-judged miss waits for MISS_ROUTING_SOJOURNS per-node routing sojourns as well
+    # (delay only: the routing queues' load is the other fields' reading).
+    miss_routing: Literal["none", "four_sojourns"] = "none"
 
     def hop_count(self, nodes: int) -> float:
         return math.ceil(math.log2(nodes)) if self.hops == "ceil_log2" else math.log2(nodes) / 2
@@ -67,6 +74,11 @@ class Reading:
     @property
     def label(self) -> str:
         return ", ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
+
+
+# The miss-path reading the paper's 0 %-hit figures suggest: the default with four routing
+# sojourns on each filter-judged miss.
+MISS_PATH_READING = Reading(miss_routing="four_sojourns")
 
 
 def readings() -> Iterator[Reading]:
@@ -155,7 +167,9 @@ def evaluate(strategy: str, setting: Setting, alpha: float, fp: float = 0.0, fn:
         response_load = 1.0
     else:
         # The miss path routes and looks up too, to cache the item at its home node.
-        critical = {"routing": hops * via_home, "lookup": via_home, "fetch": fetched,
+        miss_sojourns = MISS_ROUTING_SOJOURNS if reading.miss_routing == "four_sojourns" else 0
+        critical = {"routing": hops * via_home + miss_sojourns * direct, "lookup": via_home,
+                    "fetch": fetched,
                     "response": via_home + (direct if strategy == "parallel" else 0.0)}
         background = {"routing": hops * direct, "lookup": direct}
         response_load = critical["response"]
@@ -247,6 +261,27 @@ def adaptive(setting: Setting, alpha: float, fp: float = 0.0, fn: float = 0.0,
     return replace(evaluate("parallel", setting, alpha, fp, fn, reading), strategy="adaptive")
 
 
+def cut_through_crossing(setting: Setting, reading: Reading = Reading(),
+                         tolerance: float = 1e-6) -> float:
+    """The least hit rate from which cut-through is faster than linear (an exact filter), by
+    bisection: cut-through is slower, or unstable, below it. 0 when it is faster everywhere;
+    1 when nowhere below 100 % hits. Assumes one crossing, as the two curves give (linear
+    nearly flat, cut-through rising from its congested low end)."""
+    def faster(alpha: float) -> bool:
+        return (evaluate("cut_through", setting, alpha, reading=reading).mean
+                < evaluate("linear", setting, alpha, reading=reading).mean)
+
+    if faster(0.0):
+        return 0.0
+    low, high = 0.0, 1.0 - tolerance
+    if not faster(high):
+        return 1.0
+    while high - low > tolerance:
+        middle = (low + high) / 2
+        low, high = (low, middle) if faster(middle) else (middle, high)
+    return high
+
+
 def false_positive_rate(bits: int, hashes: int, items: float) -> float:
     """A Bloom filter's false-positive probability, (1 - e^(-k n / m))^k."""
     return (1.0 - math.exp(-hashes * items / bits)) ** hashes
@@ -302,6 +337,24 @@ def relative_to_linear(setting: Setting, alpha: float, reading: Reading = Readin
     linear = evaluate("linear", setting, alpha, reading=reading).mean
     return {strategy: 100 * (evaluate(strategy, setting, alpha, fp, fn, reading).mean / linear
                              - 1) for strategy in ("parallel", "cut_through")}
+
+
+def fitted_miss_sojourns(setting: Setting = LOW_TRAFFIC,
+                         target: tuple[float, float] = (-23.6, -65.2),
+                         reading: Reading = Reading()) -> dict[str, float]:
+    """The per-node routing sojourns a filter-judged miss would have to wait for, on top of
+    ``reading``'s paths, for each filter strategy to reach the paper's figure (percent
+    against linear at 0 % hits, (parallel, cut-through)): one count per figure, so their
+    agreement is the test of the miss-path reading."""
+    with_miss = replace(reading, miss_routing="four_sojourns")
+    linear = evaluate("linear", setting, 0.0, reading=reading).mean
+    counts = {}
+    for strategy, figure in zip(("parallel", "cut_through"), target):
+        plain = evaluate(strategy, setting, 0.0, reading=reading).mean
+        sojourn = (evaluate(strategy, setting, 0.0, reading=with_miss).mean
+                   - plain) / MISS_ROUTING_SOJOURNS
+        counts[strategy] = ((1 + figure / 100) * linear - plain) / sojourn
+    return counts
 
 
 def closest_readings(setting: Setting = LOW_TRAFFIC, target: tuple[float, float] = (-23.6, -65.2),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 import numpy as np
 import simpy
@@ -14,7 +15,8 @@ from controller.policies.bloom_cdn.chord import ChordRing, identifier
 
 from .model import ADAPTIVE_HIGH, ADAPTIVE_LOW, Setting, characteristic_time, false_positive_rate, stale_share
 
-STRATEGIES = ("linear", "parallel", "cut_through", "adaptive")
+STRATEGIES = ("linear", "parallel", "cut_through", "adaptive", "speculative")
+SERVICE_LAWS = ("exponential", "lognormal")
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,19 @@ class SimConfig:
     adaptive_high: float = ADAPTIVE_HIGH  # DC utilisation above which adaptive goes parallel
     adaptive_low: float = ADAPTIVE_LOW  # and below which it goes back to cut-through
     adaptive_window: float = 2.0  # seconds over which the DC's utilisation is measured
+    # How the hit rate is set: "lru", through the LRU capacity (Che's approximation), caches
+    # starting with their most popular items; "initial_state", as the paper sets it, a fixed
+    # cached set drawn regardless of popularity and size (misses are not cached, so the
+    # filters never go stale).
+    hits: Literal["lru", "initial_state"] = "lru"
+    # Every queue's service law, at the setting's means: the paper's exponential, or
+    # log-normal with squared coefficient of variation service_scv (the Jackson model's test).
+    service: Literal["exponential", "lognormal"] = "exponential"
+    service_scv: float = 1.0
+    # The item sizes' draw and the initial state's order; None: the run's seed. A fixed one
+    # keeps one catalogue across runs (in high traffic the few most popular items' sizes, and
+    # whether they are cached, move cut-through's congestion point).
+    catalogue_seed: int | None = None
 
 
 @dataclass
@@ -112,7 +127,7 @@ class _Server:
     arrives: one SimPy timeout per service instead of a Resource's request and release events,
     the same sample paths at a third of the events."""
 
-    def __init__(self, env: simpy.Environment, rate: float, draws: _Exponentials):
+    def __init__(self, env: simpy.Environment, rate: float, draws: _ServiceDraws):
         self.env = env
         self.mean = 1.0 / rate
         self.draws = draws
@@ -132,19 +147,27 @@ class _Server:
         yield self.env.timeout(self.free_at - self.env.now)
 
 
-class _Exponentials:
-    """Standard exponential draws from ``rng``, taken in blocks (a numpy call per draw would
-    cost more than the event it times)."""
+class _ServiceDraws:
+    """Service times of mean 1 from ``rng``, taken in blocks (a numpy call per draw would
+    cost more than the event it times): exponential (squared coefficient of variation
+    ``scv`` 1, the paper's assumption) or log-normal with the given ``scv`` (heavier tailed
+    than exponential above 1)."""
 
-    def __init__(self, rng: np.random.Generator, block: int = 1 << 16):
-        self.rng, self.block = rng, block
+    def __init__(self, rng: np.random.Generator, law: str = "exponential", scv: float = 1.0,
+                 block: int = 1 << 16):
+        if law not in SERVICE_LAWS:
+            raise ValueError(f"unknown service law {law!r}; one of {', '.join(SERVICE_LAWS)}")
+        self.block = block
+        sigma = math.sqrt(math.log1p(scv))
+        self._block = (rng.standard_exponential if law == "exponential"
+                       else lambda size: rng.lognormal(-sigma ** 2 / 2, sigma, size))
         self._values = iter(())
 
     def next(self) -> float:
         try:
             return next(self._values)
         except StopIteration:
-            self._values = iter(self.rng.standard_exponential(self.block).tolist())
+            self._values = iter(self._block(self.block).tolist())
             return next(self._values)
 
 
@@ -152,7 +175,7 @@ class _Node:
     """A content node: its queues, its LRU cache of the items it is home to, its exact
     counting filter and the bitmap it last sent."""
 
-    def __init__(self, env, setting: Setting, draws: _Exponentials, capacity: int,
+    def __init__(self, env, setting: Setting, draws: _ServiceDraws, capacity: int,
                  positions: np.ndarray):
         self.routing = _Server(env, setting.routing_rate, draws)
         self.lookup = _Server(env, setting.lookup_rate, draws)
@@ -160,6 +183,15 @@ class _Node:
         self.cache = FilteredCache(capacity, positions)
         self.sent = self.cache.filter.bitmap()
         self.served = 0
+
+
+def initial_state(popularity: np.ndarray, hit_rate: float,
+                  rng: np.random.Generator) -> np.ndarray:
+    """The items cached from the start: a prefix of the catalogue in random order (so
+    independent of popularity and size) whose popularity sums nearest ``hit_rate``."""
+    order = rng.permutation(len(popularity))
+    mass = np.concatenate([[0.0], np.cumsum(popularity[order])])
+    return order[:int(np.abs(mass - hit_rate).argmin())]
 
 
 def capacity_for_hit_rate(popularity: np.ndarray, homes: np.ndarray, nodes: int,
@@ -223,14 +255,17 @@ class Simulation:
         n = setting.nodes
         self.ring = ChordRing.evenly_spread(n)
         self.popularity = workload.popularity()
-        self.sizes = workload.sizes(config.seed)
+        self.sizes = workload.sizes(config.seed if config.catalogue_seed is None
+                                    else config.catalogue_seed)
         urls = [f"http://media.cloud/item/{i}" for i in range(workload.items)]
         self.positions = bit_positions(urls, NODE_FILTER_BYTES * 8)
         self.keys = np.array([identifier(url) for url in urls], dtype=np.int64)
         self.homes = np.array([self.ring.successor(int(k)) for k in self.keys])
-        self.capacity = capacity_for_hit_rate(self.popularity, self.homes, n,
-                                              setting.arrival_rate, config.hit_rate)
-        draws = _Exponentials(self.rng)
+        self.static = config.hits == "initial_state"
+        self.capacity = (int(np.bincount(self.homes, minlength=n).max()) if self.static
+                         else capacity_for_hit_rate(self.popularity, self.homes, n,
+                                                    setting.arrival_rate, config.hit_rate))
+        draws = _ServiceDraws(self.rng, config.service, config.service_scv)
         self.nodes = [_Node(self.env, setting, draws, self.capacity, self.positions)
                       for _ in range(n)]
         self.fetch = _Server(self.env, setting.fetch_rate, draws)
@@ -250,8 +285,18 @@ class Simulation:
                                      config.adaptive_window)
 
     def _prefill(self) -> None:
-        """Every cache starts with its most popular items, the filters synchronised."""
-        for item in np.argsort(-self.popularity):
+        """Every cache starts with its most popular items (or the initial state's), the
+        filters synchronised."""
+        if self.static:
+            # With a fixed catalogue the order is fixed too: the cached sets of higher hit
+            # rates hold those of lower ones, so the DC's misses change with the hit rate only.
+            seed = (self.config.seed if self.config.catalogue_seed is None
+                    else self.config.catalogue_seed)
+            cached = initial_state(self.popularity, self.config.hit_rate,
+                                   np.random.default_rng([seed, 1]))
+        else:
+            cached = np.argsort(-self.popularity)
+        for item in cached:
             node = self.nodes[self.homes[item]]
             if len(node.cache) < node.cache.capacity:
                 node.cache.insert(int(item))
@@ -342,7 +387,7 @@ class Simulation:
         self._served(home)
         if not self.nodes[home].cache.hit(item):
             yield from self._fetch(item, 1)
-            self.nodes[home].cache.insert(item)
+            self._cache(home, item)
         yield from self.nodes[home].response.serve()
         return hops
 
@@ -352,12 +397,41 @@ class Simulation:
         self._served(home)
         if not self.nodes[home].cache.hit(item):
             yield fetched
-            self.nodes[home].cache.insert(item)
+            self._cache(home, item)
         self._count_hops(hops)
+
+    def _cache(self, home: int, item: int) -> None:
+        """A missed item is cached at its home node (an initial state stays as it is)."""
+        if not self.static:
+            self.nodes[home].cache.insert(item)
 
     def _count_hops(self, hops: int) -> None:
         if self.env.now >= self.config.warmup:
             self.counts["hops"] += hops
+
+    def _speculative_home(self, entry: int, item: int, home: int, fetched: simpy.Event,
+                          answered: simpy.Event):
+        """The home node's half of a speculative request: a hit is answered from its cache;
+        a miss caches the DC's copy."""
+        hops = yield from self._route(entry, item)
+        yield from self.nodes[home].lookup.serve()
+        self._served(home)
+        self._count_hops(hops)
+        if self.nodes[home].cache.hit(item):
+            yield from self.nodes[home].response.serve()
+            _answer(answered)
+        else:
+            yield fetched
+            self._cache(home, item)
+
+    def _speculative_dc(self, entry: int, item: int, fetched: simpy.Event,
+                        answered: simpy.Event):
+        """The DC's half: every request's item fetched and answered through the entry node,
+        whichever half answers first serving the user."""
+        yield from self._fetch(item, 1)
+        fetched.succeed()
+        yield from self.nodes[entry].response.serve()
+        _answer(answered)
 
     def _request(self, entry: int, item: int):
         start = self.env.now
@@ -365,11 +439,16 @@ class Simulation:
         strategy = self.config.strategy
         measured = start >= self.config.warmup
         cached = item in self.nodes[home].cache
+        if strategy in ("linear", "speculative") and measured:
+            self.counts["hit"] += cached
         if strategy == "linear":
-            if measured:
-                self.counts["hit"] += cached
             hops = yield from self._home_path(entry, item, home)
             self._count_hops(hops)
+        elif strategy == "speculative":
+            fetched, answered = self.env.event(), self.env.event()
+            self.env.process(self._speculative_home(entry, item, home, fetched, answered))
+            self.env.process(self._speculative_dc(entry, item, fetched, answered))
+            yield answered
         else:
             judged = self.global_filter.contains(home, self.positions[item])
             if measured:
@@ -418,6 +497,11 @@ class Simulation:
         setting, config = self.config.setting, self.config
         fp = fn = 0.0
         for index, node in enumerate(self.nodes):
+            if self.static:  # a never stale filter: collisions on the uncached items only
+                missed = (self.popularity[self.homes == index].sum()
+                          - self.popularity[list(node.cache.items)].sum())
+                fp += missed * false_positive_rate(NODE_FILTER_BYTES * 8, HASHES, len(node.cache))
+                continue
             rates = self.popularity[self.homes == index] * setting.arrival_rate
             share = rates.sum() / setting.arrival_rate
             t = characteristic_time(rates, node.cache.capacity)
@@ -472,6 +556,12 @@ class Simulation:
             unstable=unstable,
             queue_busy={"routing": np.mean([n.routing.busy for n in self.nodes]) / self.env.now,
                         "response": np.mean([n.response.busy for n in self.nodes]) / self.env.now})
+
+
+def _answer(answered: simpy.Event) -> None:
+    """The user is served by the first answer; a later one is discarded."""
+    if not answered.triggered:
+        answered.succeed()
 
 
 def _shares(counts: list[int]) -> tuple[float, ...]:

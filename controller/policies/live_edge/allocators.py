@@ -4,6 +4,7 @@ Optimal, on the model of :mod:`controller.policies.live_edge.model`."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
@@ -155,14 +156,23 @@ def random_allocation(instance: Instance, rng: np.random.Generator) -> Allocatio
                   lambda viewer, rungs, loads: rng.random(servers))
 
 
+OPTIMAL_OBJECTIVES = ("paper", "served-first")
+
+
 def optimal(instance: Instance, rng: np.random.Generator, *, time_limit: float = 60.0,
-            mip_rel_gap: float = 1e-6) -> Allocation:
+            mip_rel_gap: float = 1e-6, objective: str = "paper") -> Allocation:
     """The exact allocation by MILP (HiGHS through :func:`scipy.optimize.milp`), binary
-    x[v, m, r] for every covered (v, m) and rung r, in two stages sharing ``time_limit``
-    seconds: first the most viewers that can be served at all, then the highest objective
-    serving that many (linear in x: QoE is a constant per (v, m, r)). Capacities get the same
+    x[v, m, r] for every covered (v, m) and rung r, each viewer on at most one, within
+    ``time_limit`` seconds. ``objective`` ``paper``: the highest sum_v Y_v QoE_v, the paper's
+    objective, an unserved viewer counting 0 (its Algorithm 1, line 11), so a viewer whose
+    every choice has QoE below 0 is left out. ``served-first``: in two stages sharing the
+    time, first the most viewers that can be served at all, then the highest objective
+    serving that many. Linear in x: QoE is a constant per (v, m, r). Capacities get the same
     slack as the greedy allocators'. A run cut short keeps the best solution found and says so
-    in ``solver``; if stage two found none, stage one's stands."""
+    in ``solver``; if the objective's stage found none, the served stage's stands."""
+    if objective not in OPTIMAL_OBJECTIVES:
+        raise ValueError(f"Optimal's objective is one of {OPTIMAL_OBJECTIVES}, not "
+                         f"{objective!r}")
     end = clock.monotonic() + time_limit
     tables = instance.tables
     viewer, server = np.nonzero(tables.covered)
@@ -200,10 +210,13 @@ def optimal(instance: Instance, rng: np.random.Generator, *, time_limit: float =
         return milp(cost, constraints=constraints + extra, integrality=ones,
                     bounds=Bounds(0, 1), options=options)
 
-    most = solve(-ones, [])
-    served = 0 if most.x is None else int(round(-most.fun))
-    best = solve(-value, [LinearConstraint(ones[None, :], served, np.inf)])
-    solution = best.x if best.x is not None else most.x
+    most, at_least_served = None, []
+    if objective == "served-first":
+        most = solve(-ones, [])
+        served = 0 if most.x is None else int(round(-most.fun))
+        at_least_served = [LinearConstraint(ones[None, :], served, np.inf)]
+    best = solve(-value, at_least_served)
+    solution = best.x if best.x is not None or most is None else most.x
     chosen = np.zeros(len(columns), dtype=bool) if solution is None else solution > 0.5
     assigned_server = np.full(viewers, -1)
     assigned_rung = np.full(viewers, -1)
@@ -214,7 +227,7 @@ def optimal(instance: Instance, rng: np.random.Generator, *, time_limit: float =
                           gap=np.nan if best.mip_gap is None else float(best.mip_gap),
                           bound=np.nan if best.mip_dual_bound is None
                           else -float(best.mip_dual_bound),
-                          served_proven=most.status == 0)
+                          served_proven=most is None or most.status == 0)
     return tables.allocation(assigned_server, assigned_rung, report)
 
 
@@ -233,4 +246,5 @@ def _server_room(tables: Tables, scale: float) -> np.ndarray:
 
 
 ALLOCATORS: dict[str, Allocator] = {
-    "lua": lua, "df": df, "mhcp": mhcp, "random": random_allocation, "optimal": optimal}
+    "lua": lua, "df": df, "mhcp": mhcp, "random": random_allocation, "optimal": optimal,
+    "optimal_served_first": partial(optimal, objective="served-first")}

@@ -12,6 +12,8 @@ from pydantic import ConfigDict, Field
 from pydantic.dataclasses import dataclass as validated_dataclass
 from scipy.spatial.distance import cdist
 
+from controller.policies.live_edge.danmaku import draw_rates
+from controller.policies.live_edge.geometry import GEOMETRIES, melbourne, planar
 from edgebed.quantities import PositiveDuration
 
 MBPS = 1e6
@@ -22,6 +24,7 @@ SOURCE_BITRATE = 8.0 * MBPS
 # Slack on every capacity, a millionth of it: covers float rounding of sums of bitrates and the
 # MILP solver's feasibility tolerance, far below any bitrate step.
 SLACK = 1e-6
+DANMAKU_MODELS = ("uniform", "bilibili")
 QOE_BLOCK = 1024  # viewers per block when tabulating QoE (1024 x 100 servers x 5 rungs: 4 MB)
 
 Weight = Annotated[float, Field(ge=0)]
@@ -93,7 +96,8 @@ class EdgeServer:
 class SolverReport:
     """What the exact allocator's MILP solver said: its status (scipy's code: 0 optimal, 1 time
     or node limit), the relative gap and the upper bound on the objective it proved, and
-    whether the number of viewers served was proven the most possible."""
+    whether the number of viewers served was proven the most possible (true where the
+    objective does not rank serving first)."""
 
     status: int
     message: str
@@ -401,37 +405,45 @@ def generate(seed: int, viewers: int, servers: int, *, side: float = 500.0,
              danmaku: tuple[float, float] = (0.0, 1.0), gift_share: float = 0.3,
              gift_median: float = 20.0, returning: float = 0.5,
              preference_tilt: float = 0.0, previous_is_preferred: float = 0.0,
-             previous_nearest: float = 0.0,
+             previous_nearest: float = 0.0, geometry: str = "planar",
+             danmaku_model: str = "uniform",
              ladder: tuple[float, ...] = DEFAULT_LADDER, source: float = SOURCE_BITRATE,
              weights: Weights | None = None) -> Instance:
-    """A random instance with planar geometry, the same for the same arguments (the paper's
-    Melbourne base-station geometry is not available).
+    """A random instance, the same for the same arguments.
 
-    Servers ``e0..`` and viewers ``v0..`` lie uniformly in a ``side`` x ``side`` metre square;
-    a server covers the viewers within ``radius`` (viewers no server covers are redrawn). The
-    viewer-edge delay grows linearly with distance across ``access_delay``, 0 to ``radius``
-    metres; edge-edge delays are drawn uniformly from ``edge_delay``, the same both ways.
-    ``streamers`` streamers lie in the square too, each entering at its nearest server after an
-    access delay by the same rule (capped at ``radius``); each viewer watches one, at random.
+    Servers ``e0..`` and viewers ``v0..`` lie, with ``geometry`` ``planar``, uniformly in a
+    ``side`` x ``side`` metre square, viewers no server covers redrawn
+    (:func:`~controller.policies.live_edge.geometry.planar`); with ``eua``, at the Melbourne
+    data set's sites and users as the paper draws them
+    (:func:`~controller.policies.live_edge.geometry.melbourne`; ``side`` unused). A server
+    covers the viewers within ``radius``. The viewer-edge delay grows linearly with distance
+    across ``access_delay``, 0 to ``radius`` metres; edge-edge delays are drawn uniformly from
+    ``edge_delay``, the same both ways.
+    ``streamers`` streamers lie in the square too (at covered users' locations with ``eua``),
+    each entering at its nearest server after an access delay by the same rule (capped at
+    ``radius``); each viewer watches one, at random.
     Every server has ``bandwidth`` bit/s and ``compute`` vCPU. Per viewer: preferred bitrate
     rung i of K with probability proportional to exp(``preference_tilt`` * i / (K - 1))
     (uniform at 0, more viewers preferring the top at > 0, as in Twitch's resolution data);
     danmaku rate uniform in ``danmaku`` (messages/s; with gamma = 1 the paper's
-    interaction-demand range); a gift with probability ``gift_share``, log-normal with median
-    ``gift_median`` and log-sd 1; with probability ``returning`` a previous period, else new.
-    A returning viewer's previous rung is its preferred one with probability
+    interaction-demand range) with ``danmaku_model`` ``uniform``, or with ``bilibili`` the
+    paper's measured counts times its room's effect
+    (:func:`~controller.policies.live_edge.danmaku.draw_rates`; ``danmaku`` unused); a gift
+    with probability ``gift_share``, log-normal with median ``gift_median`` and log-sd 1;
+    with probability ``returning`` a previous period, else new. A returning viewer's previous rung is its preferred one with probability
     ``previous_is_preferred``, else a uniform rung; its previous server is its nearest covering
     server with probability ``previous_nearest``, else a uniform covering one. At the last
     three's defaults (0) preferences and history are uniform, the spec's reconstruction."""
     if servers < 1:
         raise ValueError("an instance needs at least one server")
+    if geometry not in GEOMETRIES or danmaku_model not in DANMAKU_MODELS:
+        raise ValueError(f"geometry is one of {GEOMETRIES}, danmaku_model one of "
+                         f"{DANMAKU_MODELS}: not {geometry!r}, {danmaku_model!r}")
     rng = np.random.default_rng(seed)
-    server_xy = rng.uniform(0, side, (servers, 2))
-    viewer_xy = rng.uniform(0, side, (viewers, 2))
+    layout = (planar(rng, viewers, servers, radius, side) if geometry == "planar"
+              else melbourne(rng, viewers, servers, radius))
+    server_xy, viewer_xy = layout.servers, layout.viewers
     distance = cdist(viewer_xy, server_xy)
-    while (lost := ~(distance <= radius).any(axis=1)).any():
-        viewer_xy[lost] = rng.uniform(0, side, (int(lost.sum()), 2))
-        distance[lost] = cdist(viewer_xy[lost], server_xy)
     covering = distance <= radius
 
     def access(metres: np.ndarray) -> np.ndarray:
@@ -440,7 +452,7 @@ def generate(seed: int, viewers: int, servers: int, *, side: float = 500.0,
 
     upper = np.triu(rng.uniform(*edge_delay, (servers, servers)), 1)
     inter = upper + upper.T
-    streamer_distance = cdist(rng.uniform(0, side, (streamers, 2)), server_xy)
+    streamer_distance = cdist(layout.streamers(rng, streamers), server_xy)
     streamer_edge = streamer_distance.argmin(axis=1)
     streamer_delay = access(streamer_distance.min(axis=1))
     room = rng.integers(streamers, size=viewers)
@@ -448,7 +460,8 @@ def generate(seed: int, viewers: int, servers: int, *, side: float = 500.0,
     cumulative = np.cumsum(tilt) / tilt.sum()
     preferred = np.minimum(np.searchsorted(cumulative, rng.random(viewers), side="right"),
                            len(ladder) - 1)
-    rate = rng.uniform(*danmaku, viewers)
+    rate = (rng.uniform(*danmaku, viewers) if danmaku_model == "uniform"
+            else draw_rates(rng, room, streamers))
     gifts = np.where(rng.random(viewers) < gift_share,
                      gift_median * rng.lognormal(0.0, 1.0, viewers), 0.0)
     back = rng.random(viewers) < returning

@@ -11,7 +11,9 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from controller.policies.live_edge.allocators import DF_BITRATES
-from controller.policies.live_edge.model import MBPS, check_ladder
+from controller.policies.live_edge.danmaku import HOUR
+from controller.policies.live_edge.geometry import GEOMETRIES
+from controller.policies.live_edge.model import DANMAKU_MODELS, MBPS, check_ladder
 from edgebed.files import atomic_write
 
 FITTED = Path(__file__).with_name("fitted.json")
@@ -62,6 +64,11 @@ class Reconstruction(BaseModel):
         description="share of returning viewers whose previous rung is their preferred one")
     previous_nearest: Share = Field(
         description="share of returning viewers whose previous server is their nearest")
+    geometry: Literal[GEOMETRIES] = Field(
+        "planar", description="where servers and viewers are: planar or the EUA data set")
+    danmaku_model: Literal[DANMAKU_MODELS] = Field(
+        "uniform", description="danmaku rates: uniform in a range, or the paper's Bilibili "
+                               "counts with the room effect")
     fit: FitRecord | None = None
 
     @model_validator(mode="after")
@@ -82,18 +89,53 @@ SPEC = Reconstruction(
     preference_tilt=0.0,
     previous_is_preferred=0.0, previous_nearest=0.0)
 
+# Every value below is taken from a source, none from a run of the allocators.
+SOURCED = Reconstruction(
+    description="sourced: the EUA Melbourne geometry and the paper's Bilibili danmaku "
+                "distribution with its room effect (both the paper's data), YouTube's live "
+                "ladder; the spec's values where no source says more",
+    # YouTube's Live Streaming Guide, its 2013 encoder settings (as reported at
+    # ytlive.blogspot.com/2013/03/youtube-changes-live-encoder-settings.html): 360p 1000
+    # kbps, 480p 2000 kbps, 720p 4000 kbps, and one 6 Mbps stream that YouTube's servers
+    # transcode to the lower rungs: the 1080p rung and the source R. The paper's rungs are
+    # these four resolutions ("480P", "1080P" in section 1.2; Table 2, the values, is lost),
+    # its source R "the highest version" (section 2.1).
+    ladder=(1.0, 2.0, 4.0, 6.0), source=6.0,
+    # Checked against the paper's sentences by arithmetic, not by a run: at 50 viewers on 6
+    # servers of 40 Mbps, 6 servers x floor(40 / 6) = 36 viewers fit at the 6 Mbps top rung,
+    # "most" of 50 ("MHCP中大部分用戶均可以選擇最高碼率視頻", section 4.2); 100 viewers preferring the
+    # four rungs alike want 325 Mbps, 8.1 servers' bandwidth, so QoE levels off only once
+    # 10-12 servers leave room for the coverage's unevenness ("邊緣服務器數量增加到10和12的情況，
+    # 平均QoE表現趨于穩定").
+    # I = gamma * F, F in messages per second: gamma = 0.1 per message an hour puts a viewer
+    # sending 10 an hour (96% of the paper's users send at most that) at I = 1, the top of
+    # the paper's lowest demand range (0, 1), and a heavy user above.
+    gamma=0.1 * HOUR,
+    # The spec's values: the paper gives no number for these.
+    alpha=SPEC.alpha, k=SPEC.k, latency_shape=SPEC.latency_shape,
+    quality_shape=SPEC.quality_shape, mhcp_count_exponent=SPEC.mhcp_count_exponent,
+    df_bitrate=SPEC.df_bitrate, preference_tilt=SPEC.preference_tilt,
+    # The paper's one-shot setting (section 4.1): every viewer has a previous period, its
+    # resolution drawn from the same Twitch distribution as the preferred one, independently
+    # ("根據數據集中用戶的直播視頻分辨率分布情況生成實驗中各直播用戶所期望的分辨率和前一時間段觀看直播的分辨率"); the
+    # previous server is not described: a uniform covering one.
+    returning=1.0, previous_is_preferred=0.0, previous_nearest=0.0,
+    geometry="eua", danmaku_model="bilibili")
+
 
 @cache
 def named(name: str) -> Reconstruction:
     """The reconstruction called ``name`` (KeyError naming the known ones otherwise)."""
     if name == "spec":
         return SPEC
+    if name == "sourced":
+        return SOURCED
     if name == "fitted":
         return Reconstruction.model_validate_json(FITTED.read_text())
     raise KeyError(f"no reconstruction {name!r}; known: {', '.join(NAMES)}")
 
 
-NAMES = ("spec", "fitted")
+NAMES = ("spec", "fitted", "sourced")
 
 
 @dataclass(frozen=True)

@@ -144,7 +144,7 @@ def weighted_least_tasks(nodes: list[Node]) -> Node:
 class Balancer:
     """Base of the balancers: stream sharing for cameras already streaming, :meth:`pick` for
     the others. ``active_notification``: whether the balancer re-queues a node on a report
-    sent within a period (only the improved algorithm; the others read periodic reports)."""
+    sent within a period (only ``sv_improved``; the others read periodic reports)."""
 
     name: str
     active_notification = False
@@ -261,23 +261,47 @@ class PowerOfTwoChoices(Balancer):
         return Choice(weighted_least_tasks(drawn).name)
 
 
-class DynamicFeedback(Balancer):
+class _QueuedFeedback(Balancer):
     """The original periodic dynamic-feedback algorithm: nodes in queues by the load they
-    reported last period; a new camera goes by weighted round robin among the light nodes,
-    the moderate ones when none is light, nowhere when all are heavy. A camera already
-    streaming goes to its origin whatever its queue."""
+    reported last period; a new camera goes to a node of the light queue, of the moderate one
+    when none is light, nowhere when all are heavy (:meth:`pick_in_queue` says which). A camera
+    already streaming goes to its origin whatever its queue. The paper words the choice in the
+    light queue two ways, hence two readings."""
+
+    def pick(self, camera, candidates, cluster):
+        for queue in (Queue.LIGHT, Queue.MODERATE):
+            members = [node for node in candidates if cluster.queue(node.name) == queue]
+            if members:
+                return Choice(self.pick_in_queue(members).name)
+        return Refusal("every live node server is heavy")
+
+    def pick_in_queue(self, members: list[Node]) -> Node:
+        """The node for a new camera among one queue's ``members`` (name order)."""
+        raise NotImplementedError
+
+
+class DynamicFeedback(_QueuedFeedback):
+    """The original dynamic feedback, weighted-round-robin reading: weighted round robin
+    within the queue (the paper's shortcoming 2: "在輕載隊(duì)列中使用加權(quán)輪詢算法")."""
 
     name = "sv_feedback"
 
     def __init__(self) -> None:
         self._turns = _SmoothWeighted()
 
-    def pick(self, camera, candidates, cluster):
-        for queue in (Queue.LIGHT, Queue.MODERATE):
-            members = [node for node in candidates if cluster.queue(node.name) == queue]
-            if members:
-                return Choice(self._turns.next(members).name)
-        return Refusal("every live node server is heavy")
+    def pick_in_queue(self, members):
+        return self._turns.next(members)
+
+
+class GreedyFeedback(_QueuedFeedback):
+    """The original dynamic feedback, greedy reading: the node of the largest weight in the
+    queue (the paper's section 1.2: "優(yōu)先分配到輕載隊(duì)列中權(quán)值較大的節(jié)點(diǎn)"); ties to
+    the first name. It fills the strongest node until that one leaves the light queue."""
+
+    name = "sv_feedback_greedy"
+
+    def pick_in_queue(self, members):
+        return min(members, key=lambda node: (-node.weight, node.name))
 
 
 class ImprovedFeedback(Balancer):
@@ -291,8 +315,9 @@ class ImprovedFeedback(Balancer):
       multi-level cascade when the tail is itself a helper), at most ``max_depth`` hops from
       the origin; when no light node is left, the moderate node of the chain with the least
       weighted tasks, then a moderate helper;
-    * active notification: a node that turns heavy within a period reports at once and is
-      re-queued (``active_notification``).
+    * active notification: a node that turns heavy (or, in the paper's other wording, leaves
+      the light queue) within a period reports at once and is re-queued
+      (``active_notification``; the simulation's ``notify_when`` says which).
 
     It never gives a task to a node in the heavy queue: with every candidate heavy it refuses.
     """
@@ -326,6 +351,26 @@ class ImprovedFeedback(Balancer):
                        + (f" or the cascade is {self.max_depth} deep" if chain else ""))
 
 
+class ImprovedPeriodicFeedback(ImprovedFeedback):
+    """The improved algorithm without active notification: the balancer re-queues a node only
+    on its periodic report (the ablation of the paper's fourth improvement)."""
+
+    name = "sv_improved_periodic"
+    active_notification = False
+
+
 BALANCERS = {balancer.name: balancer for balancer in (
     RoundRobin, WeightedRoundRobin, LeastConnections, WeightedLeastConnections, Hashing,
-    PowerOfTwoChoices, DynamicFeedback, ImprovedFeedback)}
+    PowerOfTwoChoices, DynamicFeedback, GreedyFeedback, ImprovedFeedback,
+    ImprovedPeriodicFeedback)}
+
+
+def make(name: str, max_depth: int = 4, seed: int = 0) -> Balancer:
+    """A fresh balancer ``name``: ``max_depth`` bounds the improved ones' cascades, ``seed``
+    seeds p2c's draws."""
+    kind = BALANCERS[name]
+    if issubclass(kind, PowerOfTwoChoices):
+        return kind(seed)
+    if issubclass(kind, ImprovedFeedback):
+        return kind(max_depth)
+    return kind()

@@ -89,6 +89,17 @@ def node_weights(hardware: Sequence[Hardware], weights: LoadWeights = LoadWeight
     return maxl / maxl.sum() if len(maxl) else maxl
 
 
+def capacity_weights(hardware: Sequence[Hardware],
+                     weights: LoadWeights = LoadWeights()) -> np.ndarray:
+    """W(i) from capacity instead of z-scores: each figure as the node's share of the
+    cluster's total, R-weighted; a node with twice every figure of another gets twice its
+    weight (z-scores do not keep such ratios)."""
+    if not hardware:
+        return np.zeros(0)
+    figures = np.array([astuple(node) for node in hardware], dtype=float)
+    return figures / figures.sum(axis=0) @ np.array(weights.vector)
+
+
 class Queue(enum.IntEnum):
     """The dynamic-feedback queues, in order of preference."""
 

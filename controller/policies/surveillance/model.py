@@ -5,16 +5,18 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import pandas as pd
 import simpy
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from controller.policies.surveillance.balancer import (BALANCERS, Balancer, Choice, Cluster,
-                                                       PowerOfTwoChoices, Refusal)
+from controller.policies.surveillance.balancer import Balancer, Choice, Cluster, Refusal, make
 from controller.policies.surveillance.load import (HEAVY_ABOVE, LIGHT_BELOW, Hardware,
-                                                   LoadWeights, Usage, node_load, node_weights)
+                                                   LoadWeights, Queue, Usage,
+                                                   capacity_weights, node_load, node_weights,
+                                                   queue_of)
 from edgebed import clock
 
 # About 1x, 2x and 4x: CPU clock x count (GHz), memory (GB), link (Mbit/s), disk (GB).
@@ -47,38 +49,79 @@ class Workload(BaseModel):
     light_below: float = Field(LIGHT_BELOW, gt=0, le=1, description="light queue: L below")
     heavy_above: float = Field(HEAVY_ABOVE, gt=0, description="heavy queue: L above")
     max_depth: int = Field(4, ge=0, description="the improved algorithm's deepest cascade")
+    weighting: Literal["zscore", "capacity"] = Field(
+        "zscore", description="node weights W: the paper's z-scores (eq. 3-5) or capacity "
+                              "shares (load.capacity_weights)")
+    notify_when: Literal["heavy", "queue"] = Field(
+        "heavy", description="active notification: when a node turns heavy (the paper's "
+                             "step 3) or whenever it leaves its queue for a busier one (its "
+                             "section 3.1(4): light turning moderate or heavy)")
+    burst_requests: int = Field(0, ge=0, description="extra requests, all for one camera, "
+                                                     "arriving in a burst")
+    burst_camera: int = Field(0, ge=0, description="the burst's camera (index; 0 is hot)")
+    burst_at_s: float = Field(302.5, ge=0, description="when the burst starts (s)")
+    burst_span_s: float = Field(1.0, gt=0, description="how long the burst lasts (s)")
+
+    @model_validator(mode="after")
+    def _burst_camera_exists(self) -> Workload:
+        if self.burst_camera >= self.cameras:
+            raise ValueError(f"burst_camera {self.burst_camera} is not one of the "
+                             f"{self.cameras} cameras (0 to {self.cameras - 1})")
+        return self
 
     def hardware(self) -> list[Hardware]:
         return [PAPER_NODES[i % len(PAPER_NODES)] for i in range(self.nodes)]
 
+    def node_weights(self) -> np.ndarray:
+        """W of each node by :attr:`weighting`."""
+        if self.weighting == "capacity":
+            return capacity_weights(self.hardware(), self.weights)
+        return node_weights(self.hardware(), self.weights, self.shift)
+
+    def offered_load(self) -> float:
+        """The client bandwidth the requests ask for on average (arrival rate x mean session
+        x bitrate, the burst left out) as a share of the cluster's links, or of its CPU when
+        that share is larger. Streams into the nodes are left out, so it is a lower bound of
+        the load: at 1 or more the cluster cannot admit every request."""
+        sending = self.requests / self.horizon_s * self.session_mean_s * self.bitrate_mbps
+        nodes = self.hardware()
+        return max(sending / sum(node.bandwidth_mbps for node in nodes),
+                   self.cpu_ghz_per_mbps * sending / sum(node.cpu_ghz for node in nodes))
+
 
 @dataclass(frozen=True)
 class Trace:
-    """The requests: arrival time (s), camera index, session length (s), in arrival order."""
+    """The requests: arrival time (s), camera index, session length (s), whether it is one of
+    the burst's, in arrival order."""
 
     arrival_s: np.ndarray
     camera: np.ndarray
     session_s: np.ndarray
+    burst: np.ndarray
 
 
 def draw_trace(workload: Workload, seed: int) -> Trace:
-    """The same requests for every balancer given the same seed."""
+    """The same requests for every balancer given the same seed (the burst drawn after the
+    rest, so a burst leaves the other requests as they were)."""
     rng = np.random.default_rng(seed)
     popularity = np.ones(workload.cameras)
     popularity[:workload.hot] = workload.hot_factor
-    return Trace(np.sort(rng.uniform(0, workload.horizon_s, workload.requests)),
-                 rng.choice(workload.cameras, workload.requests, p=popularity / popularity.sum()),
-                 rng.exponential(workload.session_mean_s, workload.requests))
+    n, extra = workload.requests, workload.burst_requests
+    arrival = np.sort(rng.uniform(0, workload.horizon_s, n))
+    camera = rng.choice(workload.cameras, n, p=popularity / popularity.sum())
+    session = rng.exponential(workload.session_mean_s, n)
+    arrival = np.concatenate([arrival, rng.uniform(
+        workload.burst_at_s, workload.burst_at_s + workload.burst_span_s, extra)])
+    camera = np.concatenate([camera, np.full(extra, workload.burst_camera)])
+    session = np.concatenate([session, rng.exponential(workload.session_mean_s, extra)])
+    burst = np.arange(n + extra) >= n
+    order = np.argsort(arrival, kind="stable")
+    return Trace(arrival[order], camera[order], session[order], burst[order])
 
 
 def make_balancer(name: str, workload: Workload, seed: int) -> Balancer:
     """A fresh balancer ``name`` for one run."""
-    kind = BALANCERS[name]
-    if kind is PowerOfTwoChoices:
-        return kind(seed)
-    if name == "sv_improved":
-        return kind(workload.max_depth)
-    return kind()
+    return make(name, workload.max_depth, seed)
 
 
 @dataclass(frozen=True)
@@ -131,6 +174,11 @@ def simulate(workload: Workload, balancer_name: str, seed: int,
     had it in another queue (what active notification shortens); ``notifications``: reports sent
     at once; ``rejected``, ``rejected_by_balancer``, ``rejected_by_node``; ``clients_per_stream``:
     sessions per camera streaming, averaged over the samples; ``cascades``: helpers added;
+    ``rejected_share``: rejections as a share of the requests; ``burst_rejected``: the burst's
+    requests rejected; ``strong_lead_cpu``, ``strong_lead_bandwidth``: the time-mean
+    utilisation of the strongest node (of the largest weight) less the highest time-mean of the
+    other nodes, in percentage points (above 0: the strongest node is loaded most, as in the
+    paper's Fig. 3(a)); ``offered_load``: :meth:`Workload.offered_load`;
     ``max_depth``, ``mean_depth``: cascade hops from the origin to the serving node, deepest and
     averaged over the sessions; ``cascade_mbps``: cascade copies' bandwidth averaged over time,
     ``cascade_share``: as a share of what the nodes sent to clients; ``decision_us``: the
@@ -142,14 +190,15 @@ def simulate(workload: Workload, balancer_name: str, seed: int,
     ``rejected_offline`` (part of ``rejected_by_node``)."""
     trace = draw_trace(workload, seed)
     names = [f"node{i + 1}" for i in range(workload.nodes)]
-    weights = node_weights(workload.hardware(), workload.weights, workload.shift)
+    weights = workload.node_weights()
     cluster = Cluster.of(dict(zip(names, weights)), light_below=workload.light_below,
                          heavy_above=workload.heavy_above)
     balancer = make_balancer(balancer_name, workload, seed)
     nodes = _Nodes(workload, names)
     env = simpy.Environment()
     counts = dict.fromkeys(("rejected_by_balancer", "rejected_by_node", "rejected_offline",
-                            "dropped", "overloads", "notifications", "cascades"), 0)
+                            "burst_rejected", "dropped", "overloads", "notifications",
+                            "cascades"), 0)
     stopped: set[str] = set()
     depths: list[int] = []
     decision_s = 0.0
@@ -157,16 +206,22 @@ def simulate(workload: Workload, balancer_name: str, seed: int,
     unnoticed_since: dict[str, float | None] = dict.fromkeys(names)
     spells = {"heavy_max_s": 0.0, "heavy_unnoticed_max_s": 0.0}
 
+    def notifies(load: float, known: Queue) -> bool:
+        """Whether a node of true ``load`` the balancer has in queue ``known`` reports at
+        once (:attr:`Workload.notify_when`)."""
+        queue = queue_of(load, workload.light_below, workload.heavy_above)
+        return queue > known and (queue == Queue.HEAVY or workload.notify_when == "queue")
+
     def watch(name: str) -> None:
         """After ``name``'s streams changed: overload spells, active notification."""
         load = nodes.load(name)
         heavy = load > workload.heavy_above
+        if balancer.active_notification and notifies(load, cluster.queue(name)):
+            cluster.report(name, load)
+            counts["notifications"] += 1
         if heavy and heavy_since[name] is None:
             heavy_since[name] = env.now
             counts["overloads"] += 1
-            if balancer.active_notification:
-                cluster.report(name, load)
-                counts["notifications"] += 1
         elif not heavy and heavy_since[name] is not None:
             spells["heavy_max_s"] = max(spells["heavy_max_s"], env.now - heavy_since[name])
             heavy_since[name] = None
@@ -195,26 +250,33 @@ def simulate(workload: Workload, balancer_name: str, seed: int,
         for name in set(before):
             watch(name)
 
+    def refusal(camera: str, choice: Choice | Refusal) -> tuple[str, ...]:
+        """The counters a request for ``camera`` refused counts in (none: it is admitted)."""
+        if isinstance(choice, Refusal):
+            return ("rejected_by_balancer",)
+        if camera in stopped:
+            return ("rejected_by_node", "rejected_offline")
+        joining = choice.node in cluster.chain(camera)
+        if not nodes.fits(choice.node, sessions=1, received=0 if joining else 1) or (
+                choice.feeder is not None and not nodes.fits(choice.feeder, feeds=1)):
+            return ("rejected_by_node",)
+        return ()
+
     def arrivals():
         nonlocal decision_s
-        for at, index, length in zip(trace.arrival_s, trace.camera, trace.session_s):
+        for at, index, length, in_burst in zip(trace.arrival_s, trace.camera, trace.session_s,
+                                               trace.burst):
             yield env.timeout(at - env.now)
             camera = f"camera{index + 1}"
             started = clock()
             choice = balancer.choose(camera, cluster)
             decision_s += clock() - started
-            if isinstance(choice, Refusal):
-                counts["rejected_by_balancer"] += 1
-                continue
-            if camera in stopped:
-                counts["rejected_by_node"] += 1
-                counts["rejected_offline"] += 1
+            refused = refusal(camera, choice)
+            for key in refused + (("burst_rejected",) if refused and in_burst else ()):
+                counts[key] += 1
+            if refused:
                 continue
             joining = choice.node in cluster.chain(camera)
-            if not nodes.fits(choice.node, sessions=1, received=0 if joining else 1) or (
-                    choice.feeder is not None and not nodes.fits(choice.feeder, feeds=1)):
-                counts["rejected_by_node"] += 1
-                continue
             if not joining:
                 nodes.received[choice.node] += 1
                 if choice.feeder is not None:
@@ -278,21 +340,36 @@ def simulate(workload: Workload, balancer_name: str, seed: int,
         per_stream = np.where(cameras > 0, sessions / cameras, np.nan)
     delivered = sessions.sum()
     rejected = counts["rejected_by_balancer"] + counts["rejected_by_node"]
+    strongest = weights == weights.max()
     metrics = {
         "cv_load": _mean_cv(table, "load"), "cv_cpu": _mean_cv(table, "cpu"),
         "cv_bandwidth": _mean_cv(table, "bandwidth"),
         "peak_load": table["load"].max(), "peak_cpu": table["cpu"].max(),
         "peak_bandwidth": table["bandwidth"].max(),
         **spells, **counts, "rejected": rejected,
+        "rejected_share": rejected / len(trace.arrival_s),
+        "strong_lead_cpu": _strong_lead(table, names, strongest, "cpu"),
+        "strong_lead_bandwidth": _strong_lead(table, names, strongest, "bandwidth"),
+        "offered_load": workload.offered_load(),
         "clients_per_stream": float(np.nanmean(per_stream)) if np.isfinite(per_stream).any()
         else math.nan,
         "max_depth": max(depths, default=0), "mean_depth": float(np.mean(depths)) if depths
         else 0.0,
         "cascade_mbps": workload.bitrate_mbps * feeds.mean(),
         "cascade_share": feeds.sum() / delivered if delivered else 0.0,
-        "decision_us": decision_s / workload.requests * 1e6,
+        "decision_us": decision_s / len(trace.arrival_s) * 1e6,
     }
     return Outcome(table, metrics)
+
+
+def _strong_lead(samples: pd.DataFrame, names: list[str], strongest: np.ndarray,
+                 column: str) -> float:
+    """The strongest nodes' time-mean utilisation (``column``) less the highest time-mean of
+    the others, in percentage points (NaN when every node is of the strongest kind)."""
+    means = samples.groupby("node")[column].mean().reindex(names).to_numpy()
+    if strongest.all():
+        return math.nan
+    return 100 * (means[strongest].mean() - means[~strongest].max())
 
 
 def _mean_cv(samples: pd.DataFrame, column: str) -> float:

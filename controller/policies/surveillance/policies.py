@@ -10,8 +10,7 @@ from dataclasses import dataclass
 from pydantic import Field
 
 from controller.policies.surveillance.balancer import (BALANCERS, Balancer, Choice, Cluster,
-                                                       ImprovedFeedback, PowerOfTwoChoices,
-                                                       Refusal)
+                                                       Refusal, make)
 from controller.policies.surveillance.load import (HEAVY_ABOVE, LIGHT_BELOW, Hardware,
                                                    LoadWeights, Usage, node_load, node_weights)
 from controller.policy import (Assignment, Decision, Migration, ModelPolicy, PolicyParams,
@@ -110,12 +109,7 @@ class SurveillancePolicy(ModelPolicy):
 
     def __init__(self, params: SurveillanceParams | None = None) -> None:
         super().__init__(params)
-        if self.balancer_class is PowerOfTwoChoices:
-            self.balancer = PowerOfTwoChoices(self.params.seed)
-        elif self.balancer_class is ImprovedFeedback:
-            self.balancer = ImprovedFeedback(self.params.max_depth)
-        else:
-            self.balancer = self.balancer_class()
+        self.balancer = make(self.balancer_class.name, self.params.max_depth, self.params.seed)
         self._chains: dict[str, dict[str, list[str]]] = {}  # service -> camera -> chain
         self.last_chains: dict[str, tuple[str, ...]] = {}  # flow -> origin .. serving node
         self.stranded = 0  # flows on a dead node that no live node could take

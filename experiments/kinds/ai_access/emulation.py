@@ -308,14 +308,14 @@ METRICS = (Metric("loss", "first copies lost, all servers", "fraction"),
 ABOUT = """\
 Each cell is one emulated run of `topologies/ai_access/ai_access.yaml` (real packets on a Mininet network,
 userspace Open vSwitch, edgebed's controller running the access policy and, with `migrate`,
-migration by load prediction on every load report): twelve AI data flows from three terminal
-hosts, 100 KB units of 100 packets a second each (the spec's are 672 KB in 945 packets: a scale
-reduction to fit one 2-core machine), joining through the controller to three heterogeneous
-access servers; ar3's processing budget (350 packets/s) is below four flows' 400 packets/s.
-Loss is what the receivers' workers dropped over their budgets, measured as the first copies'
-loss at the receivers; load degrees L_i are computed from the servers' own reports with the
-policy's resource model. Figures are taken from 4 s into the run (joins and the first units
-left out) to a second before its end.
+migration by load prediction on every load report): `flows_per_terminal` AI data flows on
+each of three terminal hosts, 100 KB units of 100 packets a second each (the spec's are 672 KB
+in 945 packets: a scale reduction to fit one 2-core machine), joining through the controller to
+three heterogeneous access servers; ar3's processing budget (350 packets/s) is below what four
+flows send. Loss is what the receivers' workers dropped over their budgets, measured as the
+first copies' loss at the receivers; load degrees L_i are computed from the servers' own
+reports with the policy's resource model. Figures are taken from `settle` seconds into the run
+(joins and the first units left out) to a second before its end.
 
 Access response time is measured at the terminals: each flow's join request (sent over the
 side-band control network) to the grant that answers it, on the terminal's monotonic clock (the
@@ -407,7 +407,8 @@ def remarks(results) -> list[str]:
 
 
 KIND = Kind(name="ai_access_emulation", parameters=Parameters,
-            policies=("ai_lc", "ai_adga", "ai_adga_grouped", "ai_wlc", "ai_p2c"), run=run_cell,
+            policies=("ai_lc_capacity", "ai_adga", "ai_adga_grouped", "ai_wlc", "ai_p2c"),
+            run=run_cell,
             metrics=METRICS, plots=("loss", "worst_server_loss", "load_spread", "load_cv",
                                     "units_complete", "prediction_error",
                                     "persistence_error", "response_ms", "response_max_ms",

@@ -16,8 +16,9 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
 
 from controller.policies.live_edge import reconstructions
 from controller.policies.live_edge.allocators import DF_BITRATES, df, mhcp, optimal
-from controller.policies.live_edge.model import (MBPS, MS, Instance, Weights, check_ladder,
-                                                 generate)
+from controller.policies.live_edge.geometry import GEOMETRIES
+from controller.policies.live_edge.model import (DANMAKU_MODELS, MBPS, MS, Instance, Weights,
+                                                 check_ladder, generate)
 from edgebed import units
 
 # Each parameter's unit in the file, in SI (the model's units); unlisted ones are the same.
@@ -73,7 +74,8 @@ class Parameters(BaseModel):
     reconstruction: Literal[reconstructions.NAMES] = Field(
         reconstructions.DEFAULT,
         description="the values of the paper's unknowns every parameter not written takes: "
-                    "spec (the spec's) or fitted (fitted to the paper's figures; "
+                    "spec (the spec's), fitted (fitted to the paper's figures) or sourced "
+                    "(the paper's data and published values; "
                     "controller/policies/live_edge/reconstructions.py)")
     viewers: int = Field(100, ge=1, description="viewers watching each period")
     servers: int = Field(6, ge=1, description="edge servers")
@@ -99,9 +101,16 @@ class Parameters(BaseModel):
     previous_nearest: Share = Field(
         _default("previous_nearest"),
         description="share of returning viewers whose previous server is their nearest")
+    geometry: Literal[GEOMETRIES] = Field(
+        _default("geometry"), description="where servers and viewers are: planar (a square) "
+                                          "or eua (the paper's Melbourne data set)")
+    danmaku_model: Literal[DANMAKU_MODELS] = Field(
+        _default("danmaku_model"),
+        description="danmaku rates: uniform in danmaku, or bilibili (the paper's measured "
+                    "counts with the room effect)")
     demand: RateRange | None = Field(
         None, description="interaction demand range I_v; when set, danmaku rates are drawn "
-                          "as I_v / gamma instead of from danmaku")
+                          "uniformly as I_v / gamma, whatever danmaku_model says")
     ladder: tuple[Megabits, ...] = Field(_default("ladder"), min_length=1,
                                          description="bitrate ladder (Mbps)")
     source: Megabits = Field(_default("source"), description="source bitrate R (Mbps)")
@@ -164,6 +173,7 @@ class Parameters(BaseModel):
         si["source"] = _convert(si["source"], self.ladder_scale)
         if self.demand is not None:
             si["danmaku"] = _convert(self.demand, 1 / self.gamma)
+            si["danmaku_model"] = "uniform"
         size = self.viewers + self.arrivals * (self.periods - 1)
         return generate(seed, size, self.servers,
                         **{name: si[name] for name in GENERATOR_OPTIONS},

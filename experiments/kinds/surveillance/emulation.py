@@ -299,7 +299,8 @@ verdict is `fidelity_ok`."""
 
 KIND = Kind(name="surveillance_emulation", parameters=Parameters,
             policies=("sv_rr", "sv_wrr", "sv_lc", "sv_wlc", "sv_hashing", "sv_p2c",
-                      "sv_feedback", "sv_improved"),
+                      "sv_feedback", "sv_feedback_greedy", "sv_improved",
+                      "sv_improved_periodic"),
             run=run_cell, metrics=METRICS,
             plots=("cv_load", "cv_cpu", "cv_bandwidth", "peak_load", "overloads",
                    "heavy_max_s", "rejected", "clients_per_stream", "max_depth"),

@@ -9,7 +9,8 @@ import pytest
 from scipy.optimize import linear_sum_assignment
 
 from controller.policies.ai_access import access
-from controller.policies.ai_access.access import (adga, deal_groups, group_size, grouped_adga,
+from controller.policies.ai_access.access import (adga, capacity_least_connections,
+                                                  deal_groups, group_size, grouped_adga,
                                                   least_connections, maximum_matching,
                                                   power_of_two_choices,
                                                   weighted_least_connections)
@@ -38,7 +39,8 @@ def p2c(flows_, loads):
     return power_of_two_choices(flows_, loads, LoadWeights(), random.Random(1))
 
 
-ALLOCATORS = [adga, grouped_adga, least_connections, weighted_least_connections, p2c]
+# The allocators that test capacity; the paper's least connections does not.
+ALLOCATORS = [adga, grouped_adga, capacity_least_connections, weighted_least_connections, p2c]
 
 
 def random_instance(rng: random.Random):
@@ -163,7 +165,8 @@ def test_a_flow_larger_than_any_port_is_rejected_by_every_policy():
 
 
 def test_memory_limits_the_flows_a_server_takes():
-    allocation = least_connections(flows(*[1] * 5, memory=30 * MB), idle(spec("r1", 100)))
+    allocation = capacity_least_connections(flows(*[1] * 5, memory=30 * MB),
+                                            idle(spec("r1", 100)))
     assert len(allocation.placed) == 3 and len(allocation.rejected) == 2
 
 
@@ -197,11 +200,43 @@ def test_grouped_adga_shrinks_groups_a_small_server_cannot_take():
 
 def test_least_connections_and_weighted_least_connections_differ_on_unequal_servers():
     servers = idle(spec("fast", 300), spec("slow", 100))
-    lc = least_connections(flows(*[1] * 8), servers)
+    lc = capacity_least_connections(flows(*[1] * 8), servers)
     wlc = weighted_least_connections(flows(*[1] * 8), servers)
     count = lambda allocation, name: sum(s == name for s, _ in allocation.placed.values())
     assert count(lc, "fast") == 4
     assert count(wlc, "fast") == 6
+
+
+def per_server(allocation):
+    counts: dict = {}
+    for server, _ in allocation.placed.values():
+        counts[server] = counts.get(server, 0) + 1
+    return counts
+
+
+def test_adga_and_the_papers_least_connections_differ_where_a_server_has_no_room():
+    # The paper's argument: ADGA draws an edge only where the server's remaining bandwidth and
+    # memory cover the flow, least connections looks at connections alone. "small" already
+    # holds one flow and has no room for a second, "big" holds two and has room: least
+    # connections sends the next flow to "small", ADGA to "big".
+    small = ServerLoad(spec("small", 15), {"6100": 10.0}, {"6100": 1 * MB}, 0.0, {"6100": 1})
+    big = ServerLoad(spec("big", 100), {"6100": 20.0}, {"6100": 2 * MB}, 0.0, {"6100": 2})
+    demand = flows(10)
+    assert least_connections(demand, [small, big]).placed == {"f0": ("small", "6100")}
+    assert adga(demand, [small, big]).placed == {"f0": ("big", "6100")}
+    assert grouped_adga(demand, [small, big]).placed == {"f0": ("big", "6100")}
+
+
+def test_the_papers_least_connections_deals_flows_evenly_whatever_the_servers_have():
+    allocation = least_connections(flows(*[30] * 12, memory=5 * MB),
+                                   idle(spec("big", 1000, 1000), spec("small", 40)))
+    assert not allocation.rejected
+    assert per_server(allocation) == {"big": 6, "small": 6}
+    ports = [port for server, port in allocation.placed.values() if server == "big"]
+    assert ports.count("6100") == ports.count("6101") == 3
+    capped = capacity_least_connections(flows(*[30] * 12, memory=5 * MB),
+                                        idle(spec("big", 1000, 1000), spec("small", 40)))
+    assert per_server(capped) == {"big": 11, "small": 1}
 
 
 def test_power_of_two_choices_is_deterministic_for_a_seed():
@@ -238,6 +273,18 @@ def test_load_spread_is_the_population_standard_deviation():
 def loaded(server_spec, port_bandwidth, cpu, memory=0.0):
     return ServerLoad(server_spec, dict(port_bandwidth),
                       {p.name: memory / len(server_spec.ports) for p in server_spec.ports}, cpu)
+
+
+def test_reactive_migration_forecasts_the_last_load_prediction_extrapolates_its_trend():
+    a, b = spec("a", 100), spec("b", 100)
+    weights = LoadWeights(cpu=0, memory=0, network=1)
+    reactive, predicting = Migrator(weights, forecast="last"), Migrator(weights)
+    for bandwidth in (10, 20, 30):
+        loads = {"a": loaded(a, {"6100": bandwidth}, 0), "b": loaded(b, {"6100": 10}, 0)}
+        last, forecast = reactive.observe(loads), predicting.observe(loads)
+    assert last == pytest.approx({"a": 0.3, "b": 0.1})
+    assert forecast["a"] > 0.3 and forecast["b"] == pytest.approx(0.1)
+    assert reactive.spread == pytest.approx(0.1)
 
 
 def test_the_trigger_fires_only_above_theta():
@@ -304,7 +351,8 @@ def test_migration_narrows_the_spread_and_never_overshoots():
     assert 90 - moved >= 50 - 3  # stops once a reaches the mean, within one flow
 
 
-@pytest.mark.parametrize("allocator", ALLOCATORS, ids=lambda a: getattr(a, "__name__", "p2c"))
+@pytest.mark.parametrize("allocator", [*ALLOCATORS, least_connections],
+                         ids=lambda a: getattr(a, "__name__", "p2c"))
 def test_every_placed_flow_has_a_grant_time_in_order_of_rounds(allocator):
     allocation = allocator(flows(*[1] * 40), idle(*[spec(f"r{i}", 100) for i in range(4)]))
     assert allocation.granted.keys() == allocation.placed.keys()
@@ -346,7 +394,8 @@ def create(name, **params):
     return AI_POLICIES[name](AiAccessParams(**params))
 
 
-@pytest.mark.parametrize("name", ["ai_adga", "ai_adga_grouped", "ai_lc", "ai_wlc", "ai_p2c"])
+@pytest.mark.parametrize("name", ["ai_adga", "ai_adga_grouped", "ai_lc_capacity", "ai_wlc",
+                                  "ai_p2c"])
 def test_policies_place_by_measured_load_and_reject_what_fits_nowhere(name):
     policy = create(name)
     servers = [access_server("a"), access_server("b")]
@@ -361,7 +410,7 @@ def test_policies_place_by_measured_load_and_reject_what_fits_nowhere(name):
 
 
 def test_a_malformed_report_is_counted_and_a_stale_server_takes_nothing():
-    policy = create("ai_lc")
+    policy = create("ai_lc_capacity")
     servers = [access_server("a"), access_server("b")]
     loads = {"a": (report("a", 1.0),),  # stale at now = 10 (max_age 3 s)
              "b": (report("b", 9.0, **{"6199": 1e6}),)}  # a port b does not have
@@ -382,7 +431,7 @@ def test_a_server_without_ports_has_one_of_its_capacity_and_bad_labels_are_named
 
 
 def test_flows_placed_but_not_yet_measured_hold_their_demand():
-    policy = create("ai_lc")
+    policy = create("ai_lc_capacity")
     servers = [access_server("a")]
     placed = [Placement(ai_request(f"p{i}", 40e6), "a",
                         attributes={"port": "6100" if i < 2 else "6101"}) for i in range(3)]

@@ -180,7 +180,7 @@ class AccessController:
     def __init__(self):
         self.core = ControllerCore(NetworkView.from_scenario(load(ROOT / "topologies" /
                                                                   "ai_access" / "ai_access.yaml")),
-                                   create("ai_lc", {"flow_memory": 200000}))
+                                   create("ai_lc_capacity", {"flow_memory": 200000}))
         sock = netns.udp_socket("127.0.0.1", 0)
         self.address = "%s:%d" % sock.getsockname()
         self.server = ControlServer([sock], self.handle).start()
@@ -279,7 +279,7 @@ def test_the_emulated_kind_gives_the_forecast_error_as_a_results_column(tmp_path
     # at 15 s (past the window) is not scored however far off.
     view = NetworkView.from_scenario(load(ROOT / "topologies" / "ai_access" / "ai_access.yaml"))
     (tmp_path / "controller").mkdir()
-    ControllerConfig(out=tmp_path / "controller", view=view.to_json(), policy="ai_lc",
+    ControllerConfig(out=tmp_path / "controller", view=view.to_json(), policy="ai_lc_capacity",
                      policy_params={"alpha": 0.5}, control_port=1, loopback_control_port=2
                      ).write(tmp_path / "controller" / "config.json")
     (tmp_path / "tables").mkdir()

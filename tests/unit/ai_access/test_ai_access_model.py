@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from agents.ai_access.formats import AI_DATA
+from controller.policies.ai_access.access import MODEL_ALLOCATORS
 from controller.policies.ai_access.model import (PACKET_OVERHEAD, Receiver, Traffic,
                                                  period_outcome, simulate)
 from controller.policies.ai_access.resources import Port, ServerSpec
-from experiments.kinds.ai_access.model import KIND, Parameters, run_cell
+from experiments.kinds.ai_access.model import (KIND, POLICIES, Parameters, run_cell,
+                                               simulate_cell, split, trigger_table)
+from experiments.sweeps.experiment import loads, repetition_seed
 from experiments.sweeps.kinds import Cell
 
 TRAFFIC = Traffic(unit_bytes=711 * 100, size_spread=0, drift=0)
@@ -78,3 +82,105 @@ def test_migration_evens_out_an_unbalanced_cluster_in_the_kind():
 def test_the_kind_refuses_unknown_servers():
     with pytest.raises(ValueError, match="R1"):
         Parameters(servers={"X9": {"ports": [100], "memory": 10, "cpu": 1}})
+
+
+def test_policy_names_split_into_access_and_forecast():
+    assert split("ai_lc") == ("ai_lc", None)
+    assert split("ai_adga_grouped+migration") == ("ai_adga_grouped", "double")
+    assert split("ai_adga+reactive") == ("ai_adga", "last")
+    assert set(POLICIES) == {name + suffix for name in MODEL_ALLOCATORS
+                             for suffix in ("", "+migration", "+reactive")}
+
+
+def test_at_400_flows_the_papers_least_connections_overloads_the_weak_server_adga_does_not():
+    parameters = Parameters(flows=400, periods=1)
+    placed = {policy: simulate_cell(parameters, policy, 3) for policy in ("ai_lc", "ai_adga")}
+    assert placed["ai_lc"].placed == placed["ai_adga"].placed == 400
+    # R4 (one 800 Mbit/s port) takes 67 of the requested 11.8 Mbit/s flows; LC gives it 100.
+    lc, adga = (placed[name].periods[0].packets["R4"] for name in ("ai_lc", "ai_adga"))
+    assert lc > adga
+    assert placed["ai_lc"].periods[0].lost["R4"] > placed["ai_adga"].periods[0].lost["R4"]
+
+
+def test_the_papers_trigger_fires_under_least_connections_at_400_flows_and_loss_falls():
+    parameters = Parameters(flows=400, periods=20)
+    rows = {policy: run_cell(Cell("e", "s", "flows", "400", policy, 0, 5, parameters))
+            for policy in ("ai_lc", "ai_lc+migration", "ai_lc+reactive")}
+    assert all(row["triggered"] == (row["spread"] > parameters.theta)
+               for row in rows["ai_lc+migration"])
+    assert sum(row["migrations"] for row in rows["ai_lc+migration"]) > 0
+    loss = {policy: np.mean([row["loss"] for row in found[5:]]) for policy, found in rows.items()}
+    assert loss["ai_lc+migration"] < loss["ai_lc"]
+    assert loss["ai_lc+reactive"] < loss["ai_lc"]
+
+
+def trigger_rows(fired_at: dict[float, int]):
+    """Rows of a theta sweep with one period per run: ai_adga with and without migration,
+    two repetitions; at each theta the repetitions listed in ``fired_at`` fire."""
+    rows = []
+    for theta, firing in fired_at.items():
+        for repetition in range(2):
+            for policy in ("ai_adga", "ai_adga+migration", "ai_adga+reactive"):
+                fired = policy == "ai_adga+migration" and repetition < firing
+                rows.append({"sweep": "trigger", "parameter": "theta", "value": theta,
+                             "policy": policy, "repetition": repetition,
+                             "loss": 0.02 if fired else 0.05, "migrations": 3 * fired,
+                             "triggered": float(fired), "spread": 0.08 if fired else 0.06})
+    return pd.DataFrame(rows)
+
+
+def test_the_trigger_table_says_when_the_first_theta_never_fires_and_the_nearest_that_does():
+    table = trigger_table(trigger_rows({0.1: 0, 0.08: 1, 0.05: 2}))
+    assert "ai_adga+migration at theta = 0.1: the trigger fired in 0 of 2 periods" in \
+        table.caption
+    assert "peaking at 0.060; loss 5.00% without migration, 5.00% with" in table.caption
+    assert "The nearest theta at which it fired in every repetition: 0.05." in table.caption
+    assert [row[:3] for row in table.rows] == [("0.1", "ai_adga", "0 of 2"),
+                                               ("0.08", "ai_adga", "1 of 2"),
+                                               ("0.05", "ai_adga", "2 of 2")]
+    assert table.rows[1][3] == "1 of 2"
+    assert table.rows[1][6:] == ("5.00%", "5.00%", "3.50%")
+
+
+def test_the_trigger_table_says_when_no_theta_fires_in_every_repetition():
+    table = trigger_table(trigger_rows({0.1: 0, 0.05: 1}))
+    assert "At no theta of the sweep did it fire in every repetition." in table.caption
+
+
+def test_figures_over_time_are_the_repetitions_means_per_server():
+    experiment = loads("""
+name: tiny
+kind: ai_access_model
+seed: 4
+repetitions: 2
+policies: [ai_lc, ai_lc+migration]
+base: {periods: 3}
+sweeps:
+  - {name: concurrency, vary: flows, values: [40]}
+""")
+    [figure] = KIND.figures(experiment)
+    sweep = experiment.sweeps[0]
+    seeds = [repetition_seed(4, "concurrency", "40", repetition) for repetition in range(2)]
+    runs = [simulate_cell(sweep.parameters[0], "ai_lc+migration", seed) for seed in seeds]
+    loads_with = figure.panels[1]
+    assert loads_with.title == "load degree L_i, ai_lc+migration"
+    periods, r4 = loads_with.lines["R4"]
+    assert list(periods) == [1, 2, 3]
+    assert r4 == pytest.approx(np.mean([[p.load["R4"] for p in run.periods] for run in runs],
+                                       axis=0))
+    assert len(figure.panels) == 4 and set(loads_with.lines) == {"R1", "R2", "R3", "R4"}
+
+
+def test_the_reason_for_no_change_names_the_values_where_migration_stayed_idle():
+    why = KIND.claims["migration_loss"].why
+    cells = pd.DataFrame([
+        {"parameter": "flows", "value": value, "policy": "ai_adga_grouped+migration",
+         "repetition": repetition, "migrations": moved, "triggered": moved / 10,
+         "spread": spread}
+        for value, moved, spread in (("300", 2.0, 0.12), ("400", 0.0, 0.06))
+        for repetition in range(2)])
+    reason = why(None, cells)
+    assert reason.startswith("ai_adga_grouped+migration migrated nothing at flows = 400: "
+                             "trigger fired in 0% of periods, mean LSD of the forecasts 0.060.")
+    assert "300" not in reason
+    assert why(None, cells[cells["value"] == "300"]) == ""

@@ -17,7 +17,9 @@ from controller.policies.bloom_cdn.bloom import (CountingFilter, apply_update, b
 from controller.policies.bloom_cdn.chord import RING, ChordRing
 from controller.policies.bloom_cdn.model import (HIGH_TRAFFIC, LOW_TRAFFIC, Reading, Setting,
                                                  evaluate)
-from controller.policies.bloom_cdn.simulation import AdaptiveSwitch, SimConfig, Workload, simulate
+from controller.policies.bloom_cdn.simulation import (AdaptiveSwitch, SimConfig, Simulation,
+                                                      Workload, _ServiceDraws, initial_state,
+                                                      simulate)
 
 LOW = LOW_TRAFFIC
 
@@ -99,11 +101,42 @@ def test_queue_at_its_rate_is_unstable():
 
 def test_every_reading_is_evaluated():
     readings = list(model.readings())
-    assert len(readings) == 3 * 2 * 2 * 2 * 2 * 2
+    assert len(readings) == 3 * 2 * 2 * 2 * 2 * 2 * 2
     rows = model.closest_readings()
     # Aggregate queues are unstable for linear at these rates: they are left out.
     assert all(row[1].node_queues != "aggregate" for row in rows)
     assert rows == sorted(rows, key=lambda row: row[0])
+
+
+@pytest.mark.parametrize("alpha,fp,fn", [(0.0, 0.0, 0.0), (0.4, 0.05, 0.02), (1.0, 0.0, 0.1)])
+def test_miss_path_reading_adds_four_routing_sojourns_to_each_filter_miss(alpha, fp, fn):
+    base, miss_path = Reading(), model.MISS_PATH_READING
+    per_node = LOW_TRAFFIC.arrival_rate * base.hop_count(LOW_TRAFFIC.nodes) / LOW_TRAFFIC.nodes
+    sojourn = 1 / (LOW_TRAFFIC.routing_rate - per_node)
+    filter_misses = 1 - alpha - fp + fn  # beta', the paper's judged-miss share
+    for strategy in ("parallel", "cut_through"):
+        added = (evaluate(strategy, LOW_TRAFFIC, alpha, fp, fn, miss_path).mean
+                 - evaluate(strategy, LOW_TRAFFIC, alpha, fp, fn, base).mean)
+        assert added == pytest.approx(model.MISS_ROUTING_SOJOURNS * filter_misses * sojourn)
+    assert (evaluate("linear", LOW_TRAFFIC, alpha, reading=miss_path).mean
+            == evaluate("linear", LOW_TRAFFIC, alpha, reading=base).mean)
+
+
+def test_fitted_sojourns_reach_each_figure_exactly():
+    counts = model.fitted_miss_sojourns()
+    per_node = LOW_TRAFFIC.arrival_rate * Reading().hop_count(LOW_TRAFFIC.nodes) / LOW_TRAFFIC.nodes
+    sojourn = 1 / (LOW_TRAFFIC.routing_rate - per_node)
+    linear = evaluate("linear", LOW_TRAFFIC, 0.0).mean
+    for strategy, figure in (("parallel", -23.6), ("cut_through", -65.2)):
+        reached = evaluate(strategy, LOW_TRAFFIC, 0.0).mean + counts[strategy] * sojourn
+        assert 100 * (reached / linear - 1) == pytest.approx(figure)
+
+
+def test_miss_path_reading_is_near_the_papers_zero_hit_figures_and_the_default_is_not():
+    paper = {"parallel": -23.6, "cut_through": -65.2}
+    for reading, near in ((model.MISS_PATH_READING, True), (Reading(), False)):
+        ours = model.relative_to_linear(LOW_TRAFFIC, 0.0, reading)
+        assert all((abs(ours[s] - paper[s]) < 2.5) is near for s in paper), (reading, ours)
 
 
 # Bloom filters
@@ -201,6 +234,20 @@ def test_model_mean_is_inside_the_simulated_interval(setting, strategy, alpha):
     assert low <= theory.mean <= high, (theory.mean, result.interval)
 
 
+def test_speculative_fetches_every_request_and_at_no_hits_is_parallels_miss_path():
+    config = SimConfig(LOW_TRAFFIC, "speculative", 0.0, duration=200, warmup=0, seed=5)
+    simulation = Simulation(config)
+    result = simulation.run()
+    assert simulation.fetch.arrivals == result.requests  # the DC fetches for every request
+    # With nothing cached the home never answers: the user waits for the DC's copy through
+    # the entry node's response queue, parallel's miss path under an exact filter.
+    theory = evaluate("parallel", result.measured_setting(), 0.0)
+    low, high = result.interval
+    assert low <= theory.mean <= high, (theory.mean, result.interval)
+    cached = simulate(replace(config, hit_rate=0.5))
+    assert cached.dc_utilisation == pytest.approx(result.dc_utilisation, rel=0.1)
+
+
 def test_simulation_measures_filter_errors_and_sync_traffic():
     result = simulate(SimConfig(LOW_TRAFFIC, "parallel", 0.5, duration=300, seed=3))
     assert 0 < result.false_miss < 0.2 and result.false_positive > 0
@@ -245,6 +292,80 @@ def test_high_traffic_cut_through_congests_the_dc_at_low_hit_rates():
     assert model.adaptive(setting, 0.0).mean == evaluate("parallel", setting, 0.0).mean
 
 
+@pytest.mark.parametrize("hit_rate", [0.05, 0.3, 0.5])
+def test_initial_state_sets_the_hit_rate_regardless_of_item_size(hit_rate):
+    workload = Workload(small_popular=False)
+    popularity, sizes = workload.popularity(), workload.sizes(0)
+    draws = [initial_state(popularity, hit_rate, np.random.default_rng(seed))
+             for seed in range(40)]
+    head = popularity.max()  # the most an item moves the sum
+    assert all(abs(popularity[d].sum() - hit_rate) <= head / 2 for d in draws)
+    # A miss's size, popularity-weighted, is the catalogue's on average: sizes play no part
+    # (LRU's hits would be the popular, in high traffic the large, items).
+    missed = []
+    for cached in draws:
+        weights = popularity.copy()
+        weights[cached] = 0
+        missed.append(weights @ sizes / weights.sum())
+    mean = popularity @ sizes
+    assert stats.ttest_1samp(missed, mean).pvalue > 0.001
+    lru = popularity[:np.searchsorted(np.cumsum(popularity), hit_rate)]
+    assert (popularity[len(lru):] @ sizes[len(lru):]) / popularity[len(lru):].sum() < mean
+
+
+def test_catalogue_seed_fixes_the_item_sizes_across_runs():
+    workload = Workload(small_popular=False)
+    runs = [Simulation(SimConfig(HIGH_TRAFFIC, "linear", 0.3, workload=workload, seed=seed,
+                                 catalogue_seed=0)) for seed in (1, 2)]
+    assert all(np.array_equal(run.sizes, workload.sizes(0)) for run in runs)
+    states = [Simulation(SimConfig(HIGH_TRAFFIC, "linear", hit, workload=workload, seed=seed,
+                                   catalogue_seed=0, hits="initial_state"))
+              for hit, seed in ((0.2, 1), (0.4, 2))]
+    low, high = ({item for node in state.nodes for item in node.cache.items} for state in states)
+    assert low < high  # nested: a higher hit rate caches the lower one's items and more
+    assert not np.array_equal(Simulation(SimConfig(HIGH_TRAFFIC, "linear", 0.3,
+                                                   workload=workload, seed=1)).sizes,
+                              workload.sizes(0))
+
+
+def test_initial_state_caches_stay_as_drawn_and_the_filter_exact():
+    config = SimConfig(HIGH_TRAFFIC, "parallel", 0.3, workload=Workload(small_popular=False),
+                       duration=60, warmup=10, seed=2, hits="initial_state")
+    simulation = Simulation(config)
+    cached = [set(node.cache.items) for node in simulation.nodes]
+    result = simulation.run()
+    assert [set(node.cache.items) for node in simulation.nodes] == cached
+    assert result.false_positive_stale == 0 and result.false_miss == 0
+    half = 3 * math.sqrt(0.3 * 0.7 / result.requests)  # the measured share's binomial spread
+    assert abs(result.hit_rate - 0.3) < config.workload.popularity().max() / 2 + half
+
+
+@pytest.mark.parametrize("law,scv", [("exponential", 1.0), ("lognormal", 0.5),
+                                     ("lognormal", 8.0)])
+def test_service_draws_have_mean_one_and_the_asked_variation(law, scv):
+    draws = _ServiceDraws(np.random.default_rng(4), law, scv, block=4096)
+    values = np.array([draws.next() for _ in range(200_000)])  # crosses blocks
+    assert stats.ttest_1samp(values, 1.0).pvalue > 0.001
+    # log-normal: the log of the draws is normal with variance log(1 + scv)
+    spread = np.log(values).var() if law == "lognormal" else values.var()
+    assert spread == pytest.approx(math.log1p(scv) if law == "lognormal" else 1.0, rel=0.02)
+    with pytest.raises(ValueError):
+        _ServiceDraws(np.random.default_rng(0), "pareto")
+
+
+def test_cut_through_crossing_is_where_it_turns_faster_than_linear():
+    setting = nominal(HIGH_TRAFFIC, False)
+    crossing = model.cut_through_crossing(setting)
+    mean = lambda s, a: evaluate(s, setting, a).mean  # noqa: E731
+    assert mean("cut_through", crossing + 1e-4) < mean("linear", crossing + 1e-4)
+    assert mean("cut_through", crossing - 1e-4) >= mean("linear", crossing - 1e-4)
+    # Cut-through sends two copies of each miss: it cannot be stable, let alone faster,
+    # below the hit rate where they fill the DC's link.
+    link_full = 1 - setting.dc_bandwidth / (2 * setting.arrival_rate * setting.miss_item_bytes)
+    assert crossing > link_full
+    assert model.cut_through_crossing(LOW_TRAFFIC) == 0.0
+
+
 def test_adaptive_switch_has_hysteresis():
     switch = AdaptiveSwitch(high=0.8, low=0.6, window=1.0)
     for utilisation, cut in [(0.5, True), (0.79, True), (0.85, False), (0.7, False),
@@ -277,11 +398,16 @@ def test_kind_runs_a_cell_with_model_beside_it_and_the_files_load():
     (kind,) = KINDS
     parameters = Parameters(traffic="low", hit_rate=0.5, duration=60, warmup=10)
     (row,) = kind.run(Cell("e", "s", "hit_rate", "0.5", "parallel", 0, 3, parameters))
-    assert {metric.name for metric in kind.metrics} == set(row)
+    assert {metric.name for metric in kind.metrics} | set(kind.texts) == set(row)
     assert row["response_ci_low_ms"] <= row["response_ms"] <= row["response_ci_high_ms"]
     assert abs(row["theory_error_pct"]) < 10 and row["theory_unstable"] == 0
     (linear,) = kind.run(Cell("e", "s", "hit_rate", "0.5", "linear", 0, 3, parameters))
     assert math.isnan(linear["fp"])  # linear has no filter
+    (speculative,) = kind.run(Cell("e", "s", "hit_rate", "0.5", "speculative", 0, 3,
+                                   parameters))
+    # No filter, and no sum of sojourns for the first of two answers: no model beside it.
+    assert math.isnan(speculative["fp"]) and math.isnan(speculative["theory_ms"])
+    assert math.isnan(speculative["theory_unstable"]) and speculative["response_ms"] > 0
     # An unstable model point is left empty, never a finite mean.
     congested = Parameters(traffic="high", hit_rate=0.0, duration=40, warmup=5)
     (cut,) = kind.run(Cell("e", "s", "hit_rate", "0", "cut_through", 0, 3, congested))

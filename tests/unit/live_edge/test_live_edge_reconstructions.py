@@ -108,8 +108,10 @@ def test_qoe_rises_with_bitrate_at_every_server_theorem_2(name, seed):
     assert (np.diff(table, axis=1) > 0).all()
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_every_reconstruction_lies_in_the_unknowns_ranges(name):
+@pytest.mark.parametrize("name", ["spec", "fitted"])
+def test_every_searched_reconstruction_lies_in_the_unknowns_ranges(name):
+    # The ranges are the fit's search space; the sourced reconstruction is not searched (its
+    # danmaku rates are per hour, so its gamma is on another scale).
     point = to_point(named(name))
     for unknown in UNKNOWNS:
         if unknown.choices:
@@ -200,7 +202,7 @@ def test_the_fit_runs_on_instances_apart_from_the_reported_ones():
     assert set(experiment.paper) == set(reported.paper)
 
 
-def test_a_figure_is_met_within_one_tolerance_of_the_papers_number():
+def test_the_fit_measures_tolerances_and_meets_within_half_the_papers_number():
     point = PaperEntry(sweep="viewers", value=20.0)
     assert live_edge_fit.tolerance(point, "%") == 5.0
     assert live_edge_fit.tolerance(PaperEntry(sweep="v", value=-43.85), "ms") == pytest.approx(
@@ -212,6 +214,11 @@ def test_a_figure_is_met_within_one_tolerance_of_the_papers_number():
     assert near.met and near.off_by == 4.0 and not far.met and far.miss == 4.0
     assert inside.met and inside.miss == 0 and inside.off_by == 0
     assert math.isnan(live_edge_fit.Figure("x", math.nan, point, "%", 5.0).miss)
+    # Within one tolerance (5 points) of -6% but under half of it: not met; nor is no change.
+    six = PaperEntry(sweep="demand", value=-6.0)
+    for ours in (-1.2, 0.0):
+        assert not live_edge_fit.Figure("x", ours, six, "%", 5.0).met
+    assert live_edge_fit.Figure("x", -4.0, six, "%", 5.0).met
 
 
 
