@@ -77,15 +77,18 @@ def _cells(csv: Path) -> set[float]:
 
 
 def _computed(out: Path) -> set[float]:
-    """Numbers the report computes from the rows beyond summary.csv's (see the rounding rule)."""
+    """Numbers the report computes from the rows beyond summary.csv's (see the rounding rule):
+    pooled means, differences of means, and how many runs a sweep or policy holds."""
     results = pd.read_csv(out / "results.csv")
     summary = pd.read_csv(out / "summary.csv")
     metrics = summary["metric"].unique()
     measured = [m for m in metrics if m in results]
     pooled = results.groupby("policy")[measured].mean()
     per_cell = results.groupby("cell")[measured].mean()
+    runs_per_group = [results.groupby(by).size() for by in ("sweep", "policy", ["sweep", "policy"])]
     values = {len(results), results["cell"].nunique(), report.CONFIDENCE * 100,
-              *pooled.to_numpy().ravel(), *per_cell.to_numpy().ravel()}
+              *pooled.to_numpy().ravel(), *per_cell.to_numpy().ravel(),
+              *(count for counts in runs_per_group for count in counts)}
     for _, same in summary.groupby(["sweep", "value", "metric"]):
         means = same["mean"].to_numpy()
         values |= {a - b for a in means for b in means}

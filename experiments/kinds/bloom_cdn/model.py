@@ -249,20 +249,26 @@ def remarks(results: pd.DataFrame) -> list[str | Table]:
         found.append(f"{unstable} cells the model calls unstable.")
     found += _what_the_filter_buys(results)
     if fig6.traffic_of(results) == "low":
-        counts = model.fitted_miss_sojourns()
-        found.append("The miss-path reading's test (nominal model, no item sizes): the routing "
-                     "sojourns a filter-judged miss would need to reach the paper's 0 %-hit "
-                     "figures, one count per figure: "
-                     + ", ".join(f"{k} {v:.2f}" for k, v in counts.items())
-                     + f"; the reading uses {model.MISS_ROUTING_SOJOURNS}.")
+        found.append(Table(
+            "The miss-path reading's test (nominal model, no item sizes): the routing sojourns "
+            "a filter-judged miss would need to reach the paper's 0 %-hit figures, one count per "
+            f"figure; the reading uses {model.MISS_ROUTING_SOJOURNS}.",
+            ("strategy", "sojourns needed"),
+            tuple((strategy, f"{count:.2f}")
+                  for strategy, count in model.fitted_miss_sojourns().items())))
     filtered = results[~results["policy"].isin(["linear", "speculative"])]
-    for (sweep, policy), rows in filtered.groupby(["sweep", "policy"], sort=False):
-        found.append(f"Filter synchronisation, sweep `{sweep}`, {policy}: "
-                     f"{rows['sync_messages_per_request'].mean():.3f} messages and "
-                     f"{rows['sync_bytes_per_request'].mean():.0f} B per request (whole "
-                     f"filters would be {rows['sync_full_bytes_per_request'].mean():.0f} B); "
-                     f"measured fp {rows['fp'].mean():.2%} (Bloom collisions "
-                     f"{rows['fp_bloom'].mean():.4%}), fn {rows['fn'].mean():.2%}.")
+    if len(filtered):
+        found.append(Table(
+            "Filter synchronisation per sweep and filtering strategy, means over the sweep's runs: "
+            "messages and bytes per request, what sending whole filters would cost, and the "
+            "filters' measured errors (the share of false positives that are Bloom collisions).",
+            ("sweep", "strategy", "messages / request", "B / request", "whole filters, B / request",
+             "fp", "Bloom collisions", "fn"),
+            tuple((f"`{sweep}`", policy, f"{rows['sync_messages_per_request'].mean():.3f}",
+                   f"{rows['sync_bytes_per_request'].mean():.0f}",
+                   f"{rows['sync_full_bytes_per_request'].mean():.0f}", f"{rows['fp'].mean():.2%}",
+                   f"{rows['fp_bloom'].mean():.4%}", f"{rows['fn'].mean():.2%}")
+                  for (sweep, policy), rows in filtered.groupby(["sweep", "policy"], sort=False))))
     seconds = results["run_seconds"].dropna()
     if len(seconds):
         found.append(f"Wall time of a simulation run (set-up included, the runs of this "
