@@ -93,19 +93,27 @@ def latency_parts(policy: str, versus: str = "", at: str = "all") -> Reason:
     return reason
 
 
+def _per_served_viewer(policy: str, versus: str, metric: str, label: str,
+                       form: Callable[[float], str], count: str, counted: str,
+                       per: str = "") -> Reason:
+    """``metric`` per served viewer on each side, beside the mean ``count`` it comes from and
+    the viewers served (a policy serving fewer can count fewer)."""
+    def reason(experiment: Any, cells: pd.DataFrame) -> str:
+        mean, raw, served = (_means(cells, column, (policy, versus))
+                             for column in (metric, count, "served"))
+        if len(mean) < 2:
+            return ""
+        return (f"{label}: {_listed(mean, form)} ({per}{_listed(raw, lambda c: f'{c:.1f}')} "
+                f"{counted} among {_listed(served, lambda c: f'{c:.1f}')} served).")
+    return reason
+
+
 def switches_per_served(policy: str, versus: str) -> Reason:
     """Switches per served viewer on each side, and the raw counts with the served counts
     they come from (a policy serving fewer can switch fewer)."""
-    def reason(experiment: Any, cells: pd.DataFrame) -> str:
-        share = _means(cells, "switch_share", (policy, versus))
-        raw = _means(cells, "switches", (policy, versus))
-        count = _means(cells, "served", (policy, versus))
-        if len(share) < 2:
-            return ""
-        return (f"Switches per served viewer: {_listed(share, lambda s: f'{s:.2f}')} "
-                f"(per period: {_listed(raw, lambda s: f'{s:.1f}')} switches among "
-                f"{_listed(count, lambda s: f'{s:.1f}')} served).")
-    return reason
+    return _per_served_viewer(policy, versus, "switch_share", "Switches per served viewer",
+                              lambda share: f"{share:.2f}", "switches", "switches",
+                              per="per period: ")
 
 
 def last_step(policy: str, metric: str, label: str) -> Reason:
@@ -171,17 +179,10 @@ def interaction_at_latency(policy: str, versus: str, at: str = "all") -> Reason:
 
 
 def drops(policy: str, versus: str) -> Reason:
-    """The mean bitrate drop and the viewers dropping on each side."""
-    def reason(experiment: Any, cells: pd.DataFrame) -> str:
-        mean = _means(cells, "mean_drop_mbps", (policy, versus))
-        count = _means(cells, "drops", (policy, versus))
-        served_count = _means(cells, "served", (policy, versus))
-        if len(mean) < 2:
-            return ""
-        return (f"Mean bitrate drop per served viewer: {_listed(mean, lambda d: f'{d:.2f} Mbps')}"
-                f" ({_listed(count, lambda c: f'{c:.1f}')} viewers dropping among "
-                f"{_listed(served_count, lambda c: f'{c:.1f}')} served).")
-    return reason
+    """The mean bitrate drop per served viewer and the viewers dropping on each side."""
+    return _per_served_viewer(policy, versus, "mean_drop_mbps",
+                              "Mean bitrate drop per served viewer",
+                              lambda drop: f"{drop:.2f} Mbps", "drops", "viewers dropping")
 
 
 def at_ends(policy: str) -> Reason:
