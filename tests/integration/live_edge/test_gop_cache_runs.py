@@ -12,7 +12,7 @@ the I frame its node already had, without it on the next one.
 
 from __future__ import annotations
 
-from experiments.playout import playout
+from experiments.playout import Arrival, playout
 from tests.integration.conftest import assert_nothing_left
 from tests.integration.test_agent_runs import run
 from tests.integration.dispatch.test_dispatch_runs import rows_of
@@ -98,8 +98,9 @@ def test_a_viewer_joining_mid_gop_starts_on_the_cached_i_frame(tmp_path, state_b
         assert before and after and after[0][0] - started >= JOIN_MARGIN_S, (
             node, started, at_node)
         [first_i, *_] = i_frames(run_dir, viewer)
-        frames = [(int(row["frame"]), float(row["arrived_s"]), row["frame_type"] == "I")
-                  for row in rows_of(run_dir, "frames", viewer) if row["complete"] == "True"]
+        frames = [Arrival(int(row["frame"]), float(row["arrived_s"]), row["frame_type"] == "I",
+                          row["complete"] == "True")
+                  for row in rows_of(run_dir, "frames", viewer)]
         shown = playout(frames, FPS, PLAYOUT_BUFFER_S, requested_s=started)
         [lateness] = [row for row in rows_of(run_dir, "sender_lateness", node)
                       if row["flow"].startswith(f"{session['viewer']}:")]
@@ -108,7 +109,9 @@ def test_a_viewer_joining_mid_gop_starts_on_the_cached_i_frame(tmp_path, state_b
               f"{session['cached_frames'] or 0} frames cached "
               f"({int(session['cached_bytes'] or 0) / 1e3:.0f} kB, drained in "
               f"{session['caught_up_s'] or '-'} s); {viewer}'s first I frame {first_i[1]} "
-              f"{first_i[0] - started:.3f} s after, startup {shown.startup_s} s, sender "
+              f"{first_i[0] - started:.3f} s after, startup {shown.startup_s} s, "
+              f"{shown.freezes} freezes ({shown.frames_lost} frames lost, "
+              f"{shown.frames_late} late, {shown.frames_undecodable} undecodable), sender "
               f"late max {float(lateness['late_max_us']) / 1e3:.1f} ms")
 
     session, started, latest, _, (arrived, number, whole), shown, lateness = found["cached"]
