@@ -13,8 +13,8 @@ from agents.echo import PROBE_INTERVAL, PROBE_TIMEOUT, PROBES
 from controller.policies.dispatch.quality import VIA
 from experiments.kinds.dispatch.emulation_measures import (
     ACCESS, CUT_VIEWER, EARLY_S, FAILOVER, FAILOVER_WINDOW_S, IN_FLIGHT_S, INGEST,
-    PLAYOUT_BUFFER_S, PRE_CUT_S, RELAY_FIX_GOAL, RELAYS, STALL_FREE_GOAL, STALL_S, STARTUP_GOAL,
-    measure)
+    PLAYOUT_BUFFER_S, PLAYOUT_METRICS, PRE_CUT_S, RELAY_FIX_GOAL, RELAYS, STALL_FREE_GOAL,
+    STALL_S, STARTUP_GOAL, measure)
 from experiments.kinds.dispatch.emulation_remarks import remarks
 from experiments.report import CONFIDENCE
 from experiments.sweeps.kinds import Cell, Constant, Kind, Metric, measured_run
@@ -99,15 +99,7 @@ METRICS = (Metric("misplaced_by_database", "viewers the database placed abroad")
                   f"{PRE_CUT_S:g} s before the cut to {FAILOVER_WINDOW_S:g} s after", "ms"),
            Metric("failover_reroute_ms", "the controller's recomputed routes installed, after "
                   "the cut", "ms"),
-           Metric("stall_free_viewers", "viewers whose playout never stalled"),
-           Metric("stalls", "stalls (a frame later than its playout deadline), all viewers"),
-           Metric("stall_ms", "time stalled, all viewers together", "ms"),
-           Metric("startup_mean_ms", "mean startup (join request to first frame shown)",
-                  "ms"),
-           Metric("startup_max_ms", "slowest viewer's startup", "ms"),
-           Metric("startups_under_1s", "viewers that started within 1 s"),
-           Metric("first_frame_mean_ms", "mean time from join request to the first whole "
-                  "frame", "ms"),
+           *PLAYOUT_METRICS,
            Metric("early_stall_viewers", f"viewers whose first stall came within {EARLY_S:g} s "
                   "of their startup"),
            Metric("cached_kbytes", "bytes media nodes sent from their GOP caches", "kB"),
@@ -121,9 +113,9 @@ METRICS = (Metric("misplaced_by_database", "viewers the database placed abroad")
 PLOTS = ("misplaced_by_database", "served_abroad", "access_rtt_ms",
          "cross_border_node_loss_pct", "poor_viewers", "delay_p50_ms", "failover_gap_ms",
          "failover_frames_lost", "failover_valid", "failover_reroute_ms",
-         "stall_free_viewers", "stalls", "stall_ms", "startup_mean_ms", "startup_max_ms",
-         "startups_under_1s", "first_frame_mean_ms", "early_stall_viewers", "cached_kbytes",
-         "playout_lag_mean_ms", "viewers_served")
+         "stall_free_viewers", "stalls", "stall_ms", "freeze_share_pct", "startup_mean_ms",
+         "startup_max_ms", "startups_under_1s", "first_frame_mean_ms", "early_stall_viewers",
+         "cached_kbytes", "playout_lag_mean_ms", "viewers_served")
 
 # The viewers' playout delay and LiveNet's goals as the dispatch reports of emulated runs
 # tabulate them.
@@ -207,14 +199,21 @@ this experiment does not vary.
 
 Playout, every viewer of every run (`experiments.playout`, the same for any scheme's runs): a
 player with {PLAYOUT_BUFFER_S:g} s of playout delay (a low-latency live player's; chosen, not
-fitted) starts on the first I frame the viewer got whole and shows the frames at the stream's
-rate after it. A stall is the buffer running dry: the next whole frame not there by its slot (a
-frame later than its playout deadline); frames that never came while later ones were buffered
-are skipped without one. `startup_*` run from the viewer's join request to its first frame
-shown: the join's answer, the probes, the pull, the wait for an I frame (one in 50 frames, the
-stream's GOP: without a GOP cache a viewer joining mid-GOP waits for the next; with one it gets
-the latest at once) and the {PLAYOUT_BUFFER_S:g} s of playout delay; `first_frame_mean_ms` is
-the part up to the first whole frame of any kind. The anchors are LiveNet's
+fitted) starts on the first I frame the viewer got whole and shows a frame a slot at the
+stream's rate after it. A frame shows in its slot only if it and every frame since its GOP's I
+frame (the frames it is decoded from) arrived whole by then: a frame lost (never whole) or late
+(whole after its slot) freezes the picture, and the P frames after it are undecodable, until an
+I frame arrives whole in time. A stall is the buffer running dry: nothing of the frame due or a
+later one there at its slot; the player waits for the next whole frame and the slots after it
+move by the wait. A view is stall-free when it neither stalled nor froze. `freeze_ms` sums the
+slots frozen, `watch_ms` the time from the first frame shown to the last slot, stalls included,
+and `freeze_share_pct` is one over the other for a run's views together; `frames_*` say what
+became of every frame from a view's first shown to its last whole. `startup_*` run from the
+viewer's join request to its first frame shown: the join's answer, the probes, the pull, the
+wait for an I frame (one in 50 frames, the stream's GOP: without a GOP cache a viewer joining
+mid-GOP waits for the next; with one it gets the latest at once) and the
+{PLAYOUT_BUFFER_S:g} s of playout delay; `first_frame_mean_ms` is the part up to the first
+whole frame of any kind. The anchors are LiveNet's
 {STALL_FREE_GOAL:.0%} stall-free views and {STARTUP_GOAL:.0%} of startups under 1 s; the remarks
 tabulate each policy's shares against them with the number of views and a {CONFIDENCE:.0%}
 Clopper-Pearson interval (a goal is met when the share of views reaches it; at six views a run

@@ -30,9 +30,10 @@ def whole(x: float) -> str:
 
 
 def playout_table(results: pd.DataFrame) -> Table:
-    """Each policy's views at each swept value, over all its runs: the views never stalled,
-    the stalls and their time, the startups under 1 s and the slowest, the mean time to the
-    first whole frame and (when the rows have it) the player's mean lag behind the source."""
+    """Each policy's views at each swept value, over all its runs: the views that never stalled
+    or froze, the stalls and their time, the startups under 1 s and the slowest, the mean time
+    to the first whole frame and (when the rows have it) the player's mean lag behind the
+    source."""
     lag = "playout_lag_mean_ms" in results
     rows = []
     for at, policy, group in by_value_and_policy(results):
@@ -47,10 +48,54 @@ def playout_table(results: pd.DataFrame) -> Table:
     return Table(
         "Playout per swept value and policy, over all its runs' views (counts and time stalled "
         "summed over the runs):",
-        ("value", "policy", "runs", "views", "never stalled", "stalls",
+        ("value", "policy", "runs", "views", "never stalled or froze", "stalls",
          "time stalled (ms)", "started within 1 s", "slowest startup (ms)",
          "join to first whole frame (ms, mean)")
         + (("player behind the source (ms, mean)",) if lag else ()), tuple(rows))
+
+
+def mean_interval(values: pd.Series) -> tuple[float, float]:
+    """The mean of ``values`` and the half-width of its Student-t interval at the report's
+    confidence (NaN for fewer than two)."""
+    if len(values) < 2:
+        return values.mean(), float("nan")
+    return values.mean(), stats.t.ppf((1 + CONFIDENCE) / 2, len(values) - 1) * stats.sem(values)
+
+
+def share_with_interval(values: pd.Series) -> str:
+    """The mean of per-run shares in percent with its :func:`mean_interval`, the interval cut
+    to 0-100% (a share is neither negative nor over the whole)."""
+    mean, half = mean_interval(values)
+    if pd.isna(mean):
+        return "n/a"
+    if pd.isna(half):
+        return f"{mean:.1f}% (one run)"
+    return f"{mean:.1f}% ({max(0.0, mean - half):.1f}-{min(100.0, mean + half):.1f}%)"
+
+
+def freeze_table(results: pd.DataFrame) -> list[Table]:
+    """Each policy's views at each swept value, over all its runs: the freezes and their time,
+    the share of the time watched frozen and of the frames watched lost (means over the runs
+    with their intervals), and what became of the frames watched; none when the rows have no
+    freezes (measured before the player decoded)."""
+    rows = []
+    for at, policy, group in by_value_and_policy(results):
+        if "freezes" not in group or group["freezes"].isna().all():
+            continue
+        lost = 100 * group["frames_lost"] / group["frames_watched"]
+        rows.append((at, policy, str(len(group)), str(int(group["viewers"].sum())),
+                     str(int(group["freezes"].sum())), f"{group['freeze_ms'].sum() / 1e3:.1f}",
+                     share_with_interval(group["freeze_share_pct"].dropna()),
+                     *(str(int(group[f"frames_{fate}"].sum()))
+                       for fate in ("watched", "lost", "late", "undecodable")),
+                     share_with_interval(lost.dropna())))
+    return [Table(
+        "Freezes per swept value and policy, over all its runs' views (a frame lost, late or "
+        "without the frames it is decoded from holds the picture until an I frame shows; "
+        f"shares are means over the runs with their {CONFIDENCE:.0%} Student-t intervals):",
+        ("value", "policy", "runs", "views", "freezes", "time frozen (s)",
+         "time watched frozen", "frames watched", "lost", "late", "undecodable",
+         "frames watched lost"), tuple(rows))] if rows else []
 
 
 def gop_cache_table(results: pd.DataFrame) -> list[Table]:
@@ -70,8 +115,8 @@ def gop_cache_table(results: pd.DataFrame) -> list[Table]:
 
 
 def goals_tables(results: pd.DataFrame) -> list[Table]:
-    """Each policy's views at each swept value against LiveNet's goals: the share never
-    stalled against :data:`STALL_FREE_GOAL` and the share started within 1 s against
+    """Each policy's views at each swept value against LiveNet's goals: the share that never
+    stalled or froze against :data:`STALL_FREE_GOAL` and the share started within 1 s against
     :data:`STARTUP_GOAL`, each with its Clopper-Pearson interval (the views are few, so the
     interval says what the count can show); and where the startup went: the mean first whole
     frame after the join, the wait from it to the first frame shown less the playout delay
@@ -81,7 +126,7 @@ def goals_tables(results: pd.DataFrame) -> list[Table]:
     for at, policy, group in by_value_and_policy(results):
         views = int(group["viewers"].sum())
         for count, goal, what in ((int(group["stall_free_viewers"].sum()), STALL_FREE_GOAL,
-                                   "never stalled"),
+                                   "never stalled or froze"),
                                   (int(group["startups_under_1s"].sum()), STARTUP_GOAL,
                                    "started within 1 s")):
             low, high = (stats.binomtest(count, views).proportion_ci(CONFIDENCE) if views
@@ -117,8 +162,7 @@ def verdict(runs: pd.DataFrame) -> str:
                              "failover_gap_ms"] for policy in FAILOVER}
     if min(len(gap) for gap in gaps.values()) < 2:
         return "too few valid runs to compare hot standby with recomputation."
-    interval = {policy: (gap.mean(), stats.t.ppf((1 + CONFIDENCE) / 2, len(gap) - 1) * gap.std()
-                         / len(gap) ** 0.5) for policy, gap in gaps.items()}
+    interval = {policy: mean_interval(gap) for policy, gap in gaps.items()}
     (hot, hot_half), (recomputed, recomputed_half) = (interval["hot_standby"],
                                                       interval["recompute"])
     figures = (f"mean gap {hot:.0f} ± {hot_half:.0f} ms with hot standby against "
@@ -239,9 +283,10 @@ def failover_remarks(results: pd.DataFrame) -> list[str | Table]:
 
 def remarks(results: pd.DataFrame) -> list[str | Table]:
     """Per swept value and policy, from the results: the views' playout and startup
-    (:func:`playout_table`), what the GOP caches cost, the views against LiveNet's goals and
-    where the startup went (:func:`goals_tables`), what probing and relays bought
-    (:func:`mechanism_tables`) and the failover (:func:`failover_remarks`)."""
-    return [playout_table(results), *gop_cache_table(results), *goals_tables(results),
-            *mechanism_tables(results), *failover_remarks(results)]
+    (:func:`playout_table`), their freezes (:func:`freeze_table`), what the GOP caches cost,
+    the views against LiveNet's goals and where the startup went (:func:`goals_tables`), what
+    probing and relays bought (:func:`mechanism_tables`) and the failover
+    (:func:`failover_remarks`)."""
+    return [playout_table(results), *freeze_table(results), *gop_cache_table(results),
+            *goals_tables(results), *mechanism_tables(results), *failover_remarks(results)]
 

@@ -23,9 +23,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from experiments.kinds.dispatch.emulation import GOALS, PLAYOUT_DELAY
-from experiments.kinds.dispatch.emulation_measures import (PLAYOUT_BUFFER_S, playout_metrics,
-                                                           serving_nodes)
-from experiments.kinds.dispatch.emulation_remarks import goals_tables, playout_table
+from experiments.kinds.dispatch.emulation_measures import (PLAYOUT_BUFFER_S, PLAYOUT_METRICS,
+                                                           playout_metrics, serving_nodes)
+from experiments.kinds.dispatch.emulation_remarks import (freeze_table, goals_tables,
+                                                          playout_table)
 from experiments.measurements import host_addresses, read_table
 from experiments.playout import viewer_playouts
 from experiments.report import against, policy_means, swept_values
@@ -184,19 +185,12 @@ METRICS = (Metric("delay_p50_ms", "viewers' median frame delay from the streamer
            Metric("origin_sessions", "sessions the origin served (viewers, nodes)"),
            Metric("node_sessions_max", "most sessions one media node served"),
            Metric("nodes_serving", "media nodes that served a session"),
-           Metric("stall_free_viewers", "viewers whose playout never stalled"),
-           Metric("stalls", "stalls (a frame later than its playout deadline), all viewers"),
-           Metric("stall_ms", "time stalled, all viewers together", "ms"),
-           Metric("startup_mean_ms", "mean startup (join request to first frame shown)", "ms"),
-           Metric("startup_max_ms", "slowest viewer's startup", "ms"),
-           Metric("startups_under_1s", "viewers that started within 1 s"),
-           Metric("first_frame_mean_ms", "mean time from join request to the first whole "
-                  "frame", "ms"),
+           *PLAYOUT_METRICS,
            Metric("viewers_served", "viewers served"),
            Metric("viewers", "viewers in the room"))
 PLOTS = ("delay_p50_ms", "delay_p95_ms", "frame_loss_pct", "cross_border_mbps",
          "cross_border_pps", "node_hops_mean", "origin_sessions", "node_sessions_max",
-         "nodes_serving", "stall_free_viewers", "stalls", "startup_mean_ms",
+         "nodes_serving", "stall_free_viewers", "stalls", "freeze_share_pct", "startup_mean_ms",
          "first_frame_mean_ms")
 
 FRAME_LOSS_EDGE = Constant("EDGE_S", f"{EDGE_S:g} s", "a viewer's frames count for its frames "
@@ -234,9 +228,11 @@ over the run, both ways, pulls and load reports included (counted by the wires t
 `node_hops_mean`, media nodes after the origin on a viewer's way (0 served by the origin, 1 by a
 node the origin served); `origin_sessions` and `node_sessions_max`, the sessions (viewers and
 back-sourcing nodes) the origin and the busiest node served, `nodes_serving` how many nodes
-served any. Playout, stalls and startup as in the other dispatch reports (`experiments.playout`:
-{PLAYOUT_BUFFER_S:g} s of playout delay, a stall is a frame later than its playout deadline),
-and the views against LiveNet's goals of stall-free views and startups under 1 s.
+served any. Playout, stalls, freezes and startup as in the other dispatch reports
+(`experiments.playout`: {PLAYOUT_BUFFER_S:g} s of playout delay; a frame shows only if it and
+the frames since its GOP's I frame arrived whole by its slot, else the picture freezes until an
+I frame does; a stall is nothing due in the buffer), and the views against LiveNet's goals of
+stall-free views (neither stalled nor frozen) and startups under 1 s.
 
 Scale: a machine's, one stream and six viewers; a count moves by one with one viewer. Runs made
 while other work loaded the shared machine: delays carry its queues, and a run whose
@@ -246,8 +242,8 @@ impairment relays fell behind (fidelity flags in its `summary.json`) delivers fr
 
 def remarks(results: pd.DataFrame) -> list[str | Table]:
     """Per room, single-point against multi-point on the measured columns (means over the
-    repetitions), and each policy's views: their playout (:func:`playout_table`) and against
-    LiveNet's goals (:func:`goals_tables`)."""
+    repetitions), and each policy's views: their playout (:func:`playout_table`), their
+    freezes (:func:`freeze_table`) and against LiveNet's goals (:func:`goals_tables`)."""
     found = []
     compared = (("cross_border_mbps", "Mbit/s across borders", ".2f"),
                 ("origin_sessions", "sessions at the origin", ".1f"),
@@ -268,7 +264,7 @@ def remarks(results: pd.DataFrame) -> list[str | Table]:
         found.append(
             f"Room {value}, single-point against multi-point (means of {int(runs['single'])} "
             f"and {int(runs['multi'])} runs): " + "; ".join(sides) + ".")
-    return [*found, playout_table(results), *goals_tables(results)]
+    return [*found, playout_table(results), *freeze_table(results), *goals_tables(results)]
 
 
 KINDS = (Kind(name="dispatch_rooms", parameters=Parameters, policies=POLICIES,

@@ -157,10 +157,12 @@ def measure(run_dir: Path) -> dict[str, float]:
             "late_startup_ms": late["startup_mean_ms"],
             "late_first_frame_ms": late["first_frame_mean_ms"],
             "late_frames_lost": late_lost, "late_frames_expected": late_of,
-            "late_stalls": late["stalls"],
+            "late_stalls": late["stalls"], "late_freezes": late["freezes"],
+            "late_freeze_ms": late["freeze_ms"],
             "same_on_transcoder": sum(served.get(v) == transcoder for v in same),
             "same_startup_mean_ms": same_play["startup_mean_ms"],
             "same_stall_free": same_play["stall_free_viewers"],
+            "same_freeze_share_pct": same_play["freeze_share_pct"],
             "same_frame_loss_pct": 100 * same_lost / same_of if same_of else float("nan"),
             "same_delay_p50_ms": statistics.fmean(p50s) if p50s else float("nan"),
             "origin_sessions": sum(node == ORIGIN for node in served.values()),
@@ -184,9 +186,12 @@ METRICS = (Metric("transcoder_mb", "bytes the transcoder pulled from the origin"
            Metric("late_frames_lost", "frames the origin got that it never got whole"),
            Metric("late_frames_expected", "frames counted for its loss"),
            Metric("late_stalls", "its stalls"),
+           Metric("late_freezes", "its freezes (picture held until an I frame shows)"),
+           Metric("late_freeze_ms", "its time frozen", "ms"),
            Metric("same_on_transcoder", "same-protocol viewers served by the transcoder"),
            Metric("same_startup_mean_ms", "same-protocol viewers' mean startup", "ms"),
-           Metric("same_stall_free", "same-protocol viewers that never stalled"),
+           Metric("same_stall_free", "same-protocol viewers that never stalled or froze"),
+           Metric("same_freeze_share_pct", "of their time watched, frozen", "%"),
            Metric("same_frame_loss_pct", "frames same-protocol viewers lost", "%"),
            Metric("same_delay_p50_ms", "same-protocol viewers' median frame delay (mean)",
                   "ms"),
@@ -196,8 +201,8 @@ METRICS = (Metric("transcoder_mb", "bytes the transcoder pulled from the origin"
            Metric("network_kept_up", "the emulated network kept up (no wire late, no "
                   "emulator-made loss over its limit)"))
 PLOTS = ("transcoder_mbps", "transcoder_pulling_s", "transcoder_wasted_s", "late_startup_ms",
-         "late_first_frame_ms", "late_frames_lost", "same_startup_mean_ms",
-         "same_frame_loss_pct")
+         "late_first_frame_ms", "late_frames_lost", "late_freeze_ms", "same_startup_mean_ms",
+         "same_frame_loss_pct", "same_freeze_share_pct")
 
 CONSTANTS = (
     Constant("PULLING_GAP_S", f"{PULLING_GAP_S:g} s", "frames the transcoder got at most this "
@@ -227,11 +232,12 @@ the whole run; when it was getting the stream (stretches of frames no more than
 and of that time how much no webrtc viewer was there (`transcoder_wasted_s`: webv1's stay is
 from its join request to its last whole frame), split into before webv1 joined and after it
 left; webv1's startup (join to first frame shown, `experiments.playout`,
-{PLAYOUT_BUFFER_S:g} s of playout delay), the time to its first whole frame, its stalls and
-the frames the origin got that it never got whole (from {EDGE_S:g} s after its first frame to
-{EDGE_S:g} s before its last, as
-`reports/dispatch/rooms/` counts them); and the rtmp viewers' startup, stalls, frames lost
-and median delay, which the mechanism should leave alone.
+{PLAYOUT_BUFFER_S:g} s of playout delay), the time to its first whole frame, its stalls, its
+freezes (a frame lost, late or without the frames since its GOP's I frame holds the picture
+until an I frame arrives whole in time) and the frames the origin got that it never got whole
+(from {EDGE_S:g} s after its first frame to {EDGE_S:g} s before its last, as
+`reports/dispatch/rooms/` counts them); and the rtmp viewers' startup, stalls, share of the
+time watched frozen, frames lost and median delay, which the mechanism should leave alone.
 
 What is reproduced: the talk's mechanism, a transcoder running only while a client of another
 protocol is in the room, and its cost. What is not: the conversion itself (protocols are
@@ -285,7 +291,7 @@ def remarks(results: pd.DataFrame) -> list[str | Table]:
             Table("The runs of each policy, in total (under passive, webv1's join is the "
                   "decision that starts the transcoder):",
                   ("policy", "runs", "the emulated network kept up",
-                   "decisions that started the transcoder", "rtmp views never stalled",
+                   "decisions that started the transcoder", "rtmp views never stalled or froze",
                    "rtmp views"),
                   tuple((policy, str(int(runs[policy])), str(sums.loc[policy, "network_kept_up"]),
                          str(sums.loc[policy, "transcoder_started_joins"]),

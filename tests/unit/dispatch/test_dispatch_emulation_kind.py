@@ -11,11 +11,11 @@ import pytest
 
 from experiments.kinds import registered
 from experiments.kinds.dispatch.emulation import Parameters, variables
-from experiments.kinds.dispatch.emulation_measures import (PRE_CUT_S, STALL_S,
+from experiments.kinds.dispatch.emulation_measures import (FRAME_FATES, PRE_CUT_S, STALL_S,
                                                            early_stall_viewers, failover,
                                                            playout_metrics)
-from experiments.kinds.dispatch.emulation_remarks import (fixed_rows, goals_tables, remarks,
-                                                          verdict)
+from experiments.kinds.dispatch.emulation_remarks import (fixed_rows, freeze_table,
+                                                          goals_tables, remarks, verdict)
 from experiments.playout import playout
 from experiments.sweeps.kinds import Cell, Table
 
@@ -130,8 +130,8 @@ def test_the_remarks_leave_flagged_runs_out_of_the_means_and_say_why():
     # Per policy over its runs, every run counted, flagged or not.
     assert played.rows[1] == ("border_loss_p = 0.5%", "hot_standby", "2", "12", "12", "0", "0",
                               "10", "1200", "450"), played.rows
-    assert goals.rows[2][:6] == ("border_loss_p = 0.5%", "hot_standby", "never stalled", "12",
-                                 "12", "100%"), goals.rows
+    assert goals.rows[2][:6] == ("border_loss_p = 0.5%", "hot_standby", "never stalled or froze",
+                                 "12", "12", "100%"), goals.rows
     # The failover over the valid runs only, the flagged one counted apart.
     assert summary.rows == (
         ("border_loss_p = 0.5%", "hot_standby", "1", "1", "130", "130", "130", "2", "30-30"),
@@ -168,7 +168,7 @@ def test_the_goals_give_the_shares_of_views_against_livenets_and_where_startup_w
     shares, startup = goals_tables(runs((6, 5), (6, 6)))
     # 11 of 12 is 92%, under 98%; 12 of 12 meets 95% though its interval reaches down to 74%.
     assert shares.rows == (
-        ("border_loss_p = 1.5%", "relay", "never stalled", "11", "12", "92%", "62-100%", "98%",
+        ("border_loss_p = 1.5%", "relay", "never stalled or froze", "11", "12", "92%", "62-100%", "98%",
          "not met"),
         ("border_loss_p = 1.5%", "relay", "started within 1 s", "12", "12", "100%", "74-100%",
          "95%", "met")), shares.rows
@@ -183,7 +183,7 @@ def test_the_goals_give_the_shares_of_views_against_livenets_and_where_startup_w
                                                startup_mean_ms=float("nan"),
                                                first_frame_mean_ms=float("nan"))]))
     assert shares.rows == (
-        ("p = 0", "relay", "never stalled", "49", "50", "98%", "89-100%", "98%", "met"),
+        ("p = 0", "relay", "never stalled or froze", "49", "50", "98%", "89-100%", "98%", "met"),
         ("p = 0", "relay", "started within 1 s", "47", "50", "94%", "83-99%", "95%",
          "not met")), shares.rows
 
@@ -193,28 +193,58 @@ def test_the_playout_columns_count_views_from_what_each_viewer_got():
         # 25 frames a second from 100 s, every 50th an I frame.
         return [(n, 100 + n / 25 + late(n), n % 50 == 0) for n in numbers]
     steady = playout(frames(range(0, 200)), 25, 0.5, requested_s=99.8)  # starts in 0.8 s
-    # Joined at 100.5 s, its first I frame (50) at 102.1 s: startup 2.1 s, and frame 120
-    # 0.3 s late, the buffer 0.5 s: no stall; frame 150 0.7 s late stalls for 0.2 s.
-    late = playout(frames(range(20, 200), lambda n: {120: 0.4, 150: 0.8}.get(n, 0.1)), 25, 0.5,
+    # Joined at 100.5 s, its first I frame (50) at 102.1 s: startup 2.1 s. Frame 120 0.3 s
+    # late, the buffer 0.5 s: in time; from frame 150 on 0.7 s late, nothing there at 150's
+    # slot: a stall of 0.2 s.
+    late = playout(frames(range(20, 200),
+                          lambda n: 0.4 if n == 120 else 0.8 if n >= 150 else 0.1), 25, 0.5,
                    requested_s=100.5)
+    # Frame 60 lost: 61-99 undecodable, 40 slots (1.6 s) frozen.
+    frozen = playout(frames([n for n in range(200) if n != 60]), 25, 0.5, requested_s=99.8)
     no_key = playout(frames(range(1, 40)), 25, 0.5, requested_s=100.0)  # no I frame came
-    columns = playout_metrics([steady, late, no_key])
-    assert (late.stalls, late.stall_s) == (1, pytest.approx(0.2))
-    assert columns["stall_free_viewers"] == 1  # a view never shown is not stall-free
+    columns = playout_metrics([steady, late, frozen, no_key])
+    assert (late.stalls, late.stall_s, late.freezes) == (1, pytest.approx(0.2), 0)
+    # Neither stalled nor froze: steady alone (a view never shown is not stall-free).
+    assert columns["stall_free_viewers"] == 1
     assert (columns["stalls"], columns["stall_ms"]) == (1, pytest.approx(200))
-    assert columns["startups_under_1s"] == 1
+    assert (columns["freezes"], columns["freeze_ms"]) == (1, pytest.approx(1600))
+    # Watched: steady 8 s, late 150 frames (6 s) and its 0.2 s stall, frozen 8 s.
+    assert columns["watch_ms"] == pytest.approx(8000 + 6200 + 8000)
+    assert columns["freeze_share_pct"] == pytest.approx(100 * 1600 / 22200)
+    assert [columns[f"frames_{fate}"] for fate in FRAME_FATES] == [550, 510, 1, 0, 39]
+    assert columns["startups_under_1s"] == 2
     assert columns["startup_max_ms"] == pytest.approx(2100)
-    assert columns["startup_mean_ms"] == pytest.approx((800 + 2100) / 2)
-    # First whole frames: 0.3 s, 0.4 s and 0.14 s after the joins.
-    assert columns["first_frame_mean_ms"] == pytest.approx((300 + 400 + 140) / 3)
+    assert columns["startup_mean_ms"] == pytest.approx((800 + 2100 + 800) / 3)
+    # First whole frames: 0.3 s, 0.4 s, 0.3 s and 0.14 s after the joins.
+    assert columns["first_frame_mean_ms"] == pytest.approx((300 + 400 + 300 + 140) / 4)
     assert playout_metrics([])["stall_free_viewers"] == 0
     # Stalls right after startup (what a GOP cache's burst could cause): late's comes 4 s
-    # after its first frame showed, a view whose frame 60 is 0.7 s late 0.4 s after.
-    early = playout(frames(range(20, 200), lambda n: 0.8 if n == 60 else 0.1), 25, 0.5,
+    # after its first frame showed, a view whose frames from 60 on are 0.7 s late 0.4 s after.
+    early = playout(frames(range(20, 200), lambda n: 0.8 if n >= 60 else 0.1), 25, 0.5,
                     requested_s=100.5)
     assert early.first_stall_s - early.shown_s == pytest.approx(0.4)
     assert early_stall_viewers([steady, late, no_key]) == 0
     assert early_stall_viewers([steady, late, early]) == 1
+
+
+def test_the_freeze_table_gives_shares_over_the_runs_with_their_intervals():
+    def run(policy, share, freezes, freeze_ms, lost, late, undecodable):
+        return dict(sweep="border-loss", parameter="border_loss_p", value="1.5%",
+                    policy=policy, viewers=6, freezes=freezes, freeze_ms=freeze_ms,
+                    freeze_share_pct=share, frames_watched=1000, frames_lost=lost,
+                    frames_late=late, frames_undecodable=undecodable)
+    [table] = freeze_table(pd.DataFrame([run("relay", 2.0, 1, 1000.0, 10, 0, 40),
+                                         run("relay", 4.0, 3, 2000.0, 30, 2, 60),
+                                         run("direct", 5.0, 2, 3000.0, 50, 0, 70)]))
+    # Two runs: the Student-t quantile at 1 degree of freedom is 12.706 and the standard
+    # error of 2% and 4% is 1%, so 3% ± 12.7%, cut at 0; the frames lost, 1% and 3%, the same.
+    assert table.rows == (
+        ("border_loss_p = 1.5%", "relay", "2", "12", "4", "3.0", "3.0% (0.0-15.7%)", "2000",
+         "40", "2", "100", "2.0% (0.0-14.7%)"),
+        ("border_loss_p = 1.5%", "direct", "1", "6", "2", "3.0", "5.0% (one run)", "1000",
+         "50", "0", "70", "5.0% (one run)")), table.rows
+    # Rows measured before the player decoded have no freezes: no table.
+    assert freeze_table(pd.DataFrame([run("relay", *[float("nan")] * 6)])) == []
 
 
 def test_the_relays_fixed_share_of_poor_viewers_is_put_against_half_with_and_without_flags():
