@@ -249,6 +249,27 @@ def early_stall_viewers(shown: Iterable[Playout]) -> int:
                for p in shown)
 
 
+# What became of a frame a player watched (experiments.playout), as its columns name it.
+FRAME_FATES = ("watched", "shown", "lost", "late", "undecodable")
+PLAYOUT_METRICS = (
+    Metric("stall_free_viewers", "viewers whose playout never stalled or froze"),
+    Metric("stalls", "stalls (nothing due in the buffer), all viewers"),
+    Metric("stall_ms", "time stalled, all viewers together", "ms"),
+    Metric("freezes", "freezes (picture held until an I frame shows), all viewers"),
+    Metric("freeze_ms", "time frozen, all viewers together", "ms"),
+    Metric("watch_ms", "time watched, first frame shown to the last, all viewers", "ms"),
+    Metric("freeze_share_pct", "time frozen of the time watched", "%"),
+    Metric("frames_watched", "frames from each viewer's first shown to its last whole"),
+    Metric("frames_shown", "of them, shown"),
+    Metric("frames_lost", "of them, never arrived whole"),
+    Metric("frames_late", "of them, arrived whole after their slot"),
+    Metric("frames_undecodable", "of them, in time but a frame they are decoded from not"),
+    Metric("startup_mean_ms", "mean startup (join request to first frame shown)", "ms"),
+    Metric("startup_max_ms", "slowest viewer's startup", "ms"),
+    Metric("startups_under_1s", "viewers that started within 1 s"),
+    Metric("first_frame_mean_ms", "mean time from join request to the first whole frame", "ms"))
+
+
 def playout_metrics(shown: Iterable[Playout]) -> dict[str, float]:
     """The playout columns of a run's row from its viewers' playouts (:data:`PLAYOUT_METRICS`):
     the views that never stalled or froze (a view that never showed a frame is not one), the
@@ -274,24 +295,3 @@ def playout_metrics(shown: Iterable[Playout]) -> dict[str, float]:
             "startup_max_ms": max(startups, default=float("nan")),
             "startups_under_1s": sum(startup < 1e3 for startup in startups),
             "first_frame_mean_ms": statistics.fmean(firsts) if firsts else float("nan")}
-
-
-# What became of a frame a player watched (experiments.playout), as its columns name it.
-FRAME_FATES = ("watched", "shown", "lost", "late", "undecodable")
-PLAYOUT_METRICS = (
-    Metric("stall_free_viewers", "viewers whose playout never stalled or froze"),
-    Metric("stalls", "stalls (nothing due in the buffer), all viewers"),
-    Metric("stall_ms", "time stalled, all viewers together", "ms"),
-    Metric("freezes", "freezes (picture held until an I frame shows), all viewers"),
-    Metric("freeze_ms", "time frozen, all viewers together", "ms"),
-    Metric("watch_ms", "time watched, first frame shown to the last, all viewers", "ms"),
-    Metric("freeze_share_pct", "time frozen of the time watched", "%"),
-    Metric("frames_watched", "frames from each viewer's first shown to its last whole"),
-    Metric("frames_shown", "of them, shown"),
-    Metric("frames_lost", "of them, never arrived whole"),
-    Metric("frames_late", "of them, arrived whole after their slot"),
-    Metric("frames_undecodable", "of them, in time but a frame they are decoded from not"),
-    Metric("startup_mean_ms", "mean startup (join request to first frame shown)", "ms"),
-    Metric("startup_max_ms", "slowest viewer's startup", "ms"),
-    Metric("startups_under_1s", "viewers that started within 1 s"),
-    Metric("first_frame_mean_ms", "mean time from join request to the first whole frame", "ms"))
