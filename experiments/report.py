@@ -17,7 +17,7 @@ from scipy import stats
 from edgebed.files import atomic_output, atomic_write
 
 from experiments.sweeps.experiment import Experiment, PaperEntry, Sweep
-from experiments.sweeps.kinds import Claim, Kind, Table, TimeFigure
+from experiments.sweeps.kinds import FIDELITY, Claim, Kind, Table, TimeFigure
 from experiments.sweeps.runner import RESULTS, read_results
 
 GROUP = ["sweep", "parameter", "value", "policy"]
@@ -45,12 +45,14 @@ class Headline:
 
 @dataclass(frozen=True)
 class Report:
-    """What :func:`write` made: the report's path, the headlines, and how many rows of
-    ``results.csv`` belong to no cell of this experiment."""
+    """What :func:`write` made: the report's path, the headlines, how many rows of
+    ``results.csv`` belong to no cell of this experiment, and how many runs (cells) the
+    fidelity monitor did not pass."""
 
     path: Path
     headlines: list[Headline]
     left_out: int
+    unfaithful: int = 0
 
 
 def cell_means(experiment: Experiment, results: pd.DataFrame) -> pd.DataFrame:
@@ -302,7 +304,8 @@ def _parameter_label(kind: Kind, parameter: str) -> str:
 def write(experiment: Experiment, out: Path, *, plots: bool = True) -> Report:
     """``summary.csv``, ``plots/`` (unless not ``plots``) and ``report.md`` in ``out`` from
     ``out``/results.csv. A metric the kind has but results.csv lacks (its rows were measured
-    before the kind had it) is missing in every row: "n/a" in the tables."""
+    before the kind had it) is missing in every row: "n/a" in the tables. An emulated kind's
+    runs without a clean fidelity verdict are left out of every figure and counted apart."""
     kind = experiment.kind
     results = read_results(out / RESULTS, kind)
     for metric in kind.metrics:
@@ -311,6 +314,8 @@ def write(experiment: Experiment, out: Path, *, plots: bool = True) -> Report:
     cell_ids = {cell.id for cell in experiment.cells()}
     current = results["cell"].isin(cell_ids)
     results = results[current]
+    flagged = unfaithful_runs(kind, results)
+    results = results[~results["cell"].isin(flagged["cell"])]
     cells = cell_means(experiment, results)
     summary = summarize(cells, [metric.name for metric in kind.metrics])
     with atomic_output(out / "summary.csv", newline="") as stream:
@@ -322,9 +327,36 @@ def write(experiment: Experiment, out: Path, *, plots: bool = True) -> Report:
             plot_time_figure(figure, out / "plots", experiment.name)
     found = headlines(experiment, cells)
     text = _markdown(experiment, results, summary, found, len(cell_ids), int((~current).sum()),
-                     figures)
+                     figures, flagged)
     atomic_write(out / "report.md", text)
-    return Report(out / "report.md", found, int((~current).sum()))
+    return Report(out / "report.md", found, int((~current).sum()), len(flagged))
+
+
+def unfaithful_runs(kind: Kind, results: pd.DataFrame) -> pd.DataFrame:
+    """The runs (one row per cell: sweep, parameter, value, policy, repetition, cell) of an
+    emulated kind whose fidelity verdict is not clean, a missing verdict included; none for a
+    kind that builds no network."""
+    keys = [*GROUP, "repetition", "cell"]
+    if not kind.emulated:
+        return results.iloc[:0][keys]
+    return results.loc[results[FIDELITY.name] != 1, keys].drop_duplicates("cell")
+
+
+def _unfaithful_section(results: pd.DataFrame, flagged: pd.DataFrame) -> list[str]:
+    """How many runs of each sweep value and policy the fidelity monitor did not pass, beside
+    the runs kept."""
+    keys = ["sweep", "value", "policy"]
+    kept = results.drop_duplicates("cell").groupby(keys, sort=False).size()
+    left = flagged.groupby(keys, sort=False).size()
+    rows = [[*key, str(count), str(count + int(kept.get(key, 0)))]
+            for key, count in left.items()]
+    use = ("every figure of this report is from the other runs" if len(kept)
+           else "this report has no run to show")
+    return ["## Runs left out", "",
+            f"{len(flagged)} of {len(flagged) + int(kept.sum())} "
+            "runs have no clean fidelity verdict (the monitor flagged them, or they recorded "
+            f"none): {use}.", "",
+            markdown_table(["sweep", "value", "policy", "runs left out", "of runs"], rows), ""]
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
@@ -336,7 +368,7 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
 
 def _markdown(experiment: Experiment, results: pd.DataFrame, summary: pd.DataFrame,
               found: list[Headline], cells: int, left_out: int,
-              figures: list[TimeFigure] = ()) -> str:
+              figures: list[TimeFigure] = (), flagged: pd.DataFrame | None = None) -> str:
     kind = experiment.kind
     base = experiment.base.model_dump(mode="json")
     parts = [f"# {experiment.name}", "", kind.about, ""]
@@ -367,6 +399,8 @@ def _markdown(experiment: Experiment, results: pd.DataFrame, summary: pd.DataFra
     if left_out:
         parts += [f"{left_out} rows of `results.csv` belong to cells not in this experiment "
                   "(other parameters, or a fuller run) and are left out.", ""]
+    if flagged is not None and len(flagged):
+        parts += _unfaithful_section(results, flagged)
     if found:
         parts += _headline_section(experiment, found)
     remarks = kind.remarks(results)

@@ -55,6 +55,11 @@ class Metric:
         return f"{self.label} ({self.unit})" if self.unit else self.label
 
 
+# An emulated run's fidelity verdict (experiments.fidelity), 1 when clean: a report keeps
+# only the clean runs of an emulated kind (experiments.report).
+FIDELITY = Metric("fidelity_ok", "runs the fidelity monitor passed")
+
+
 @dataclass(frozen=True)
 class Claim:
     """A result the paper reports, as a comparison ours can be measured by on one sweep:
@@ -182,6 +187,11 @@ class Kind:
     emulated: bool = False
     texts: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        if self.emulated and FIDELITY not in self.metrics:
+            raise ValueError(f"kind {self.name}: an emulated kind's rows carry the fidelity "
+                             f"verdict ({FIDELITY.name}), or no report could keep its runs")
+
     def metric(self, name: str) -> Metric:
         return next(metric for metric in self.metrics if metric.name == name)
 
@@ -239,10 +249,11 @@ def measured_run(variables: Callable[[Cell], Mapping[str, str]],
                  ) -> Callable[[Cell], list[dict[str, object]]]:
     """A kind's ``run`` when each cell is one :func:`emulated_run` of its parameters'
     ``scenario`` for their ``duration`` under their ``runs_dir``, with the scenario variables
-    ``variables(cell)``, and its one row is ``measure(run_dir)``."""
+    ``variables(cell)``, and its one row is ``measure(run_dir)`` with the run's fidelity
+    verdict."""
     def run(cell: Cell) -> list[dict[str, object]]:
         parameters = cell.parameters
-        run_dir, _ = emulated_run(cell, parameters.scenario, parameters.duration,
-                                  parameters.runs_dir, variables(cell))
-        return [measure(run_dir)]
+        run_dir, summary = emulated_run(cell, parameters.scenario, parameters.duration,
+                                        parameters.runs_dir, variables(cell))
+        return [measure(run_dir) | {FIDELITY.name: int(summary["fidelity"]["ok"])}]
     return run

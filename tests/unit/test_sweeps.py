@@ -18,7 +18,7 @@ from experiments import report
 from experiments.kinds.live_edge import model as live_edge
 from experiments.cli import main
 from experiments.sweeps import experiment as experiments
-from experiments.sweeps.kinds import Claim, Kind, Metric
+from experiments.sweeps.kinds import FIDELITY, Claim, Kind, Metric
 from experiments.sweeps.runner import RESULTS, read_results, run
 from topologies.problems import ScenarioInvalid
 
@@ -364,6 +364,46 @@ def test_the_report_leaves_out_rows_of_other_cells(fake, tmp_path):
     written = report.write(quick, tmp_path)
     assert written.left_out == 2 * (len(list(fake.cells())) - len(list(quick.cells())))
     assert "quick run" in written.path.read_text()
+
+
+def emulated_fake_run(cell):
+    """:func:`fake_run` as an emulated kind's: the monitor flags repetition 1 of policy p at
+    x = 4, and its y is far off, so a report that kept it would show it."""
+    flagged = cell.policy == "p" and cell.repetition == 1 and cell.parameters.x == 4
+    return [row | {"y": 1000.0 if flagged else row["y"], FIDELITY.name: int(not flagged)}
+            for row in fake_run(cell)]
+
+
+def test_an_emulated_report_leaves_out_and_counts_the_runs_the_monitor_flagged(monkeypatch,
+                                                                               tmp_path):
+    kind = dataclasses.replace(FAKE, run=emulated_fake_run, emulated=True,
+                               metrics=(*FAKE.metrics, FIDELITY))
+    register_fake(monkeypatch, kind)
+    tiny = experiments.loads(FAKE_FILE, "tiny.yaml")
+    run(tiny, tmp_path)
+    written = report.write(tiny, tmp_path)
+    assert written.unfaithful == 1
+    summary = pd.read_csv(tmp_path / "summary.csv", dtype={"value": str})
+    kept = summary[(summary["value"] == "4") & (summary["policy"] == "p")
+                   & (summary["metric"] == "y")].iloc[0]
+    # Repetitions 0 and 2 of y = 2x + repetition at x = 4: 8 and 10.
+    assert (kept["n"], kept["mean"]) == (2, 9.0)
+    text = written.path.read_text()
+    assert "1 of 21 runs have no clean fidelity verdict" in text
+    assert "| along-x | 4 | p | 1 | 3 |" in text
+
+
+def test_a_run_without_a_verdict_is_left_out_and_an_emulated_kind_must_carry_one(monkeypatch,
+                                                                                tmp_path):
+    with pytest.raises(ValueError, match="fidelity verdict"):
+        dataclasses.replace(FAKE, emulated=True)
+    kind = dataclasses.replace(FAKE, emulated=True, metrics=(*FAKE.metrics, FIDELITY))
+    register_fake(monkeypatch, kind)
+    tiny = experiments.loads(FAKE_FILE, "tiny.yaml")
+    run(tiny, tmp_path)  # fake_run records no verdict
+    written = report.write(tiny, tmp_path)
+    assert written.unfaithful == len(list(tiny.cells())) == 21
+    assert "21 of 21 runs have no clean fidelity verdict" in written.path.read_text()
 
 
 # The live_edge_model cell runner

@@ -34,7 +34,7 @@ from controller.policies.ai_access.resources import LoadWeights, Measurement, Se
 from controller.policy import Policy, Server
 from controller.view import NetworkView
 from experiments.measurements import read_table
-from experiments.sweeps.kinds import Cell, Kind, Metric, RunSummary, emulated_run
+from experiments.sweeps.kinds import FIDELITY, Cell, Kind, Metric, RunSummary, emulated_run
 
 RECEIVER = "ai_receiver"
 TERMINAL = "ai_terminal"
@@ -273,7 +273,7 @@ def cell_figures(run_dir: Path, summary: dict, settle: float, duration: float
         "prediction_error": error, "persistence_error": persistence,
         "response_ms": statistics.median(responses) if responses else None,
         "response_max_ms": max(responses, default=None),
-        "fidelity_ok": int(summary["fidelity"]["ok"])}
+        FIDELITY.name: int(summary["fidelity"]["ok"])}
 
 
 def run_cell(cell: Cell) -> list[dict[str, object]]:
@@ -303,7 +303,7 @@ METRICS = (Metric("loss", "first copies lost, all servers", "fraction"),
                                  "median over the joins", "ms"),
            Metric("response_max_ms", "access response time at the terminals, slowest join",
                   "ms"),
-           Metric("fidelity_ok", "runs the fidelity monitor passed"))
+           FIDELITY)
 
 ABOUT = """\
 Each cell is one emulated run of `topologies/ai_access/ai_access.yaml` (real packets on a Mininet network,

@@ -28,7 +28,7 @@ from scipy import stats
 from agents.bloom_cdn.bloom_cdn_node import STRATEGIES
 from controller.policies.bloom_cdn import model
 from experiments.measurements import host_addresses, read_table
-from experiments.sweeps.kinds import Cell, Kind, Metric, edgebed_run, emulated_run
+from experiments.sweeps.kinds import FIDELITY, Cell, Kind, Metric, edgebed_run, emulated_run
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = "topologies/bloom_cdn/bloom_cdn.yaml"
@@ -190,7 +190,7 @@ def run_cell(cell: Cell) -> list[dict[str, object]]:
                                                   hops=figures["mean_hops"]),
                              p.hit_rate, reading=READING)
     return [figures | {"theory_nominal_ms": nominal.mean * 1e3,
-                       "fidelity_ok": int(summary["fidelity"]["ok"])}]
+                       FIDELITY.name: int(summary["fidelity"]["ok"])}]
 
 
 METRICS = (
@@ -213,7 +213,7 @@ METRICS = (
     Metric("sync_bytes_per_request", "filter update bytes on the wire per request", "B"),
     Metric("requests", "requests sent"),
     Metric("timeouts", "requests unanswered"),
-    Metric("fidelity_ok", "runs the fidelity monitor passed"),
+    FIDELITY,
 )
 
 ABOUT = """\

@@ -17,7 +17,7 @@ from experiments.kinds.dispatch.emulation_measures import (
     STALL_S, STARTUP_GOAL, measure)
 from experiments.kinds.dispatch.emulation_remarks import remarks
 from experiments.report import CONFIDENCE
-from experiments.sweeps.kinds import Cell, Constant, Kind, Metric, measured_run
+from experiments.sweeps.kinds import FIDELITY, Cell, Constant, Kind, Metric, measured_run
 
 
 class Parameters(BaseModel):
@@ -107,13 +107,13 @@ METRICS = (Metric("misplaced_by_database", "viewers the database placed abroad")
            Metric("playout_lag_mean_ms", "mean lag of the player behind the source", "ms"),
            Metric("viewers_served", "viewers served"),
            Metric("viewers", "viewers in the scenario"),
-           Metric("fidelity_ok", "runs the fidelity monitor passed"),
+           FIDELITY,
            Metric("network_kept_up", "runs whose wires kept time and emulator-made loss "
                   "stayed within its limit"))
 PLOTS = ("misplaced_by_database", "served_abroad", "access_rtt_ms",
          "cross_border_node_loss_pct", "poor_viewers", "delay_p50_ms", "failover_gap_ms",
          "failover_frames_lost", "failover_valid", "failover_reroute_ms",
-         "stall_free_viewers", "stalls", "stall_ms", "freeze_share_pct", "startup_mean_ms",
+         "uninterrupted_viewers", "stalls", "stall_ms", "freeze_share_pct", "startup_mean_ms",
          "startup_max_ms", "startups_under_1s", "first_frame_mean_ms", "early_stall_viewers",
          "cached_kbytes", "playout_lag_mean_ms", "viewers_served")
 

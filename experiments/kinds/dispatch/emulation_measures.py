@@ -215,7 +215,7 @@ def measure(run_dir: Path) -> dict[str, float]:
             "failover_ingest_wait_ms": 1e3 * cut.ingest_wait_s,
             "failover_reroute_ms": 1e3 * rerouted_after(run_dir),
             **playout_metrics(shown), **gop_cache_costs(run_dir, playouts),
-            "viewers": len(viewers), "fidelity_ok": int(summary["fidelity"]["ok"]),
+            "viewers": len(viewers),
             "network_kept_up": int(network_kept_up(summary))}
 
 
@@ -252,7 +252,7 @@ def early_stall_viewers(shown: Iterable[Playout]) -> int:
 # What became of a frame a player watched (experiments.playout), as its columns name it.
 FRAME_FATES = ("watched", "shown", "lost", "late", "undecodable")
 PLAYOUT_METRICS = (
-    Metric("stall_free_viewers", "viewers whose playout never stalled or froze"),
+    Metric("uninterrupted_viewers", "viewers whose playout never stalled or froze"),
     Metric("stalls", "stalls (nothing due in the buffer), all viewers"),
     Metric("stall_ms", "time stalled, all viewers together", "ms"),
     Metric("freezes", "freezes (picture held until an I frame shows), all viewers"),
@@ -282,7 +282,7 @@ def playout_metrics(shown: Iterable[Playout]) -> dict[str, float]:
               if p.first_s is not None and p.requested_s is not None]
     freeze_ms = 1e3 * sum(p.freeze_s for p in shown)
     watch_ms = 1e3 * sum(p.watch_s for p in shown)
-    return {"stall_free_viewers": sum(p.shown_s is not None and not p.stalls and not p.freezes
+    return {"uninterrupted_viewers": sum(p.shown_s is not None and not p.stalls and not p.freezes
                                       for p in shown),
             "stalls": sum(p.stalls for p in shown),
             "stall_ms": 1e3 * sum(p.stall_s for p in shown),

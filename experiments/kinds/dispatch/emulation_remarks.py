@@ -29,6 +29,11 @@ def whole(x: float) -> str:
     return "0" if text == "-0" else text
 
 
+def counted(column: pd.Series) -> str:
+    """The sum of a count column over runs, "n/a" when no run measured it."""
+    return "n/a" if column.isna().all() else str(int(column.sum()))
+
+
 def playout_table(results: pd.DataFrame) -> Table:
     """Each policy's views at each swept value, over all its runs: the views that never stalled
     or froze, the stalls and their time, the startups under 1 s and the slowest, the mean time
@@ -39,7 +44,7 @@ def playout_table(results: pd.DataFrame) -> Table:
     for at, policy, group in by_value_and_policy(results):
         recorded = group["startup_max_ms"].notna().any()
         rows.append((at, policy, str(len(group)), str(int(group["viewers"].sum())),
-                     str(int(group["stall_free_viewers"].sum())), str(int(group["stalls"].sum())),
+                     counted(group["uninterrupted_viewers"]), counted(group["stalls"]),
                      whole(group["stall_ms"].sum()),
                      str(int(group["startups_under_1s"].sum())) if recorded else "n/a",
                      whole(group["startup_max_ms"].max()),
@@ -76,8 +81,8 @@ def share_with_interval(values: pd.Series) -> str:
 def freeze_table(results: pd.DataFrame) -> list[Table]:
     """Each policy's views at each swept value, over all its runs: the freezes and their time,
     the share of the time watched frozen and of the frames watched lost (means over the runs
-    with their intervals), and what became of the frames watched; none when the rows have no
-    freezes (measured before the player decoded)."""
+    with their intervals), and what became of the frames watched; none when no row measured
+    freezes."""
     rows = []
     for at, policy, group in by_value_and_policy(results):
         if "freezes" not in group or group["freezes"].isna().all():
@@ -125,10 +130,14 @@ def goals_tables(results: pd.DataFrame) -> list[Table]:
     shares, startups = [], []
     for at, policy, group in by_value_and_policy(results):
         views = int(group["viewers"].sum())
-        for count, goal, what in ((int(group["stall_free_viewers"].sum()), STALL_FREE_GOAL,
-                                   "never stalled or froze"),
-                                  (int(group["startups_under_1s"].sum()), STARTUP_GOAL,
-                                   "started within 1 s")):
+        for column, goal, what in (("uninterrupted_viewers", STALL_FREE_GOAL,
+                                    "never stalled or froze"),
+                                   ("startups_under_1s", STARTUP_GOAL, "started within 1 s")):
+            if group[column].isna().all():
+                shares.append((at, policy, what, "n/a", str(views), "n/a", "n/a",
+                               f"{100 * goal:.0f}%", "not measured"))
+                continue
+            count = int(group[column].sum())
             low, high = (stats.binomtest(count, views).proportion_ci(CONFIDENCE) if views
                          else (0, 1))
             shares.append((at, policy, what, str(count), str(views),

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from controller.policies.dispatch.rooms import Directory, LookupMode
 from experiments.measurements import host_addresses, read_table
 from experiments.report import policy_means, swept_values, versus
-from experiments.sweeps.kinds import Cell, Kind, Metric, measured_run
+from experiments.sweeps.kinds import FIDELITY, Cell, Kind, Metric, measured_run
 
 POLICIES = tuple(mode.value for mode in LookupMode)
 # The centers' regions in the scenario (each dispatch host's region label), and the pairs of
@@ -169,7 +169,8 @@ METRICS = (Metric("lookups_finished", "lookups answered (found, or nowhere)"),
            Metric("over_model_ms_mean", "measured minus model time per lookup, mean", "ms"),
            Metric("within_10ms_share", "lookups within 10 ms of the model", "share"),
            *(Metric(f"rtt_{a}_{b}_ms", f"median round trip between the {a} and {b} centers",
-                    "ms") for a, b in PAIRS))
+                    "ms") for a, b in PAIRS),
+           FIDELITY)
 PLOTS = ("messages_per_lookup", "lookup_ms_mean", "lookup_ms_p95", "retransmissions_per_lookup",
          "fallback_share", "over_model_ms_mean", "within_10ms_share", "lookups_failed")
 LINES = {"messages_per_lookup": "model_messages_per_lookup", "lookup_ms_mean": "model_ms_mean",

@@ -30,7 +30,8 @@ from experiments.kinds.dispatch.emulation_remarks import (freeze_table, goals_ta
 from experiments.measurements import host_addresses, read_table
 from experiments.playout import viewer_playouts
 from experiments.report import against, policy_means, swept_values
-from experiments.sweeps.kinds import Cell, Constant, Kind, Metric, Table, measured_run
+from experiments.sweeps.kinds import (FIDELITY, Cell, Constant, Kind, Metric, Table,
+                                      measured_run)
 
 POLICIES = ("single", "multi")
 ORIGIN = "cn1"  # the media node the scenario's streamer pushes to
@@ -187,10 +188,11 @@ METRICS = (Metric("delay_p50_ms", "viewers' median frame delay from the streamer
            Metric("nodes_serving", "media nodes that served a session"),
            *PLAYOUT_METRICS,
            Metric("viewers_served", "viewers served"),
-           Metric("viewers", "viewers in the room"))
+           Metric("viewers", "viewers in the room"),
+           FIDELITY)
 PLOTS = ("delay_p50_ms", "delay_p95_ms", "frame_loss_pct", "cross_border_mbps",
          "cross_border_pps", "node_hops_mean", "origin_sessions", "node_sessions_max",
-         "nodes_serving", "stall_free_viewers", "stalls", "freeze_share_pct", "startup_mean_ms",
+         "nodes_serving", "uninterrupted_viewers", "stalls", "freeze_share_pct", "startup_mean_ms",
          "first_frame_mean_ms")
 
 FRAME_LOSS_EDGE = Constant("EDGE_S", f"{EDGE_S:g} s", "a viewer's frames count for its frames "

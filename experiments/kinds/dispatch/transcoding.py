@@ -31,7 +31,8 @@ from experiments.kinds.dispatch.rooms import (EDGE_S, FRAME_LOSS_EDGE, ORIGIN,
 from experiments.measurements import host_addresses, network_kept_up, read_table
 from experiments.playout import viewer_playouts
 from experiments.report import against, policy_means
-from experiments.sweeps.kinds import Cell, Constant, Kind, Metric, Table, measured_run
+from experiments.sweeps.kinds import (FIDELITY, Cell, Constant, Kind, Metric, Table,
+                                      measured_run)
 
 POLICIES = ("always", "passive")
 # Frames a node got this close together (s) belong to one stretch of pulling; a longer silence
@@ -161,7 +162,7 @@ def measure(run_dir: Path) -> dict[str, float]:
             "late_freeze_ms": late["freeze_ms"],
             "same_on_transcoder": sum(served.get(v) == transcoder for v in same),
             "same_startup_mean_ms": same_play["startup_mean_ms"],
-            "same_stall_free": same_play["stall_free_viewers"],
+            "same_uninterrupted": same_play["uninterrupted_viewers"],
             "same_freeze_share_pct": same_play["freeze_share_pct"],
             "same_frame_loss_pct": 100 * same_lost / same_of if same_of else float("nan"),
             "same_delay_p50_ms": statistics.fmean(p50s) if p50s else float("nan"),
@@ -190,7 +191,7 @@ METRICS = (Metric("transcoder_mb", "bytes the transcoder pulled from the origin"
            Metric("late_freeze_ms", "its time frozen", "ms"),
            Metric("same_on_transcoder", "same-protocol viewers served by the transcoder"),
            Metric("same_startup_mean_ms", "same-protocol viewers' mean startup", "ms"),
-           Metric("same_stall_free", "same-protocol viewers that never stalled or froze"),
+           Metric("same_uninterrupted", "same-protocol viewers that never stalled or froze"),
            Metric("same_freeze_share_pct", "of their time watched, frozen", "%"),
            Metric("same_frame_loss_pct", "frames same-protocol viewers lost", "%"),
            Metric("same_delay_p50_ms", "same-protocol viewers' median frame delay (mean)",
@@ -199,7 +200,8 @@ METRICS = (Metric("transcoder_mb", "bytes the transcoder pulled from the origin"
            Metric("late_viewers", "viewers of another protocol"),
            Metric("same_viewers", "viewers of the stream's protocol"),
            Metric("network_kept_up", "the emulated network kept up (no wire late, no "
-                  "emulator-made loss over its limit)"))
+                  "emulator-made loss over its limit)"),
+           FIDELITY)
 PLOTS = ("transcoder_mbps", "transcoder_pulling_s", "transcoder_wasted_s", "late_startup_ms",
          "late_first_frame_ms", "late_frames_lost", "late_freeze_ms", "same_startup_mean_ms",
          "same_frame_loss_pct", "same_freeze_share_pct")
@@ -295,7 +297,7 @@ def remarks(results: pd.DataFrame) -> list[str | Table]:
                    "rtmp views"),
                   tuple((policy, str(int(runs[policy])), str(sums.loc[policy, "network_kept_up"]),
                          str(sums.loc[policy, "transcoder_started_joins"]),
-                         str(sums.loc[policy, "same_stall_free"]),
+                         str(sums.loc[policy, "same_uninterrupted"]),
                          str(sums.loc[policy, "same_viewers"])) for policy in POLICIES)),
             model_table(results)]
 

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from experiments.kinds.live_edge.emulation_measures import (placement, placement_text,
                                                             run_totals, viewer_qoe)
 from experiments.kinds.live_edge.emulation_remarks import remarks
-from experiments.sweeps.kinds import Cell, Kind, Metric, emulated_run
+from experiments.sweeps.kinds import FIDELITY, Cell, Kind, Metric, emulated_run
 
 
 class Parameters(BaseModel):
@@ -40,7 +40,7 @@ def run_cell(cell: Cell) -> list[dict[str, object]]:
                                      "EDGEBED_G_SI": f"{parameters.G * 1e-9:g}"})
     rows = viewer_qoe(run_dir)
     placed, unconfirmed = placement(run_dir, rows)
-    return [run_totals(rows) | {"fidelity_ok": int(summary["fidelity"]["ok"]),
+    return [run_totals(rows) | {FIDELITY.name: int(summary["fidelity"]["ok"]),
                                 "unconfirmed": unconfirmed,
                                 "placement": placement_text(placed)}]
 
@@ -52,7 +52,7 @@ METRICS = (Metric("objective_model", "objective, model's prediction"),
            Metric("bitrate_mbps", "mean bitrate decided", "Mbps"),
            Metric("goodput_mbps", "mean goodput measured", "Mbps"),
            Metric("viewers", "viewers served"),
-           Metric("fidelity_ok", "runs the fidelity monitor passed"),
+           FIDELITY,
            Metric("latency_p99_ms", "mean 99th-percentile delay, measured", "ms"),
            Metric("loss", "mean loss of the viewers' streams, measured", "fraction"),
            Metric("unconfirmed", "viewers whose last decision the controller's decisions "

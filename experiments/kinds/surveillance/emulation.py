@@ -31,7 +31,8 @@ from controller.policies.surveillance.load import HEAVY_ABOVE, LoadWeights, Usag
 from controller.policies.surveillance.model import Workload, _mean_cv, draw_trace
 from experiments.measurements import read_table
 from edgebed.files import atomic_write
-from experiments.sweeps.kinds import ROOT, Cell, Kind, Metric, Panel, TimeFigure, emulated_run
+from experiments.sweeps.kinds import (FIDELITY, ROOT, Cell, Kind, Metric, Panel, TimeFigure,
+                                      emulated_run)
 from experiments.kinds.surveillance.model import CLAIMS, METRICS as MODEL_METRICS
 
 CAMERA_HOSTS = ("camA", "camB")
@@ -193,7 +194,7 @@ def cell_figures(run_dir: Path, summary: dict, parameters: Parameters) -> dict[s
                                    / len(streams) if streams else None),
             "cascades": sum(1 for d in depths.values() if d > 0),
             "max_depth": max(depths.values(), default=0),
-            "fidelity_ok": int(summary["fidelity"]["ok"])}
+            FIDELITY.name: int(summary["fidelity"]["ok"])}
 
 
 def scenario_path(cell: Cell) -> Path:
@@ -267,7 +268,7 @@ METRICS = (
     Metric("clients_per_stream", "clients receiving per camera stream received"),
     Metric("cascades", "camera streams cascaded"),
     *model_metrics("max_depth"),
-    Metric("fidelity_ok", "runs the fidelity monitor passed"),
+    FIDELITY,
 )
 
 ABOUT = """\

@@ -108,7 +108,7 @@ def test_a_viewer_stalled_before_the_cut_makes_the_run_invalid(tmp_path):
 
 def test_the_remarks_leave_flagged_runs_out_of_the_means_and_say_why():
     row = dict(sweep="cut", parameter="border_loss_p", value="0.5%", seed=7,
-               stall_free_viewers=6, stalls=0, stall_ms=0.0, startups_under_1s=5,
+               uninterrupted_viewers=6, stalls=0, stall_ms=0.0, startups_under_1s=5,
                startup_max_ms=1200.0, startup_mean_ms=1000.0, first_frame_mean_ms=450.0,
                viewers=6)
     valid = dict(failover_valid=1, failover_wait_before_ms=50.0, failover_ingest_wait_ms=60.0,
@@ -158,12 +158,12 @@ def test_the_verdict_says_whether_hot_standby_is_faster_beyond_the_runs_spread()
 
 
 def test_the_goals_give_the_shares_of_views_against_livenets_and_where_startup_went():
-    def runs(stall_free, started, startup_ms=(900.0, 1100.0), first_ms=(400.0, 350.0)):
+    def runs(uninterrupted, started, startup_ms=(900.0, 1100.0), first_ms=(400.0, 350.0)):
         return pd.DataFrame([dict(sweep="border-loss", parameter="border_loss_p", value="1.5%",
-                                  policy="relay", viewers=6, stall_free_viewers=free,
+                                  policy="relay", viewers=6, uninterrupted_viewers=free,
                                   startups_under_1s=fast, startup_mean_ms=startup,
                                   first_frame_mean_ms=first)
-                             for free, fast, startup, first in zip(stall_free, started,
+                             for free, fast, startup, first in zip(uninterrupted, started,
                                                                     startup_ms, first_ms)])
     shares, startup = goals_tables(runs((6, 5), (6, 6)))
     # 11 of 12 is 92%, under 98%; 12 of 12 meets 95% though its interval reaches down to 74%.
@@ -179,7 +179,7 @@ def test_the_goals_give_the_shares_of_views_against_livenets_and_where_startup_w
     # no account of it.
     [shares] = goals_tables(pd.DataFrame([dict(sweep="s", parameter="p", value="0",
                                                policy="relay", viewers=50,
-                                               stall_free_viewers=49, startups_under_1s=47,
+                                               uninterrupted_viewers=49, startups_under_1s=47,
                                                startup_mean_ms=float("nan"),
                                                first_frame_mean_ms=float("nan"))]))
     assert shares.rows == (
@@ -205,7 +205,7 @@ def test_the_playout_columns_count_views_from_what_each_viewer_got():
     columns = playout_metrics([steady, late, frozen, no_key])
     assert (late.stalls, late.stall_s, late.freezes) == (1, pytest.approx(0.2), 0)
     # Neither stalled nor froze: steady alone (a view never shown is not stall-free).
-    assert columns["stall_free_viewers"] == 1
+    assert columns["uninterrupted_viewers"] == 1
     assert (columns["stalls"], columns["stall_ms"]) == (1, pytest.approx(200))
     assert (columns["freezes"], columns["freeze_ms"]) == (1, pytest.approx(1600))
     # Watched: steady 8 s, late 150 frames (6 s) and its 0.2 s stall, frozen 8 s.
@@ -217,7 +217,7 @@ def test_the_playout_columns_count_views_from_what_each_viewer_got():
     assert columns["startup_mean_ms"] == pytest.approx((800 + 2100 + 800) / 3)
     # First whole frames: 0.3 s, 0.4 s, 0.3 s and 0.14 s after the joins.
     assert columns["first_frame_mean_ms"] == pytest.approx((300 + 400 + 300 + 140) / 4)
-    assert playout_metrics([])["stall_free_viewers"] == 0
+    assert playout_metrics([])["uninterrupted_viewers"] == 0
     # Stalls right after startup (what a GOP cache's burst could cause): late's comes 4 s
     # after its first frame showed, a view whose frames from 60 on are 0.7 s late 0.4 s after.
     early = playout(frames(range(20, 200), lambda n: 0.8 if n >= 60 else 0.1), 25, 0.5,

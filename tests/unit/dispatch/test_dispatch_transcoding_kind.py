@@ -72,7 +72,7 @@ def test_the_remarks_put_always_on_against_passive_and_the_model():
         row = {m.name: 1.0 for m in METRICS}
         row.update(policy=policy, value="7", parameter="late_join",
                    transcoder_pulling_s=pulling, transcoder_wasted_s=wasted,
-                   transcoder_started_joins=started, same_stall_free=3, same_viewers=3,
+                   transcoder_started_joins=started, same_uninterrupted=3, same_viewers=3,
                    network_kept_up=1)
         rows += [row, row]
     [compared, counts, model] = remarks(pd.DataFrame(rows))
