@@ -9,7 +9,8 @@ import re
 import socket
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Optional
+from dataclasses import dataclass
+from typing import Any, Optional
 
 from pydantic import BaseModel, Field
 
@@ -22,6 +23,10 @@ from topologies.naming import MANAGEMENT_INTERFACE
 TIMEOUT = 0.5
 TRIES = 4
 PUSHED = 1024
+# Receive buffer of a client that asks many things at once: a burst of hundreds of decisions
+# coming back must not overflow the default of ~200 KiB.
+BURST_BUFFER = 4 * 1024 * 1024
+SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
 
 
 class ControlError(Exception):
@@ -31,6 +36,20 @@ class ControlError(Exception):
 
 class ControlTimeout(ControlError, TimeoutError):
     """No reply to a request after the last try."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What came of one request of an exchange: the controller's ``reply`` or the ``error``
+    that stands for it, when the request was first sent (``requested_ns``, CLOCK_REALTIME,
+    comparable with the other hosts' tables), how long its answer took (``response_ns``, on
+    the monotonic clock; None: none came) and how many times it was sent."""
+
+    reply: protocol.Message | None
+    error: ControlError | None
+    requested_ns: int
+    response_ns: int | None
+    sends: int
 
 
 class ControlClient:
@@ -82,9 +101,23 @@ class ControlClient:
         """Ask for ``service``; the flow is ``node/service`` (``node/service:port``) unless
         named. With ``port`` the flow is only what this host sends from that transport port,
         steered apart from its other flows (one host standing for many terminals)."""
-        return self._request(protocol.Join, (protocol.Decision, protocol.Rejected),
-                             node=self._own_node(), service=service, port=port, flow=flow,
-                             demand=demand, bitrates=tuple(bitrates))
+        return self._request(protocol.Join, JOIN_REPLIES, node=self._own_node(),
+                             service=service, port=port, flow=flow, demand=demand,
+                             bitrates=tuple(bitrates))
+
+    def join_all(self, joins: Sequence[Mapping[str, Any]]) -> list[Answer]:
+        """Ask for every join of ``joins`` (each the keyword arguments of :meth:`join`) at
+        once: every request is sent before any answer is awaited, so that they reach the
+        controller together and are decided in one call, and those left unanswered are sent
+        again together. The answers, in the order of ``joins``."""
+        try:
+            self._sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, BURST_BUFFER)
+        except PermissionError:
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, BURST_BUFFER)
+        requests = [self._message(protocol.Join, node=self._own_node(),
+                                  **{**join, "bitrates": tuple(join.get("bitrates", ()))})
+                    for join in joins]
+        return self._exchange(requests, JOIN_REPLIES)
 
     def leave(self, flow: str, tries: int | None = None) -> protocol.Ack | protocol.Rejected:
         """Say that ``flow`` ended, so that the controller releases its placement; ``tries``
@@ -149,42 +182,61 @@ class ControlClient:
             raise ValueError("this ControlClient was made without node=...")
         return self.node
 
-    def _request(self, kind: type[protocol.Message], expected: tuple[type, ...],
-                 tries: int | None = None, **fields) -> protocol.Message:
-        tries = self.tries if tries is None else tries
+    def _message(self, kind: type[protocol.Message], **fields) -> protocol.Message:
+        """A request of ``kind`` with the next id."""
         request = kind(id=self._next_id, **fields)
         self._next_id = self._next_id % protocol.MAX_ID + 1
-        data = protocol.encode(request)
-        parts: dict[int, protocol.State] = {}
+        return request
+
+    def _request(self, kind: type[protocol.Message], expected: tuple[type, ...],
+                 tries: int | None = None, **fields) -> protocol.Message:
+        [answer] = self._exchange([self._message(kind, **fields)], expected, tries)
+        if answer.error is not None:
+            raise answer.error
+        return answer.reply
+
+    def _exchange(self, requests: Sequence[protocol.Message], expected: tuple[type, ...],
+                  tries: int | None = None) -> list[Answer]:
+        """Send ``requests`` and gather their replies; those unanswered after a wait are sent
+        again (the wait doubling each time), ``tries`` sends at most. The answers in the
+        order of ``requests``."""
+        tries = self.tries if tries is None else tries
+        waiting = {request.id: request for request in requests}
+        data = {request.id: protocol.encode(request) for request in requests}
+        parts: dict[int, dict[int, protocol.State]] = collections.defaultdict(dict)
+        sent: dict[int, tuple[int, int]] = {}  # id -> first send (realtime, monotonic ns)
+        answers: dict[int, Answer] = {}
         wait = self.timeout
         self._refused = False
-        for _ in range(tries):
-            self._send(data)
+        for send in range(1, tries + 1):
+            for number in waiting:
+                sent.setdefault(number, (clock.time_ns(), clock.monotonic_ns()))
+                self._send(data[number])
             deadline = clock.monotonic() + wait
             wait *= 2
-            while (reply := self._receive(deadline)) is not None:
-                if reply.id != request.id:
+            while waiting and (reply := self._receive(deadline)) is not None:
+                request = waiting.get(reply.id)
+                if request is None:
                     continue  # a pushed message (kept) or a late reply to an earlier request
-                if isinstance(reply, protocol.Error):
-                    raise ControlError(f"controller refused {request.type} #{request.id}: "
-                                       f"{reply.reason}")
-                if not isinstance(reply, expected):
-                    raise ControlError(f"controller answered {request.type} #{request.id} "
-                                       f"with {reply.type}")
-                if not isinstance(reply, protocol.State):
-                    return reply
-                parts[reply.part] = reply
-                if len(parts) == reply.parts:
-                    ordered = [parts[number] for number in sorted(parts)]
-                    return protocol.State(
-                        id=request.id, parts=1,
-                        placements=[p for part in ordered for p in part.placements],
-                        servers=[s for part in ordered for s in part.servers])
+                outcome = _reply_to(request, reply, expected, parts[reply.id])
+                if outcome is None:
+                    continue  # a part of a state still missing others
+                requested_ns, asked_ns = sent[reply.id]
+                answers[reply.id] = Answer(
+                    None if isinstance(outcome, ControlError) else outcome,
+                    outcome if isinstance(outcome, ControlError) else None,
+                    requested_ns, clock.monotonic_ns() - asked_ns, send)
+                del waiting[reply.id]
+            if not waiting:
+                break
         where = "%s:%s" % self.controller
-        raise ControlTimeout(
-            f"no reply from the controller at {where} to {request.type} #{request.id} after "
-            f"{tries} tries over {self.timeout * (2 ** tries - 1):.1f} s"
-            + (" (connection refused: nothing listens there)" if self._refused else ""))
+        for number, request in waiting.items():
+            answers[number] = Answer(None, ControlTimeout(
+                f"no reply from the controller at {where} to {request.type} #{request.id} "
+                f"after {tries} tries over {self.timeout * (2 ** tries - 1):.1f} s"
+                + (" (connection refused: nothing listens there)" if self._refused else "")),
+                sent[number][0], None, tries)
+        return [answers[request.id] for request in requests]
 
     def _send(self, data: bytes) -> None:
         try:
@@ -216,6 +268,30 @@ class ControlClient:
             if message.id == 0 and isinstance(message, (protocol.Decision, protocol.Rejected)):
                 self._pushed.append(message)
             return message
+
+
+JOIN_REPLIES = (protocol.Decision, protocol.Rejected)
+
+
+def _reply_to(request: protocol.Message, reply: protocol.Message, expected: tuple[type, ...],
+              parts: dict[int, protocol.State]) -> protocol.Message | ControlError | None:
+    """What ``reply`` makes of ``request``'s answer: the reply, the error it stands for, or
+    None while a state's ``parts`` gathered so far are not all there."""
+    if isinstance(reply, protocol.Error):
+        return ControlError(f"controller refused {request.type} #{request.id}: "
+                            f"{reply.reason}")
+    if not isinstance(reply, expected):
+        return ControlError(f"controller answered {request.type} #{request.id} "
+                            f"with {reply.type}")
+    if not isinstance(reply, protocol.State):
+        return reply
+    parts[reply.part] = reply
+    if len(parts) < reply.parts:
+        return None
+    ordered = [parts[number] for number in sorted(parts)]
+    return protocol.State(id=request.id, parts=1,
+                          placements=[p for part in ordered for p in part.placements],
+                          servers=[s for part in ordered for s in part.servers])
 
 
 def controller_client(node: str) -> ControlClient | None:

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from agents.control import ControlClient, ControlError
+from agents.control import Answer, ControlClient, ControlError
 from agents.echo import ProbeResult, echo_probes
 from agents.agent import epoch_seconds
 from edgebed import clock, protocol
@@ -154,21 +154,33 @@ class DecisionFollower:
         the decision followed, or None when the controller refused (``refusal``)."""
         try:
             self.control.subscribe()
-            # Timed from the join alone: the subscription is not part of asking for access.
-            requested_ns, asked_ns = clock.time_ns(), clock.monotonic_ns()
-            answer = self.control.join(self.service, demand=self.demand,
-                                       bitrates=tuple(self.bitrates), flow=self.flow,
-                                       port=self.port)
-            self.timing = JoinTiming(requested_ns, clock.monotonic_ns() - asked_ns)
         except ControlError as error:
             self.refusal = str(error)
             return None
-        if isinstance(answer, protocol.Rejected):
-            self.refusal = answer.reason
+        [answer] = self.control.join_all([self.asking])
+        return self.answered(answer)
+
+    @property
+    def asking(self) -> dict:
+        """This flow's join, as :meth:`ControlClient.join_all` takes it (an agent asking for
+        many flows at once, subscribed already, hands each follower its :meth:`answered`)."""
+        return {"service": self.service, "demand": self.demand,
+                "bitrates": tuple(self.bitrates), "flow": self.flow, "port": self.port}
+
+    def answered(self, answer: Answer) -> Followed | None:
+        """Take the controller's answer to this flow's join, timed from the join request alone
+        (the subscription is not part of asking for access): the decision followed, or None
+        when the controller refused (``refusal``)."""
+        if answer.error is not None:
+            self.refusal = str(answer.error)
             return None
-        self.flow = answer.flow
+        self.timing = JoinTiming(answer.requested_ns, answer.response_ns)
+        self.flow = answer.reply.flow
+        if isinstance(answer.reply, protocol.Rejected):
+            self.refusal = answer.reply.reason
+            return None
         self.joined = True
-        return self._follow(answer, self.timing)
+        return self._follow(answer.reply, self.timing)
 
     def leave(self, tries: int | None = LEAVE_TRIES) -> bool:
         """Tell the controller the flow ended, so that it releases the placement (see

@@ -66,6 +66,7 @@ class EdgebedController(ControlHandlers, Records, App):
         self.subscribers: dict[str, tuple] = {}  # node -> control address
         # Joins held back until the control server has drained what arrived with them.
         self.joins: list[tuple] = []  # (message, request, reply)
+        self.joins_since = 0.0  # when the first of them arrived (clock.monotonic())
         self._restore()
         # Appended to: a controller that takes over goes on with its predecessor's rows.
         self.tables = {name: TableWriter(

@@ -56,17 +56,25 @@ class ControlHandlers:
             reply(protocol.Rejected(id=message.id, flow=message.flow,
                                     reason=_reason(f"unknown node {message.node}")))
             return
+        if not self.joins:
+            self.joins_since = clock.monotonic()
         self.joins.append((message, request, reply))
 
-    def decide_joins(self) -> None:
+    def decide_joins(self) -> float | None:
         """Decide the joins that arrived together (:meth:`ControlServer` calls this once it
         has drained them) in one policy call, installed with one barrier per switch and one
         save of the state, then answer each. One pass per burst instead of one per join: a
-        burst costs a policy call and a sync per switch, not one per flow."""
+        burst costs a policy call and a sync per switch, not one per flow. A policy with a
+        ``join_window`` has the joins gathered that long from the first one held: returns the
+        seconds left of it (None: nothing waits)."""
         if not self.joins:
             # Without the lock: only this thread adds joins, and a shutdown holding the lock
             # waits for this thread to end.
-            return
+            return None
+        left = getattr(self.core.policy, "join_window", 0.0) - (clock.monotonic()
+                                                                 - self.joins_since)
+        if left > 0:
+            return left
         with self.lock:
             joins, self.joins = self.joins, []
             try:

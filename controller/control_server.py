@@ -63,10 +63,12 @@ class ControlServer:
     non-blocking but does not close them) with ``handler``, in one thread (:meth:`start`) or
     in the caller's (:meth:`run`). ``drained``, if given, is called once what arrived together
     has been handed to ``handler`` (every ready socket read until empty, or BATCH datagrams
-    each): a handler may hold requests back and answer them there, all in one pass."""
+    each): a handler may hold requests back and answer them there, all in one pass. It returns
+    None, or the seconds after which it is to be called again though nothing more arrives (a
+    handler that gathers requests for a while before answering them together)."""
 
     def __init__(self, sockets: list[socket.socket], handler: Handler,
-                 drained: Callable[[], None] | None = None):
+                 drained: Callable[[], float | None] | None = None):
         self.sockets = list(sockets)
         self.handler = handler
         self.drained = drained
@@ -97,14 +99,16 @@ class ControlServer:
         """Serve until :meth:`stop`."""
         logger.info("control protocol on %s",
                     ", ".join("%s:%s" % sock.getsockname()[:2] for sock in self.sockets))
+        again = None  # when ``drained`` asked to be called again (seconds from now)
         try:
             while not self._stopping.is_set():
-                for key, _ in self._selector.select():
+                for key, _ in self._selector.select(clock.real_timeout(again)):
                     if key.fileobj is not self._wake_receiver:
                         self._drain(key.fileobj)
+                again = None
                 if self.drained is not None and not self._stopping.is_set():
                     try:
-                        self.drained()
+                        again = self.drained()
                     except Exception:
                         self._count("handler_errors")
                         logger.exception("control handler failed after a batch")

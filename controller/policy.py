@@ -276,7 +276,12 @@ class Policy(Protocol):
     ``on_load`` says what a load report that the controller accepts makes it do:
     ``"rebalance"`` asks the policy with no new requests (it may migrate placed flows),
     ``"redecide"`` decides every placed flow again as a new period does, ``"nothing"`` only
-    keeps the report for the next decision (the default for a policy that does not say)."""
+    keeps the report for the next decision (the default for a policy that does not say).
+
+    ``join_window`` (seconds; optional, 0 for a policy that does not say) is how long the
+    controller gathers joins from the first one waiting before it decides them in one call: a
+    policy that matches a batch of requests as a whole sees the requests sent together as one
+    batch, though the first of them reaches the controller alone."""
 
     name: str
     on_load: OnLoad

@@ -30,7 +30,8 @@ TABLES = {
     "gpu_handoffs": ai_gpu.TABLES["gpu_handoffs"],
     # One row per AI data unit whose outcome is known.
     "ai_units": ("node", "agent", "stream", "unit", "fragments", "received", "missing_at_end",
-                 "nacks_sent", "retransmissions_received", "complete", "completion_ms"),
+                 "nacks_sent", "retransmissions_received", "complete", "completion_ms",
+                 "completed_s"),
     # One row per receive port and load report: what the report said and what the period saw.
     "ai_load": ("node", "agent", "time_s", "port", "bw_in_bps", "memory_bytes", "cpu",
                 "received", "over_budget"),
@@ -257,7 +258,9 @@ class AiReceiver:
         missing = arrival.fragments - arrival.received
         self.agent.row("ai_units", receiving.stream, arrival.unit, arrival.fragments,
                        arrival.received, missing, arrival.nacks_sent, arrival.retransmissions,
-                       int(complete), completion_ms)
+                       int(complete), completion_ms,
+                       epoch_seconds(arrival.completed_ns) if arrival.completed_ns is not None
+                       else None)
         self.written.append(UnitOutcome(arrival.fragments, missing, complete, completion_ms))
         receiving.rows += 1
         receiving.last_written = max(receiving.last_written, arrival.unit)

@@ -14,11 +14,11 @@ from typing import Optional
 
 from pydantic import Field, model_validator
 
-from agents.agent import Agent, AgentParams, NodeRef
+from agents.agent import Agent, AgentParams, NodeRef, epoch_seconds
 from agents.flows import MalformedLog
 from agents.pacing import WAKE_EARLY_NS, Pacer
 from agents.sockets import DATAGRAM_BUFFER, POLL_S, listen, receive
-from agents.control import ControlClient, controller_client
+from agents.control import ControlClient, ControlError, controller_client
 from agents.follower import FOLLOWER_TABLES, DecisionFollower, Followed
 from agents.ai_access.formats import AI_DATA, AI_NACK
 from agents.wire import MAGIC, VERSION, pack_u16_list, unpack_u16_list
@@ -30,6 +30,9 @@ TABLES = {
     # One row per AI data unit sent.
     "ai_units_sent": ("node", "agent", "stream", "unit", "fragments", "sent", "retransmitted",
                       "nacks_received"),
+    # One row per flow that asked the controller for access: its join and the answer.
+    "ai_joins": ("node", "agent", "stream", "flow", "requested_s", "response_ms", "sends",
+                 "server", "port", "refusal"),
 }
 
 DATA_PORT = 6100
@@ -107,6 +110,11 @@ class Params(UnitTiming):
     service: Optional[protocol.Name] = Field(None, description="join this controller service "
                                                               "for each flow and follow its "
                                                               "decisions")
+    join_together: bool = Field(False, description="send every flow's join at once (one "
+                                                   "batch the controller decides together), "
+                                                   "the flows' starts spread over one packet "
+                                                   "gap; default: one flow after the other, "
+                                                   "their starts spread over a period")
     unit_bytes: Size = Field(SPEC_FRAGMENTS * SPEC_FRAGMENT_PAYLOAD,
                             description="bytes of one AI data unit (the spec's 672 KB)")
     fragment_payload: int = Field(SPEC_FRAGMENT_PAYLOAD, ge=1, le=MAX_FRAGMENT_PAYLOAD,
@@ -303,24 +311,60 @@ class Terminal:
 
     def join(self) -> None:
         """Each flow's destination: joined through the controller (``service``), or ``to``."""
-        for stream, sender in list(self.senders.items()):
-            if self.params.service is None or self.control is None:
+        if self.params.service is None or self.control is None:
+            for sender in self.senders.values():
                 sender.aim(None)
-                continue
-            sender.follower = DecisionFollower(
-                self.control, self.params.service, demand=self.params.demand,
-                port=sender.source_port, probe=None)
-            decision = sender.follower.join()
-            if decision is None:
-                self.refused[stream] = sender.follower.refusal
-                continue
-            sender.aim(decision)
-        # The flows start their schedules now that every one knows where to send.
+        else:
+            for sender in self.senders.values():
+                sender.follower = DecisionFollower(
+                    self.control, self.params.service, demand=self.params.demand,
+                    port=sender.source_port, probe=None)
+            if self.params.join_together:
+                self._join_together()
+            else:
+                for sender in self.senders.values():
+                    self._joined(sender, sender.follower.join())
+        # The flows start their schedules now that every one knows where to send, spread over
+        # a period; a batch's over one packet gap, so that no flow starts a period late and
+        # no two flows' packets fall due at the same instant.
         start_ns = clock.monotonic_ns()
+        spread = round(self.params.gap_ns(self.params.fragments) if self.params.join_together
+                       else self.params.period_ns) // len(self.senders)
         for index, sender in enumerate(self.senders.values()):
-            sender.first_opens_ns = start_ns + index * self.params.period_ns // len(self.senders)
+            sender.first_opens_ns = start_ns + index * spread
             if sender.destination is not None:
                 sender.open(0)
+
+    def _join_together(self) -> None:
+        """Every flow's join in one exchange: subscribed first, then all sent at once."""
+        senders = list(self.senders.values())
+        try:
+            self.control.subscribe()
+        except ControlError as error:
+            for sender in senders:
+                sender.follower.refusal = str(error)
+                self._joined(sender, None)
+            return
+        answers = self.control.join_all([sender.follower.asking for sender in senders])
+        for sender, answer in zip(senders, answers):
+            self._joined(sender, sender.follower.answered(answer), answer.sends)
+
+    def _joined(self, sender: StreamSender, decision: Followed | None,
+                sends: int | None = None) -> None:
+        """Aim ``sender`` where its join's ``decision`` says (None: it was refused, and does
+        not send) and write the join's row."""
+        follower = sender.follower
+        if decision is None:
+            self.refused[sender.stream] = follower.refusal
+        else:
+            sender.aim(decision)
+        timing = follower.timing
+        self.agent.row("ai_joins", sender.stream, follower.flow,
+                       epoch_seconds(timing.requested_ns) if timing is not None else None,
+                       f"{timing.response_ms:.3f}" if timing is not None else None, sends,
+                       decision.server if decision is not None else None,
+                       sender.destination[1] if sender.destination is not None else None,
+                       follower.refusal)
 
     def follow_decisions(self) -> None:
         """Point each flow where the decisions pushed since the last look send it."""

@@ -42,6 +42,9 @@ class AiAccessParams(PolicyParams):
     flow_memory: float = Field(SPEC_UNIT_MEMORY, gt=0, description="bytes a flow holds when "
                                                                    "its request does not say")
     seed: int = Field(0, description="seed of p2c's draws")
+    join_window: float = Field(0.0, ge=0, le=5, description="seconds the controller gathers "
+                                                            "joins from the first one waiting, "
+                                                            "to decide them as one batch")
 
 
 def server_spec(server: Server) -> ServerSpec:
@@ -98,6 +101,7 @@ class AiAccessPolicy(ModelPolicy):
     def __init__(self, params: AiAccessParams | None = None):
         super().__init__(params)
         self.on_load = "rebalance" if self.params.migrate else "nothing"
+        self.join_window = self.params.join_window
         self.rng = random.Random(self.params.seed)
         self.trackers: dict[str, ServerTracker] = {}
         self.seen: dict[str, float] = {}  # server -> arrival time of its last report taken
