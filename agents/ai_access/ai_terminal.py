@@ -3,6 +3,8 @@ selective retransmission of the fragments the receiver reports lost."""
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 import select
 import socket
@@ -296,6 +298,35 @@ class StreamSender:
                 "lateness": self.pacer.report(self.agent, flow_name(self.stream))}
 
 
+class Timetable:
+    """The flows' next actions, soonest first: a heap, so that choosing the next one costs
+    log n with hundreds of flows, not a look at every flow. A flow planned again supersedes
+    its earlier plan (a NACK changes what it does next); one with no unit open has none."""
+
+    def __init__(self):
+        self._heap: list[tuple[int, int, str, StreamSender]] = []
+        self._plans: dict[StreamSender, int] = {}  # the order number of each flow's plan
+        self._order = itertools.count()
+
+    def __bool__(self) -> bool:
+        return bool(self._plans)
+
+    def plan(self, sender: StreamSender, now_ns: int) -> None:
+        if sender.current is None:
+            self._plans.pop(sender, None)
+            return
+        order = self._plans[sender] = next(self._order)
+        due_ns, kind = sender.next_due(now_ns)
+        heapq.heappush(self._heap, (due_ns, order, kind, sender))
+
+    def first(self) -> tuple[int, str, StreamSender]:
+        """The soonest plan: (when, what, which flow)."""
+        while self._plans.get(self._heap[0][3]) != self._heap[0][1]:
+            heapq.heappop(self._heap)  # superseded
+        due_ns, _, kind, sender = self._heap[0]
+        return due_ns, kind, sender
+
+
 class Terminal:
     """The terminal host's flows, its NACK socket and its control client."""
 
@@ -375,8 +406,10 @@ class Terminal:
             if sender is not None and (changed := sender.follower.take(pushed)) is not None:
                 sender.aim(changed)
 
-    def read_nacks(self) -> None:
-        """Take every NACK waiting on the socket, each to its flow."""
+    def read_nacks(self) -> set[StreamSender]:
+        """Take every NACK waiting on the socket, each to its flow; returns the flows that
+        took one."""
+        took = set()
         while (arrival := receive(self.nacks, self.buffer)) is not None:
             message = memoryview(self.buffer)[:arrival[0]]
             try:
@@ -388,28 +421,30 @@ class Terminal:
                 self.malformed.add(self.nack_port, message)
                 continue
             self.senders[stream].take_nack(unit, fragments)
+            took.add(self.senders[stream])
+        return took
 
     def run(self) -> dict:
         """Send every flow's units until ``units`` are done or the agent stops; returns the
         summary."""
         watched = [self.nacks] + ([self.control] if self.control is not None else [])
+        timetable = Timetable()
+        for sender in self.senders.values():
+            if sender.current is not None:
+                timetable.plan(sender, clock.monotonic_ns())
         try:
-            while not self.agent.stopping:
-                active = [sender for sender in self.senders.values()
-                          if sender.current is not None]
-                if not active:
-                    break
+            while not self.agent.stopping and timetable:
                 now_ns = clock.monotonic_ns()
-                due_ns, kind, sender = min(
-                    ((*sender.next_due(now_ns), sender) for sender in active),
-                    key=lambda event: event[0])
+                due_ns, kind, sender = timetable.first()
                 if due_ns - now_ns > WAKE_EARLY_NS:
                     # Nothing due yet: wait for NACKs and decisions meanwhile.
                     select.select(watched, [], [], clock.real_seconds(
                         min(POLL_S, (due_ns - now_ns - WAKE_EARLY_NS) / 1e9)))
                 else:
                     sender.act(due_ns, kind)
-                self.read_nacks()
+                    timetable.plan(sender, clock.monotonic_ns())
+                for took in self.read_nacks():
+                    timetable.plan(took, clock.monotonic_ns())
                 if self.control is not None:
                     self.follow_decisions()
             for sender in self.senders.values():

@@ -64,6 +64,8 @@ def _from_the_checkout(monkeypatch):
 def _render(path: Path, into: Path) -> tuple[str, str, object]:
     experiment = experiment_module.load(path.relative_to(ROOT))
     shipped = ROOT / experiment.report_directory
+    if not (shipped / "results.csv").exists():
+        pytest.skip(f"{path.relative_to(ROOT)} has not been run: no report to check")
     into.mkdir(parents=True)
     shutil.copy(shipped / "results.csv", into / "results.csv")
     report.write(experiment, into, plots=False)

@@ -1,0 +1,137 @@
+"""A batch of simultaneous access requests (the paper's Table 3, emulated by
+experiments/kinds/ai_access/joins.py): one agent asks for many flows at once
+(:meth:`ControlClient.join_all`), the controller gathers the joins for the policy's
+``join_window`` and decides the batch in one call of the access policy (ADGA's rounds of maximum
+matching over the whole batch), and every join is answered once."""
+
+from __future__ import annotations
+
+import math
+import socket
+import threading
+
+import pytest
+
+from agents.control import ControlClient
+from controller.control_server import ControlServer
+from controller.core import ControllerCore
+from controller.policies import create
+from controller.policies.ai_access.access import adga, grouped_adga
+from controller.policies.ai_access.resources import FlowDemand, Port, ServerLoad, ServerSpec
+from controller.view import NetworkView
+from edgebed import protocol
+from experiments.scenarios import load
+from tests.conftest import ROOT
+
+LOOPBACK = "127.0.0.1"
+HANG_GUARD = 30.0
+SCENARIO = ROOT / "topologies" / "ai_access" / "ai_joins.yaml"
+MB = 1e6
+
+
+def joins_core(policy: str) -> ControllerCore:
+    view = NetworkView.from_scenario(load(str(SCENARIO)))
+    return ControllerCore(view, create(policy, {"flow_memory": 8000, "join_window": 0.1}))
+
+
+@pytest.mark.parametrize("policy", ["ai_lc_capacity", "ai_adga", "ai_adga_grouped"])
+@pytest.mark.parametrize("batch", [40, 500, 600])
+def test_a_batch_of_joins_is_decided_in_one_policy_call_each_once(policy, batch):
+    core = joins_core(policy)
+    demand = 68352.0  # the scenario's flow: 4 packets of 1000 bytes over half a second
+    requests = [core.request_for("t1", "ai", demand, port=40000 + index)
+                for index in range(batch)]
+    outcome = core.place(requests, now=5.0)
+    [trace] = core.take_traces()
+    assert trace.kind == "place" and trace.requests == batch
+    decided = [a.flow for a in outcome.decision.assignments] + [
+        r.flow for r in outcome.decision.rejections]
+    assert sorted(decided) == sorted(request.flow for request in requests)
+    # The scenario's ports take 526 such flows: all of a batch that fits, no more.
+    assert len(outcome.decision.assignments) == min(batch, 526)
+    per_server = {name: sum(server == name for server in outcome.placed.values())
+                  for name in ("ar1", "ar2", "ar3")}
+    assert per_server["ar2"] <= 58  # its one 4 Mbit/s port
+
+
+def server(name: str, *rates: float) -> ServerLoad:
+    return ServerLoad.idle(ServerSpec(name, tuple(Port(f"p{i}", rate)
+                                                  for i, rate in enumerate(rates)), 100 * MB))
+
+
+def test_adga_decides_a_batch_in_rounds_of_one_flow_per_server_every_flow_once():
+    servers = [server("a", 40e6), server("b", 20e6, 20e6), server("c", 40e6)]
+    flows = [FlowDemand(f"f{index}", 68352.0, 8000.0) for index in range(300)]
+    plain = adga(flows, servers)
+    assert plain.rounds == math.ceil(300 / 3)  # room for all: every round matches 3
+    assert sorted([*plain.placed, *plain.rejected]) == sorted(f.flow for f in flows)
+    assert len(plain.granted) == len(plain.placed) == 300
+    grouped = grouped_adga(flows, servers)
+    # Groups of K = ceil(m / n): one round when every server takes its group.
+    assert grouped.rounds < plain.rounds
+    assert sorted([*grouped.placed, *grouped.rejected]) == sorted(f.flow for f in flows)
+
+
+def test_drained_is_called_again_when_it_asks_though_nothing_arrives():
+    calls = []
+    again = threading.Event()
+
+    def drained():
+        calls.append(len(calls))
+        if len(calls) == 3:
+            again.set()
+            return None
+        return 0.01
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind((LOOPBACK, 0))
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+        with ControlServer([sock], lambda message, reply, source: None, drained):
+            sender.sendto(protocol.encode(protocol.Load(node="a", load=1.0, ts=0.0)),
+                          sock.getsockname())
+            assert again.wait(HANG_GUARD)
+    sock.close()
+    assert calls == [0, 1, 2]
+
+
+def batch_controller(sock: socket.socket, batch: int, lose_first: set[int],
+                     batches: list[list[int]]) -> None:
+    """A controller on ``sock`` that gathers joins until ``batch`` distinct ones are there
+    and then rejects each, in one pass; the first send of the joins whose flow number is in
+    ``lose_first`` is lost on the way."""
+    held: dict[int, tuple[protocol.Join, tuple]] = {}
+    lost = set()
+    sock.settimeout(HANG_GUARD)
+    while len(held) < batch:
+        data, source = sock.recvfrom(protocol.MAX_DATAGRAM)
+        join = protocol.decode(data, protocol.TO_CONTROLLER)
+        number = int(join.flow.rsplit("-", 1)[1])
+        if number in lose_first and number not in lost:
+            lost.add(number)
+            continue
+        held[number] = (join, source)
+    batches.append(sorted(held))
+    for join, source in held.values():
+        sock.sendto(protocol.encode(protocol.Rejected(id=join.id, flow=join.flow,
+                                                      reason="full")), source)
+
+
+@pytest.mark.parametrize("lost", [set(), {3, 17}])
+def test_join_all_sends_every_join_at_once_and_gets_each_answer_once(lost):
+    batch, batches = 30, []
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        controller = threading.Thread(target=batch_controller,
+                                      args=(sock, batch, lost, batches), daemon=True)
+        controller.start()
+        with ControlClient(sock.getsockname(), node="t1", timeout=0.2, tries=6) as client:
+            answers = client.join_all([{"service": "ai", "flow": f"t1/ai-{number}",
+                                        "port": number} for number in range(1, batch + 1)])
+        controller.join(HANG_GUARD)
+    assert [answer.reply.flow for answer in answers] == [f"t1/ai-{number}"
+                                                         for number in range(1, batch + 1)]
+    assert all(answer.error is None and answer.reply.type == "rejected"
+               and answer.response_ns >= 0 for answer in answers)
+    # Every join was in the one batch answered; the lost ones were sent again.
+    assert batches == [list(range(1, batch + 1))]
+    assert {number for number, answer in enumerate(answers, 1) if answer.sends > 1} >= lost
