@@ -281,7 +281,12 @@ class Policy(Protocol):
     ``join_window`` (seconds; optional, 0 for a policy that does not say) is how long the
     controller gathers joins from the first one waiting before it decides them in one call: a
     policy that matches a batch of requests as a whole sees the requests sent together as one
-    batch, though the first of them reaches the controller alone."""
+    batch, though the first of them reaches the controller alone.
+
+    ``within_capacity`` (optional, True for a policy that does not say) is False for a
+    baseline that places beyond the servers' capacity by design (ai_access's the paper's least
+    connections): the policy contract then holds it to deciding every request, not to
+    capacity."""
 
     name: str
     on_load: OnLoad

@@ -362,8 +362,8 @@ ALLOCATORS: dict[str, Allocator] = {
     "ai_p2c": power_of_two_choices,
 }
 
-# With the paper's least connections, which places beyond capacity (a controller policy must
-# not: its contract keeps every server within its capacity), for the model.
+# With the paper's least connections, which places beyond capacity: every access algorithm,
+# the model's and the controller's policies (``ai_lc`` says it does not keep within capacity).
 MODEL_ALLOCATORS: dict[str, Allocator] = {
     "ai_lc": lambda flows, loads, weights, rng: least_connections(flows, loads),
     **ALLOCATORS,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
-from controller.policies.ai_access.access import ALLOCATORS, Allocation
+from controller.policies.ai_access.access import ALLOCATORS, MODEL_ALLOCATORS, Allocation
 from controller.policies.ai_access.migration import (ALPHA, REMAINING_SMOOTHING, THETA,
                                                      Migrator, PlacedFlow)
 from controller.policies.ai_access.resources import (SPEC_UNIT_BYTES, FlowDemand, LoadWeights,
@@ -194,7 +194,8 @@ class AiAccessPolicy(ModelPolicy):
 
     def allocate(self, instance: tuple[list[FlowDemand], AccessView]) -> Allocation:
         demands, view = instance
-        return ALLOCATORS[self.allocator](demands, view.loads.values(), self.params.weights,
+        return MODEL_ALLOCATORS[self.allocator](demands, view.loads.values(),
+                                                self.params.weights,
                                           self.rng)
 
     def outcomes(self, service: str, requests: list[Request], instance, allocation: Allocation
@@ -236,7 +237,8 @@ class AiAccessPolicy(ModelPolicy):
 def _policy(allocator: str) -> type[AiAccessPolicy]:
     return type(f"AiAccess_{allocator}", (AiAccessPolicy,),
                 {"name": allocator, "allocator": allocator,
+                 "within_capacity": allocator in ALLOCATORS,
                  "__doc__": f"ai_access's {allocator} access (with migration when asked)."})
 
 
-AI_ACCESS_POLICIES = tuple(_policy(name) for name in ALLOCATORS)
+AI_ACCESS_POLICIES = tuple(_policy(name) for name in MODEL_ALLOCATORS)
