@@ -12,7 +12,6 @@ the kernel's clock).
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from scipy import stats
 
 from experiments.measurements import read_table
-from experiments.sweeps.kinds import Kind, Metric, Table, measured_run
+from experiments.sweeps.kinds import FIDELITY, Kind, Metric, Table, measured_run
 
 RECEIVER = "ai_receiver"
 TERMINAL = "ai_terminal"
@@ -76,9 +75,8 @@ def run_figures(run_dir: Path) -> dict[str, float | None]:
     """One run's figures: the joins asked, answered, granted and with a unit accepted; the
     access response time's mean, median and 95th percentile over the flows with a unit
     accepted; the mean time to the answer; the policy calls the batch took and its largest;
-    the joins sent more than once; the fidelity verdict."""
+    the joins sent more than once (the cell's run adds its fidelity verdict)."""
     outcomes = join_outcomes(run_dir)
-    summary = json.loads((run_dir / "summary.json").read_text())
     times = np.array([o["response_ms"] for o in outcomes if o["response_ms"] is not None])
     grants = [o["grant_ms"] for o in outcomes if o["grant_ms"] is not None]
     calls = placing_calls(run_dir)
@@ -90,8 +88,7 @@ def run_figures(run_dir: Path) -> dict[str, float | None]:
         "response_p95_ms": float(np.percentile(times, 95)) if times.size else None,
         "grant_mean_ms": float(np.mean(grants)) if grants else None,
         "policy_calls": len(calls), "largest_call": max(calls, default=0),
-        "resent": sum((o["sends"] or 0) > 1 for o in outcomes),
-        "fidelity_ok": int(summary["fidelity"]["ok"])}
+        "resent": sum((o["sends"] or 0) > 1 for o in outcomes)}
 
 
 class Parameters(BaseModel):
@@ -128,7 +125,7 @@ METRICS = (Metric("joins", "access requests sent"),
            Metric("policy_calls", "policy calls that placed the batch"),
            Metric("largest_call", "requests in the largest of them"),
            Metric("resent", "requests sent more than once"),
-           Metric("fidelity_ok", "runs the fidelity monitor passed"))
+           FIDELITY)
 
 ABOUT = """\
 Each cell is one emulated run of `topologies/ai_access/ai_joins.yaml` (real packets on a Mininet
@@ -208,20 +205,18 @@ def response_remarks(results: pd.DataFrame) -> list[str]:
     return [line for line in lines if line is not None]
 
 
-def fidelity_table(results: pd.DataFrame) -> Table:
-    """Each run's fidelity verdict with what its batch took."""
+def batch_table(results: pd.DataFrame) -> Table:
+    """What each run's batch took."""
     rows = tuple(
-        (str(row.value), row.policy, str(row.repetition),
-         "clean" if row.fidelity_ok == 1 else "flagged",
-         f"{row.policy_calls:.0f}", f"{row.largest_call:.0f}", f"{row.resent:.0f}",
+        (str(row.value), row.policy, str(row.repetition), f"{row.policy_calls:.0f}", f"{row.largest_call:.0f}", f"{row.resent:.0f}",
          f"{row.accepted:.0f}/{row.joins:.0f}")
         for row in results.sort_values(["value", "policy", "repetition"],
                                        key=lambda column: column.map(
                                            lambda v: int(v) if str(v).isdigit() else v)
                                        ).itertuples())
-    return Table("Each run: its fidelity verdict, the policy calls that placed its batch and "
-                 "the largest, the requests sent again, the flows with a unit accepted.",
-                 ("requests", "policy", "repetition", "fidelity", "policy calls",
+    return Table("Each run: the policy calls that placed its batch and the largest, the "
+                 "requests sent again, the flows with a unit accepted.",
+                 ("requests", "policy", "repetition", "policy calls",
                   "largest call", "sent again", "accepted"), rows)
 
 
@@ -229,13 +224,13 @@ def remarks(results: pd.DataFrame) -> list[str | Table]:
     batches = results[results["parameter"] == "joins"]
     if batches.empty:
         return []
-    return [*response_remarks(batches), fidelity_table(batches)]
+    return [*response_remarks(batches), batch_table(batches)]
 
 
 KIND = Kind(name="ai_access_joins", parameters=Parameters,
             policies=("ai_lc", "ai_lc_capacity", "ai_adga", "ai_adga_grouped"),
             run=measured_run(variables, run_figures), metrics=METRICS,
             plots=("response_mean_ms", "response_p50_ms", "response_p95_ms", "grant_mean_ms",
-                   "accepted", "policy_calls", "fidelity_ok"),
+                   "accepted", "policy_calls"),
             about=ABOUT, remarks=remarks, emulated=True)
 KINDS = (KIND,)
