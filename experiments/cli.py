@@ -127,6 +127,10 @@ def parser() -> argparse.ArgumentParser:
                                  "experiments/<slug>/<name>.yaml, else reports/<name>)")
     experiment.add_argument("--fresh", action="store_true",
                             help="discard the results of earlier runs instead of resuming")
+    experiment.add_argument("--rerun-flagged", action="store_true",
+                            help="emulated experiments: run again the cells whose run has no "
+                                 "clean fidelity verdict (e.g. with a larger time_dilation), "
+                                 "their rows replaced")
     experiment.add_argument("--report-only", action="store_true",
                             help="run no cells: rebuild summary.csv, plots/ and report.md from "
                                  "the results.csv already there")

@@ -30,7 +30,8 @@ def command_experiment(arguments: argparse.Namespace) -> int:
         return _write_experiment_report(loaded, out)
     try:
         with executor_for(loaded.kind, arguments.cluster, arguments.workers) as executor:
-            outcome = run(loaded, out, fresh=arguments.fresh, console=console,
+            outcome = run(loaded, out, fresh=arguments.fresh,
+                          rerun_unfaithful=arguments.rerun_flagged, console=console,
                           executor=executor)
     except (ResultsMismatch, ClusterUnavailable) as error:
         errors.print(str(error), markup=False)

@@ -11,10 +11,12 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 import pandas as pd
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
+
+from experiments.dilation_choice import CALIBRATION_DIR
 
 
 @dataclass(frozen=True)
@@ -35,10 +37,28 @@ class Cell:
     def id(self) -> str:
         """A digest of everything that decides the cell's outcome (kind parameters, policy,
         seed): a results row whose cell id is no longer among the experiment's cells was made
-        under other parameters."""
-        text = json.dumps([self.policy, self.seed, self.parameters.model_dump(mode="json")],
-                          sort_keys=True)
+        under other parameters. An emulated cell's time dilation is not among them: it
+        decides how slowly the run is carried out, and a run reads the same in virtual time
+        at every factor (docs/concepts/virtual-time.md)."""
+        parameters = self.parameters.model_dump(mode="json", exclude={"time_dilation"})
+        text = json.dumps([self.policy, self.seed, parameters], sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+DilationFactor = Annotated[float, Field(ge=1, le=1000)]
+
+
+class EmulatedParameters(BaseModel):
+    """What every emulated cell's parameters hold: the scenario it runs, the time dilation it
+    runs at, and where its run directories go."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    scenario: str = Field(description="the scenario file")
+    time_dilation: Union[DilationFactor, Literal["auto"]] = Field(
+        1.0, description="run N times slower than real time (edgebed run --dilate N); auto "
+                         "calibrates the least factor whose short run stays clean")
+    runs_dir: str = Field("runs", description="where the runs' directories go")
 
 
 @dataclass(frozen=True)
@@ -58,6 +78,9 @@ class Metric:
 # An emulated run's fidelity verdict (experiments.fidelity), 1 when clean: a report keeps
 # only the clean runs of an emulated kind (experiments.report).
 FIDELITY = Metric("fidelity_ok", "runs the fidelity monitor passed")
+DILATION = Metric("time_dilation", "the time dilation the run used")
+# Every emulated kind's rows carry them (run_record).
+EMULATED_METRICS = (FIDELITY, DILATION)
 
 
 @dataclass(frozen=True)
@@ -188,9 +211,16 @@ class Kind:
     texts: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.emulated and FIDELITY not in self.metrics:
-            raise ValueError(f"kind {self.name}: an emulated kind's rows carry the fidelity "
-                             f"verdict ({FIDELITY.name}), or no report could keep its runs")
+        if not self.emulated:
+            return
+        missing = [metric.name for metric in EMULATED_METRICS if metric not in self.metrics]
+        if missing:
+            raise ValueError(f"kind {self.name}: an emulated kind's rows carry the run's "
+                             f"record ({', '.join(missing)} missing), or no report could keep "
+                             "its clean runs")
+        if not issubclass(self.parameters, EmulatedParameters):
+            raise ValueError(f"kind {self.name}: an emulated kind's parameters are "
+                             "EmulatedParameters (scenario, time dilation, runs directory)")
 
     def metric(self, name: str) -> Metric:
         return next(metric for metric in self.metrics if metric.name == name)
@@ -216,32 +246,43 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def edgebed_run(scenario: str, runs: Path, variables: Mapping[str, str],
-                duration: float | None = None) -> tuple[Path, dict]:
+                duration: float | None = None,
+                time_dilation: float | str = 1) -> tuple[Path, dict]:
     """One ``edgebed run`` of ``scenario`` with its ``${VAR}`` values set from ``variables``
-    (and its duration, when given): the run's directory, made under ``runs``, and its summary.
-    A run that fails raises, with its output."""
+    (and its duration, when given) at ``time_dilation`` (a factor or ``"auto"``): the run's
+    directory, made under ``runs``, and its summary. A run that fails raises, with its
+    output."""
     # Run again (a cell after a failure, or by --fresh into another report), a scenario finds
     # its earlier runs beside it: its run is the directory this call made.
     earlier = set(runs.iterdir()) if runs.is_dir() else set()
     length = ["--duration", f"{duration:g}s"] if duration is not None else []
+    dilate = [] if time_dilation == 1 else ["--dilate", f"{time_dilation}"]
     result = subprocess.run([sys.executable, "-m", "experiments.cli", "run", scenario, *length,
-                             "--runs-dir", str(runs)],
+                             *dilate, "--runs-dir", str(runs)],
                             cwd=ROOT, env=dict(os.environ, **variables), capture_output=True,
                             text=True)
     if result.returncode != 0:
         raise RuntimeError(f"the run of {scenario} failed:\n{result.stdout}{result.stderr}")
-    [run_dir] = [path for path in runs.iterdir() if path.is_dir() and path not in earlier]
+    [run_dir] = [path for path in runs.iterdir() if path.is_dir() and path not in earlier
+                 and path.name != CALIBRATION_DIR]
     return run_dir, json.loads((run_dir / "summary.json").read_text())
 
 
 def emulated_run(cell: Cell, scenario: str, duration: float, runs_dir: str,
                  variables: Mapping[str, str]) -> tuple[Path, dict]:
     """:func:`edgebed_run` for ``cell`` (an emulated kind's cell): its policy and seed set as
-    ``EDGEBED_POLICY`` and ``EDGEBED_SEED`` beside ``variables``, its run under ``runs_dir``
-    in a directory of the cell's own."""
+    ``EDGEBED_POLICY`` and ``EDGEBED_SEED`` beside ``variables``, at the cell's time
+    dilation, its run under ``runs_dir`` in a directory of the cell's own."""
     return edgebed_run(scenario, Path(runs_dir) / f"{cell.experiment}-{cell.id}",
                        {"EDGEBED_POLICY": cell.policy, "EDGEBED_SEED": str(cell.seed % 2**32),
-                        **variables}, duration)
+                        **variables}, duration, cell.parameters.time_dilation)
+
+
+def run_record(summary: dict) -> dict[str, object]:
+    """What every emulated row carries from its run's summary (:data:`EMULATED_METRICS`):
+    the fidelity verdict and the time dilation it ran at."""
+    return {FIDELITY.name: int(summary["fidelity"]["ok"]),
+            DILATION.name: summary.get("time_dilation", 1)}
 
 
 def measured_run(variables: Callable[[Cell], Mapping[str, str]],
@@ -249,11 +290,10 @@ def measured_run(variables: Callable[[Cell], Mapping[str, str]],
                  ) -> Callable[[Cell], list[dict[str, object]]]:
     """A kind's ``run`` when each cell is one :func:`emulated_run` of its parameters'
     ``scenario`` for their ``duration`` under their ``runs_dir``, with the scenario variables
-    ``variables(cell)``, and its one row is ``measure(run_dir)`` with the run's fidelity
-    verdict."""
+    ``variables(cell)``, and its one row is ``measure(run_dir)`` with the run's record."""
     def run(cell: Cell) -> list[dict[str, object]]:
         parameters = cell.parameters
         run_dir, summary = emulated_run(cell, parameters.scenario, parameters.duration,
                                         parameters.runs_dir, variables(cell))
-        return [measure(run_dir) | {FIDELITY.name: int(summary["fidelity"]["ok"])}]
+        return [measure(run_dir) | run_record(summary)]
     return run

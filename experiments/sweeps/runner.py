@@ -20,7 +20,7 @@ from edgebed.files import atomic_output
 
 from .executors import Executor, Serial
 from .experiment import Experiment
-from .kinds import Cell, Kind
+from .kinds import FIDELITY, Cell, Kind
 
 RESULTS = "results.csv"
 KEYS = ("experiment", "sweep", "parameter", "value", "policy", "repetition", "seed", "cell",
@@ -64,11 +64,14 @@ def read_results(source: Path | io.StringIO, kind: Kind) -> pd.DataFrame:
 
 
 def run(experiment: Experiment, out: Path, *, fresh: bool = False,
-        console: Console | None = None, executor: Executor | None = None) -> Outcome:
+        rerun_unfaithful: bool = False, console: Console | None = None,
+        executor: Executor | None = None) -> Outcome:
     """Run every cell of ``experiment`` not yet in ``out``/results.csv (all of them with
-    ``fresh``) on ``executor`` (default: :class:`~.executors.Serial`), with a progress bar on
-    ``console``. Raises :class:`~.executors.ClusterUnavailable` before touching ``out`` if the
-    executor cannot run the experiment's kind."""
+    ``fresh``; with ``rerun_unfaithful`` also an emulated kind's cells whose run has no clean
+    fidelity verdict, their rows replaced) on ``executor`` (default:
+    :class:`~.executors.Serial`), with a progress bar on ``console``. Raises
+    :class:`~.executors.ClusterUnavailable` before touching ``out`` if the executor cannot
+    run the experiment's kind."""
     executor = executor or Serial()
     kind = experiment.kind
     executor.check(kind)
@@ -78,6 +81,8 @@ def run(experiment: Experiment, out: Path, *, fresh: bool = False,
         path.unlink(missing_ok=True)
     header = columns(kind)
     written = _completed_cells(path, kind)
+    if rerun_unfaithful and kind.emulated:
+        written -= _drop_unfaithful(path, kind)
     cells = list(experiment.cells())
     todo = list({cell.id: cell for cell in cells if cell.id not in written}.values())
     reused = len({cell.id for cell in cells} & written)
@@ -127,11 +132,28 @@ def _completed_cells(path: Path, kind: Kind) -> set[str]:
         path.unlink(missing_ok=True)  # not even the header made it
         return set()
     results = read_results(io.StringIO(whole), kind)
-    if list(results.columns) != columns(kind):
+    header = columns(kind)
+    if list(results.columns) != [name for name in header if name in results]:
         raise ResultsMismatch(f"{path} has the columns of another kind of experiment; "
                               "use --fresh to start over or --out for another directory")
+    # Rows written before the kind had some metric go on with it empty ("n/a" in reports).
+    grown = list(results.columns) != header
+    results = results.reindex(columns=header)
     complete = results.groupby("cell")["period"].transform("size") == results["periods"]
-    if whole != text or not complete.all():
+    if whole != text or grown or not complete.all():
         with atomic_output(path, newline="") as stream:
             results[complete].to_csv(stream, index=False)
     return set(results.loc[complete, "cell"])
+
+
+def _drop_unfaithful(path: Path, kind: Kind) -> set[str]:
+    """Removes from ``path`` the rows of the cells whose run has no clean fidelity verdict;
+    returns those cells' ids."""
+    if not path.exists():
+        return set()
+    results = read_results(path, kind)
+    unfaithful = results[FIDELITY.name] != 1
+    if unfaithful.any():
+        with atomic_output(path, newline="") as stream:
+            results[~unfaithful].to_csv(stream, index=False)
+    return set(results.loc[unfaithful, "cell"])

@@ -18,8 +18,9 @@ from experiments import report
 from experiments.kinds.live_edge import model as live_edge
 from experiments.cli import main
 from experiments.sweeps import experiment as experiments
-from experiments.sweeps.kinds import FIDELITY, Claim, Kind, Metric
-from experiments.sweeps.runner import RESULTS, read_results, run
+from experiments.sweeps.kinds import (EMULATED_METRICS, FIDELITY, Claim, EmulatedParameters,
+                                      Kind, Metric)
+from experiments.sweeps.runner import RESULTS, ResultsMismatch, read_results, run
 from topologies.problems import ScenarioInvalid
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -366,6 +367,12 @@ def test_the_report_leaves_out_rows_of_other_cells(fake, tmp_path):
     assert "quick run" in written.path.read_text()
 
 
+class EmulatedFakeParameters(EmulatedParameters):
+    scenario: str = "fake.yaml"
+    x: float = 1.0
+    periods: int = 2
+
+
 def emulated_fake_run(cell):
     """:func:`fake_run` as an emulated kind's: the monitor flags repetition 1 of policy p at
     x = 4, and its y is far off, so a report that kept it would show it."""
@@ -374,10 +381,14 @@ def emulated_fake_run(cell):
             for row in fake_run(cell)]
 
 
+def emulated_fake(**fields) -> Kind:
+    return dataclasses.replace(FAKE, parameters=EmulatedFakeParameters, emulated=True,
+                               metrics=(*FAKE.metrics, *EMULATED_METRICS), **fields)
+
+
 def test_an_emulated_report_leaves_out_and_counts_the_runs_the_monitor_flagged(monkeypatch,
                                                                                tmp_path):
-    kind = dataclasses.replace(FAKE, run=emulated_fake_run, emulated=True,
-                               metrics=(*FAKE.metrics, FIDELITY))
+    kind = emulated_fake(run=emulated_fake_run)
     register_fake(monkeypatch, kind)
     tiny = experiments.loads(FAKE_FILE, "tiny.yaml")
     run(tiny, tmp_path)
@@ -393,11 +404,38 @@ def test_an_emulated_report_leaves_out_and_counts_the_runs_the_monitor_flagged(m
     assert "| along-x | 4 | p | 1 | 3 |" in text
 
 
+def test_flagged_runs_are_run_again_on_request_and_their_rows_replaced(monkeypatch, tmp_path):
+    register_fake(monkeypatch, emulated_fake(run=emulated_fake_run))
+    tiny = experiments.loads(FAKE_FILE, "tiny.yaml")
+    run(tiny, tmp_path)
+    assert run(tiny, tmp_path).ran == 0  # resuming finds every cell written, flagged or not
+    register_fake(monkeypatch, emulated_fake(run=lambda cell: [
+        row | {FIDELITY.name: 1} for row in fake_run(cell)]))
+    again = experiments.loads(FAKE_FILE, "tiny.yaml")
+    assert (run(again, tmp_path, rerun_unfaithful=True).ran, report.write(again, tmp_path)
+            .unfaithful) == (1, 0)
+    results = read_results(tmp_path / RESULTS, again.kind)
+    assert len(results) == 2 * 21 and (results[FIDELITY.name] == 1).all()
+
+
+def test_results_written_before_a_metric_existed_resume_with_it_empty(fake, tmp_path):
+    run(fake, tmp_path)
+    path = tmp_path / RESULTS
+    pd.read_csv(path).drop(columns="z").to_csv(path, index=False)
+    assert run(fake, tmp_path).ran == 0
+    assert read_results(path, fake.kind)["z"].isna().all()
+    pd.read_csv(path).assign(w=1).to_csv(path, index=False)
+    with pytest.raises(ResultsMismatch):
+        run(fake, tmp_path)
+
+
 def test_a_run_without_a_verdict_is_left_out_and_an_emulated_kind_must_carry_one(monkeypatch,
                                                                                 tmp_path):
-    with pytest.raises(ValueError, match="fidelity verdict"):
-        dataclasses.replace(FAKE, emulated=True)
-    kind = dataclasses.replace(FAKE, emulated=True, metrics=(*FAKE.metrics, FIDELITY))
+    with pytest.raises(ValueError, match="fidelity_ok, time_dilation missing"):
+        dataclasses.replace(FAKE, parameters=EmulatedFakeParameters, emulated=True)
+    with pytest.raises(ValueError, match="EmulatedParameters"):
+        dataclasses.replace(FAKE, emulated=True, metrics=(*FAKE.metrics, *EMULATED_METRICS))
+    kind = emulated_fake()
     register_fake(monkeypatch, kind)
     tiny = experiments.loads(FAKE_FILE, "tiny.yaml")
     run(tiny, tmp_path)  # fake_run records no verdict
@@ -493,8 +531,42 @@ def test_an_emulated_cell_run_again_reads_its_new_run_not_an_earlier_one(tmp_pat
                            (emulation.Parameters(runs_dir=str(tmp_path)),), {}),), {}).cells())
     first, again = emulation.run_cell(cell), emulation.run_cell(cell)
     placed = {"unconfirmed": 0, "placement": "v=e@1"}
-    assert first == [{"run": made[0], "fidelity_ok": 0} | placed]
-    assert again == [{"run": made[1], "fidelity_ok": 1} | placed]
+    assert first == [{"run": made[0], "fidelity_ok": 0, "time_dilation": 1} | placed]
+    assert again == [{"run": made[1], "fidelity_ok": 1, "time_dilation": 1} | placed]
+
+
+def test_an_emulated_cell_runs_at_its_time_dilation_under_the_same_cell_id(tmp_path,
+                                                                           monkeypatch):
+    from experiments.kinds.dispatch import emulation
+    from experiments.sweeps import kinds as sweep_kinds
+
+    commands = []
+
+    def made_run(command, **_):
+        run_dir = Path(command[command.index("--runs-dir") + 1]) / f"run-{len(commands)}"
+        run_dir.mkdir(parents=True)
+        # What a run at --dilate auto leaves beside its run: the calibration's runs.
+        (run_dir.parent / "calibration").mkdir(exist_ok=True)
+        (run_dir / "summary.json").write_text('{"fidelity": {"ok": true}, "time_dilation": 4}')
+        commands.append(command)
+        return sweep_kinds.subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(sweep_kinds.subprocess, "run", made_run)
+    run = sweep_kinds.measured_run(emulation.variables, lambda run_dir: {"viewers": 6})
+
+    def cell(**fields):
+        parameters = emulation.Parameters(runs_dir=str(tmp_path), **fields)
+        return sweep_kinds.Cell("e", "s", "gop_cache", "False", "probe", 0, 7, parameters)
+
+    plain, dilated, auto = cell(), cell(time_dilation=4), cell(time_dilation="auto")
+    assert plain.id == dilated.id == auto.id
+    assert run(dilated) == [{"viewers": 6, "fidelity_ok": 1, "time_dilation": 4}]
+    run(auto)
+    run(plain)
+    assert [c[c.index("--dilate") + 1] if "--dilate" in c else None for c in commands] == [
+        "4.0", "auto", None]
+    with pytest.raises(ValueError):
+        cell(time_dilation=0.5)
 
 
 def test_a_metric_named_like_a_runner_column_is_refused_and_no_kind_has_one():

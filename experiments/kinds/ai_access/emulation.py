@@ -34,8 +34,8 @@ from controller.policies.ai_access.resources import LoadWeights, Measurement, Se
 from controller.policy import Policy, Server
 from controller.view import NetworkView
 from experiments.measurements import read_table
-from experiments.sweeps.kinds import FIDELITY, Cell, Kind, Metric, RunSummary, emulated_run
-
+from experiments.sweeps.kinds import (EMULATED_METRICS, Cell, EmulatedParameters, Kind, Metric,
+                                      RunSummary, emulated_run, run_record)
 RECEIVER = "ai_receiver"
 TERMINAL = "ai_terminal"
 
@@ -226,7 +226,7 @@ def run_summary(run_dir: Path, summary: dict) -> dict:
 RUN_SUMMARIES = (RunSummary("ai_access", run_summary),)
 
 
-class Parameters(BaseModel):
+class Parameters(EmulatedParameters):
     """What one emulated cell runs: the scenario (its ``${VAR}`` defaults otherwise), for how
     long, with migration or not, and where the run directories go."""
 
@@ -240,7 +240,6 @@ class Parameters(BaseModel):
     settle: float = Field(4.0, ge=0, description="seconds of the timeline left out at the "
                                                  "start (joins, the first units, the first "
                                                  "reports)")
-    runs_dir: str = Field("runs", description="where the runs' directories go")
 
 
 def cell_figures(run_dir: Path, summary: dict, settle: float, duration: float
@@ -273,7 +272,7 @@ def cell_figures(run_dir: Path, summary: dict, settle: float, duration: float
         "prediction_error": error, "persistence_error": persistence,
         "response_ms": statistics.median(responses) if responses else None,
         "response_max_ms": max(responses, default=None),
-        FIDELITY.name: int(summary["fidelity"]["ok"])}
+        **run_record(summary)}
 
 
 def run_cell(cell: Cell) -> list[dict[str, object]]:
@@ -303,7 +302,7 @@ METRICS = (Metric("loss", "first copies lost, all servers", "fraction"),
                                  "median over the joins", "ms"),
            Metric("response_max_ms", "access response time at the terminals, slowest join",
                   "ms"),
-           FIDELITY)
+           *EMULATED_METRICS)
 
 ABOUT = """\
 Each cell is one emulated run of `topologies/ai_access/ai_access.yaml` (real packets on a Mininet network,

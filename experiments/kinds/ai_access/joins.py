@@ -21,8 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from scipy import stats
 
 from experiments.measurements import read_table
-from experiments.sweeps.kinds import FIDELITY, Kind, Metric, Table, measured_run
-
+from experiments.sweeps.kinds import (EMULATED_METRICS, EmulatedParameters, Kind, Metric, Table,
+                                      measured_run)
 RECEIVER = "ai_receiver"
 TERMINAL = "ai_terminal"
 PLAIN, IMPROVED, LEAST_CONNECTIONS = "ai_adga", "ai_adga_grouped", "ai_lc"
@@ -91,7 +91,7 @@ def run_figures(run_dir: Path) -> dict[str, float | None]:
         "resent": sum((o["sends"] or 0) > 1 for o in outcomes)}
 
 
-class Parameters(BaseModel):
+class Parameters(EmulatedParameters):
     """What one emulated cell runs: the scenario, the batch, for how long, and where the run
     directories go."""
 
@@ -104,7 +104,6 @@ class Parameters(BaseModel):
     units: int = Field(3, ge=1, description="AI data units each flow sends")
     join_window: float = Field(0.1, ge=0, description="seconds the controller gathers joins "
                                                       "from the first one")
-    runs_dir: str = Field("runs", description="where the runs' directories go")
 
 
 def variables(cell) -> dict[str, str]:
@@ -125,7 +124,7 @@ METRICS = (Metric("joins", "access requests sent"),
            Metric("policy_calls", "policy calls that placed the batch"),
            Metric("largest_call", "requests in the largest of them"),
            Metric("resent", "requests sent more than once"),
-           FIDELITY)
+           *EMULATED_METRICS)
 
 ABOUT = """\
 Each cell is one emulated run of `topologies/ai_access/ai_joins.yaml` (real packets on a Mininet

@@ -28,8 +28,8 @@ from scipy import stats
 from agents.bloom_cdn.bloom_cdn_node import STRATEGIES
 from controller.policies.bloom_cdn import model
 from experiments.measurements import host_addresses, read_table
-from experiments.sweeps.kinds import FIDELITY, Cell, Kind, Metric, edgebed_run, emulated_run
-
+from experiments.sweeps.kinds import (EMULATED_METRICS, Cell, EmulatedParameters, Kind, Metric,
+                                      edgebed_run, emulated_run, run_record)
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = "topologies/bloom_cdn/bloom_cdn.yaml"
 BATCHES = 20  # batch means for the intervals: consecutive requests, by request number
@@ -150,7 +150,7 @@ def _shares(counts: Counter, names: list[str]) -> tuple[float, ...]:
     return tuple(counts[name] / total if total else 1 / len(names) for name in names)
 
 
-class Parameters(BaseModel):
+class Parameters(EmulatedParameters):
     """One emulated cell: the scenario, the hit rate, how long the users send, the filter's
     synchronisation, where the run directories go."""
 
@@ -161,7 +161,6 @@ class Parameters(BaseModel):
                                                          "home items (the hit rate)")
     requests_for: float = Field(15.0, gt=0, description="seconds the users send requests")
     sync_every: int = Field(50, ge=1, description="lookups between a node's filter updates")
-    runs_dir: str = Field("runs", description="where the runs' directories go")
 
 
 def run_scenario(scenario: str, strategy: str, hit_rate: float, requests_for: float,
@@ -190,7 +189,7 @@ def run_cell(cell: Cell) -> list[dict[str, object]]:
                                                   hops=figures["mean_hops"]),
                              p.hit_rate, reading=READING)
     return [figures | {"theory_nominal_ms": nominal.mean * 1e3,
-                       FIDELITY.name: int(summary["fidelity"]["ok"])}]
+                       **run_record(summary)}]
 
 
 METRICS = (
@@ -213,7 +212,7 @@ METRICS = (
     Metric("sync_bytes_per_request", "filter update bytes on the wire per request", "B"),
     Metric("requests", "requests sent"),
     Metric("timeouts", "requests unanswered"),
-    FIDELITY,
+    *EMULATED_METRICS,
 )
 
 ABOUT = """\

@@ -17,10 +17,9 @@ from experiments.kinds.dispatch.emulation_measures import (
     STALL_S, STARTUP_GOAL, measure)
 from experiments.kinds.dispatch.emulation_remarks import remarks
 from experiments.report import CONFIDENCE
-from experiments.sweeps.kinds import FIDELITY, Cell, Constant, Kind, Metric, measured_run
-
-
-class Parameters(BaseModel):
+from experiments.sweeps.kinds import (EMULATED_METRICS, Cell, Constant, EmulatedParameters, Kind,
+                                      Metric, measured_run)
+class Parameters(EmulatedParameters):
     """One emulated cell: the scenario, for how long, the database's error share (in and out
     of cn alike), the direct cn-us link's burst-loss p, whether media nodes keep a GOP cache
     and viewers probe in parallel (startup), and where the run directories go."""
@@ -36,7 +35,6 @@ class Parameters(BaseModel):
                                                "since the latest I frame first")
     parallel_probes: bool = Field(False, description="viewers probe their candidates all at "
                                                      "once, not in turn")
-    runs_dir: str = Field("runs", description="where the runs' directories go")
 
 
 def variables(cell: Cell) -> dict[str, str]:
@@ -107,7 +105,7 @@ METRICS = (Metric("misplaced_by_database", "viewers the database placed abroad")
            Metric("playout_lag_mean_ms", "mean lag of the player behind the source", "ms"),
            Metric("viewers_served", "viewers served"),
            Metric("viewers", "viewers in the scenario"),
-           FIDELITY,
+           *EMULATED_METRICS,
            Metric("network_kept_up", "runs whose wires kept time and emulator-made loss "
                   "stayed within its limit"))
 PLOTS = ("misplaced_by_database", "served_abroad", "access_rtt_ms",

@@ -24,8 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from controller.policies.dispatch.rooms import Directory, LookupMode
 from experiments.measurements import host_addresses, read_table
 from experiments.report import policy_means, swept_values, versus
-from experiments.sweeps.kinds import FIDELITY, Cell, Kind, Metric, measured_run
-
+from experiments.sweeps.kinds import (EMULATED_METRICS, Cell, EmulatedParameters, Kind, Metric,
+                                      measured_run)
 POLICIES = tuple(mode.value for mode in LookupMode)
 # The centers' regions in the scenario (each dispatch host's region label), and the pairs of
 # them whose round trips the rows report, in this order.
@@ -42,7 +42,7 @@ LOOKUP_COLUMNS = ("node", "stream", "mode", "owner", "hint", "seconds", "message
 REPLY_COLUMNS = ("node", "center", "rtt_ms")
 
 
-class Parameters(BaseModel):
+class Parameters(EmulatedParameters):
     """One cell: the scenario, for how long, how often each center starts a lookup, the share
     of stale hints, the cn-us link's burst-loss p and where the run directories go."""
 
@@ -55,7 +55,6 @@ class Parameters(BaseModel):
     stale_share: float = Field(0.0, ge=0, le=1, description="share of hints naming a center "
                                                             "without the stream")
     border_loss_p: str = Field("0.5%", description="Gilbert-Elliott p of the cn-us link")
-    runs_dir: str = Field("runs", description="where the runs' directories go")
 
 
 def variables(cell: Cell) -> dict[str, str]:
@@ -170,7 +169,7 @@ METRICS = (Metric("lookups_finished", "lookups answered (found, or nowhere)"),
            Metric("within_10ms_share", "lookups within 10 ms of the model", "share"),
            *(Metric(f"rtt_{a}_{b}_ms", f"median round trip between the {a} and {b} centers",
                     "ms") for a, b in PAIRS),
-           FIDELITY)
+           *EMULATED_METRICS)
 PLOTS = ("messages_per_lookup", "lookup_ms_mean", "lookup_ms_p95", "retransmissions_per_lookup",
          "fallback_share", "over_model_ms_mean", "within_10ms_share", "lookups_failed")
 LINES = {"messages_per_lookup": "model_messages_per_lookup", "lookup_ms_mean": "model_ms_mean",

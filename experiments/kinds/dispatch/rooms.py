@@ -30,8 +30,8 @@ from experiments.kinds.dispatch.emulation_remarks import (freeze_table, goals_ta
 from experiments.measurements import host_addresses, read_table
 from experiments.playout import viewer_playouts
 from experiments.report import against, policy_means, swept_values
-from experiments.sweeps.kinds import (FIDELITY, Cell, Constant, Kind, Metric, Table,
-                                      measured_run)
+from experiments.sweeps.kinds import (EMULATED_METRICS, Cell, Constant, EmulatedParameters,
+                                      Kind, Metric, Table, measured_run)
 
 POLICIES = ("single", "multi")
 ORIGIN = "cn1"  # the media node the scenario's streamer pushes to
@@ -40,7 +40,7 @@ ORIGIN = "cn1"  # the media node the scenario's streamer pushes to
 EDGE_S = 0.5
 
 
-class Parameters(BaseModel):
+class Parameters(EmulatedParameters):
     """One cell: the scenario, for how long, the room, the cn-us link's burst-loss p and where
     the run directories go."""
 
@@ -51,7 +51,6 @@ class Parameters(BaseModel):
     room: Literal["city", "border"] = Field("city", description="same-city (viewers in cn) "
                                                                 "or cross-border (us, eu)")
     border_loss_p: str = Field("0.5%", description="Gilbert-Elliott p of the cn-us link")
-    runs_dir: str = Field("runs", description="where the runs' directories go")
 
 
 def variables(cell: Cell) -> dict[str, str]:
@@ -189,7 +188,7 @@ METRICS = (Metric("delay_p50_ms", "viewers' median frame delay from the streamer
            *PLAYOUT_METRICS,
            Metric("viewers_served", "viewers served"),
            Metric("viewers", "viewers in the room"),
-           FIDELITY)
+           *EMULATED_METRICS)
 PLOTS = ("delay_p50_ms", "delay_p95_ms", "frame_loss_pct", "cross_border_mbps",
          "cross_border_pps", "node_hops_mean", "origin_sessions", "node_sessions_max",
          "nodes_serving", "uninterrupted_viewers", "stalls", "freeze_share_pct", "startup_mean_ms",

@@ -31,8 +31,8 @@ from experiments.kinds.dispatch.rooms import (EDGE_S, FRAME_LOSS_EDGE, ORIGIN,
 from experiments.measurements import host_addresses, network_kept_up, read_table
 from experiments.playout import viewer_playouts
 from experiments.report import against, policy_means
-from experiments.sweeps.kinds import (FIDELITY, Cell, Constant, Kind, Metric, Table,
-                                      measured_run)
+from experiments.sweeps.kinds import (EMULATED_METRICS, Cell, Constant, EmulatedParameters,
+                                      Kind, Metric, Table, measured_run)
 
 POLICIES = ("always", "passive")
 # Frames a node got this close together (s) belong to one stretch of pulling; a longer silence
@@ -47,7 +47,7 @@ STAY_S = 4.0
 PULL_TIMEOUT_S = NodeParams.model_fields["pull_timeout"].default
 
 
-class Parameters(BaseModel):
+class Parameters(EmulatedParameters):
     """One cell: the scenario, for how long, when the other protocol's viewer joins and where
     the run directories go."""
 
@@ -57,7 +57,6 @@ class Parameters(BaseModel):
                           description="the scenario file")
     duration: float = Field(14.0, gt=0, description="run length (s)")
     late_join: float = Field(7.0, gt=0, description="when the webrtc viewer joins (s)")
-    runs_dir: str = Field("runs", description="where the runs' directories go")
 
 
 def variables(cell: Cell) -> dict[str, str]:
@@ -201,7 +200,7 @@ METRICS = (Metric("transcoder_mb", "bytes the transcoder pulled from the origin"
            Metric("same_viewers", "viewers of the stream's protocol"),
            Metric("network_kept_up", "the emulated network kept up (no wire late, no "
                   "emulator-made loss over its limit)"),
-           FIDELITY)
+           *EMULATED_METRICS)
 PLOTS = ("transcoder_mbps", "transcoder_pulling_s", "transcoder_wasted_s", "late_startup_ms",
          "late_first_frame_ms", "late_frames_lost", "late_freeze_ms", "same_startup_mean_ms",
          "same_frame_loss_pct", "same_freeze_share_pct")

@@ -11,10 +11,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from experiments.kinds.live_edge.emulation_measures import (placement, placement_text,
                                                             run_totals, viewer_qoe)
 from experiments.kinds.live_edge.emulation_remarks import remarks
-from experiments.sweeps.kinds import FIDELITY, Cell, Kind, Metric, emulated_run
+from experiments.sweeps.kinds import (EMULATED_METRICS, Cell, EmulatedParameters, Kind, Metric,
+                                      emulated_run, run_record)
 
 
-class Parameters(BaseModel):
+class Parameters(EmulatedParameters):
     """What one emulated cell runs: the scenario (its ``${VAR}`` defaults otherwise), for how
     long, with which transcoding delay G (ms per Mbit/s, emulated by the edges and counted by
     the policy alike), and where the run directories go."""
@@ -25,7 +26,6 @@ class Parameters(BaseModel):
     duration: float = Field(20.0, gt=0, description="run length (s)")
     G: float = Field(50.0, ge=0, description="transcoding delay per Mbps below the source "
                                              "(ms/Mbps)")
-    runs_dir: str = Field("runs", description="where the runs' directories go")
 
 
 def run_cell(cell: Cell) -> list[dict[str, object]]:
@@ -40,7 +40,7 @@ def run_cell(cell: Cell) -> list[dict[str, object]]:
                                      "EDGEBED_G_SI": f"{parameters.G * 1e-9:g}"})
     rows = viewer_qoe(run_dir)
     placed, unconfirmed = placement(run_dir, rows)
-    return [run_totals(rows) | {FIDELITY.name: int(summary["fidelity"]["ok"]),
+    return [run_totals(rows) | {**run_record(summary),
                                 "unconfirmed": unconfirmed,
                                 "placement": placement_text(placed)}]
 
@@ -52,7 +52,7 @@ METRICS = (Metric("objective_model", "objective, model's prediction"),
            Metric("bitrate_mbps", "mean bitrate decided", "Mbps"),
            Metric("goodput_mbps", "mean goodput measured", "Mbps"),
            Metric("viewers", "viewers served"),
-           FIDELITY,
+           *EMULATED_METRICS,
            Metric("latency_p99_ms", "mean 99th-percentile delay, measured", "ms"),
            Metric("loss", "mean loss of the viewers' streams, measured", "fraction"),
            Metric("unconfirmed", "viewers whose last decision the controller's decisions "

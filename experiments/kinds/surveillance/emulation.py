@@ -31,15 +31,15 @@ from controller.policies.surveillance.load import HEAVY_ABOVE, LoadWeights, Usag
 from controller.policies.surveillance.model import Workload, _mean_cv, draw_trace
 from experiments.measurements import read_table
 from edgebed.files import atomic_write
-from experiments.sweeps.kinds import (FIDELITY, ROOT, Cell, Kind, Metric, Panel, TimeFigure,
-                                      emulated_run)
+from experiments.sweeps.kinds import (EMULATED_METRICS, ROOT, Cell, EmulatedParameters, Kind,
+                                      Metric, Panel, TimeFigure, emulated_run, run_record)
 from experiments.kinds.surveillance.model import CLAIMS, METRICS as MODEL_METRICS
 
 CAMERA_HOSTS = ("camA", "camB")
 START_S = 1.0  # the first request's earliest start: the cameras and nodes are up by then
 
 
-class Parameters(BaseModel):
+class Parameters(EmulatedParameters):
     """The request trace (the model's workload fields it uses), the scenario it replaces the
     clients of, and the run: its length, the queue levels, where the run directories go."""
 
@@ -57,7 +57,6 @@ class Parameters(BaseModel):
     light_below: float = Field(0.6, gt=0, description="light queue: L below")
     heavy_above: float = Field(HEAVY_ABOVE, gt=0, description="heavy queue: L above")
     settle: float = Field(START_S, ge=0, description="seconds left out at the start")
-    runs_dir: str = Field("runs", description="where the runs' directories go")
 
     def trace(self, seed: int):
         workload = Workload(cameras=self.cameras, hot=self.hot, hot_factor=self.hot_factor,
@@ -194,7 +193,7 @@ def cell_figures(run_dir: Path, summary: dict, parameters: Parameters) -> dict[s
                                    / len(streams) if streams else None),
             "cascades": sum(1 for d in depths.values() if d > 0),
             "max_depth": max(depths.values(), default=0),
-            FIDELITY.name: int(summary["fidelity"]["ok"])}
+            **run_record(summary)}
 
 
 def scenario_path(cell: Cell) -> Path:
@@ -268,7 +267,7 @@ METRICS = (
     Metric("clients_per_stream", "clients receiving per camera stream received"),
     Metric("cascades", "camera streams cascaded"),
     *model_metrics("max_depth"),
-    FIDELITY,
+    *EMULATED_METRICS,
 )
 
 ABOUT = """\
