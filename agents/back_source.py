@@ -10,7 +10,7 @@ from agents.agent import Agent, epoch_seconds
 from agents.control import ControlClient
 from agents.follower import DecisionFollower, follow_pushed
 from agents.formats import PULL
-from agents.streamer import flow_name
+from agents.flows import flow_name
 
 
 class BackSource:

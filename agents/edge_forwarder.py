@@ -24,12 +24,14 @@ from agents.control import ControlClient, controller_client
 from agents.follower import FOLLOWER_TABLES, Followed, follow_pushed
 from agents.formats import MEDIA
 from agents.media import MEDIA_TABLES, MediaMeter
-from agents.streamer import flow_name
+from agents.nack import RETRANSMISSION_TABLES, NackParams, answer_waiting
+from agents.flows import flow_name
 from edgebed import clock, protocol
 from edgebed.quantities import Duration, Rate
 
 TABLES = {
     **MEDIA_TABLES,
+    **RETRANSMISSION_TABLES,
     **FOLLOWER_TABLES,
     # Per stream, what became of the packets it received.
     "forwarding": ("node", "agent", "flow", "received", "forwarded", "dropped", "unsent",
@@ -40,11 +42,14 @@ RUNG = struct.Struct("!B")
 RUNG_OFFSET = MEDIA.field_offset("rung")
 BITRATE = struct.Struct("!I")
 BITRATE_OFFSET = MEDIA.field_offset("bitrate_kbps")
+STREAM_SEQUENCE = struct.Struct("!II")  # contiguous in a media header
+STREAM_SEQUENCE_OFFSET = MEDIA.field_offset("stream")
 IDLE_WAIT_S = 0.1  # how often an edge with nothing to send looks at its stop flag
 
 
-class Params(AgentParams, ProcessingParams):
-    """Where the edge listens and forwards to, and what it can process."""
+class Params(NackParams, AgentParams, ProcessingParams):
+    """Where the edge listens and forwards to, what it can process, and whether it keeps a
+    send buffer to answer its next hops' NACKs (:class:`agents.nack.NackParams`)."""
 
     port: int = Field(5004, ge=0, le=65535, description="media port; 0: any free port")
     to: list[NodeRef] = Field([], description="next hops (with follow: of the streams no "
@@ -165,8 +170,12 @@ def forward(agent: Agent, params: Params, sock: socket.socket, meter: MediaMeter
     departures: deque[tuple[int, ForwardedStream, bytearray]] = deque()  # due ns, stream, data
     buffer = bytearray(DATAGRAM_BUFFER)
     send_errors = 0
+    sent = params.send_buffer()
     end = math.inf if params.duration is None else clock.monotonic() + params.duration
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as out:
+        if sent is not None:
+            out.bind(("0.0.0.0", 0))  # the next hops' NACKs come back to it
+            watched.append(out)
         while not agent.stopping and clock.monotonic() < end:
             # Departures first, so that a flood of arrivals cannot hold them back. The due times
             # only grow (one worker, one delay), so the deque is in departure order.
@@ -185,6 +194,9 @@ def forward(agent: Agent, params: Params, sock: socket.socket, meter: MediaMeter
                     for hop in stream.hops:
                         try:
                             out.sendto(data, hop)
+                            if sent is not None:
+                                sent.add(hop, *STREAM_SEQUENCE.unpack_from(
+                                    data, STREAM_SEQUENCE_OFFSET), bytes(data), clock.time_ns())
                         except OSError:
                             send_errors += 1  # a full queue: the next hop sees the gap
                     stream.forwarded += 1
@@ -196,6 +208,8 @@ def forward(agent: Agent, params: Params, sock: socket.socket, meter: MediaMeter
                     for stream_id, stream in streams.items():
                         if routes.flow(stream_id) == flow:
                             stream.hops = routes.of(stream_id)
+            if sent is not None and out in readable:
+                send_errors += answer_waiting(out, sent, buffer)
             if sock not in readable:
                 continue
             arrival = receive(sock, buffer)
@@ -233,7 +247,8 @@ def forward(agent: Agent, params: Params, sock: socket.socket, meter: MediaMeter
             "unrouted": stream.unrouted, "backlog_max": stream.backlog_max,
             "lateness": stream.pacer.report(agent, flow_name(stream_id))}
     return {"next_hops": params.to, "send_errors": send_errors, "forwarding": summaries,
-            "switches": routes.switches}
+            "switches": routes.switches,
+            "nack": sent.write(agent) if sent is not None else None}
 
 
 def main(argv: list[str] | None = None) -> int:

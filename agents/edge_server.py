@@ -31,11 +31,15 @@ from agents.back_source import BackSource
 from agents.follower import FOLLOWER_TABLES
 from agents.gop_cache import GopCache, SourceFrame
 from agents.media import MEDIA_TABLES, MediaMeter
+from agents.nack import (NACK_TABLES, RETRANSMISSION_TABLES, Arrival, NackParams, is_nack,
+                         resend)
 from edgebed.quantities import Duration, PositiveDuration, Rate, Size
 from edgebed import clock
 
 TABLES = {
     **MEDIA_TABLES,
+    **NACK_TABLES,
+    **RETRANSMISSION_TABLES,
     **PATH_TABLES,
     **FOLLOWER_TABLES,
     # One row per session (a viewer's pulls of one stream at one bitrate).
@@ -47,9 +51,11 @@ TABLES = {
 MBPS = 1e6
 
 
-class Params(ReportingParams, AgentParams):
+class Params(NackParams, ReportingParams, AgentParams):
     """Where the edge listens, how it transcodes, what it can compute, whom it reports to
-    (:class:`agents.control.ReportingParams`)."""
+    (:class:`agents.control.ReportingParams`), whether it recovers lost packets
+    (:class:`agents.nack.NackParams`: it asks its upstream, and keeps a send buffer for its
+    sessions)."""
 
     port: int = Field(5004, ge=0, le=65535, description="service port: pulls arrive here and "
                                                         "media leave from here; 0: any free "
@@ -157,7 +163,8 @@ class Transcoded:
     frame: int
     frame_type: int
     send_ns: int
-    sizes: list[int]
+    sizes: list[int]  # of every packet the frame is cut in
+    sending: int  # packets sent of them: fewer than all when the source frame came incomplete
     start_ns: int  # monotonic: when its first packet is due
     spacing_ns: float
     next: int = 0
@@ -177,7 +184,14 @@ class EdgeServer:
         self.timeout_ns = round(params.pull_timeout * 1e9)
         self.source_bitrates: dict[int, float] = {}  # stream -> R, bit/s
         self.last_source_ns: dict[int, int] = {}  # stream -> when its last packet arrived
-        self.gathering: dict[int, SourceFrame] = {}  # stream -> its latest frame
+        # stream -> its frames being gathered (with NACKs on, those awaiting repairs too)
+        self.gathering: dict[int, dict[int, SourceFrame]] = {}
+        self.nacks = params.receiver()
+        self.sent = params.send_buffer()
+        # With NACKs on, an incomplete frame is held this long after its first packet came, for
+        # its repairs: the reorder wait and every ask.
+        self.hold_ns = round((params.nack_wait + params.nack_retries * params.nack_interval)
+                             * 1e9)
         self.sessions: dict[tuple, Session] = {}  # (viewer address, port, user) -> session
         self.ended: list[Session] = []
         self.used_vcpu = 0.0
@@ -190,7 +204,12 @@ class EdgeServer:
     # pulls and sessions
 
     def pull(self, buffer: bytearray, size: int, received_ns: int, address: tuple) -> None:
-        """Open or refresh the session a pull asks for, or log the datagram as malformed."""
+        """Open or refresh the session a pull asks for, answer a NACK, or log the datagram as
+        malformed."""
+        if self.sent is not None and is_nack(buffer, size):
+            self.send_errors += resend(self.service, self.sent, memoryview(buffer)[:size],
+                                       address)
+            return
         if size < PULL.header_size:
             self.malformed_pulls.add(self.service_port, memoryview(buffer)[:size])
             return
@@ -276,25 +295,51 @@ class EdgeServer:
 
     # the source
 
-    def source_packet(self, buffer: bytearray, size: int, received_ns: int) -> None:
-        """Gather a media packet (already checked by the meter) into its frame; transcode the
-        frames it completes or leaves behind."""
+    def source_packet(self, buffer: bytearray, size: int, received_ns: int,
+                      address: tuple) -> None:
+        """Gather a media packet (already checked by the meter) from ``address`` into its
+        frame; transcode the frames it completes, and those it leaves behind: at once, or with
+        NACKs on once their repairs' time is up."""
         (_, _, _, stream, _, send_ns, number, frame_type, _, fragment, fragments,
          bitrate_kbps) = MEDIA.struct.unpack_from(buffer)
+        arrival = (self.nacks.receive(buffer, received_ns, address) if self.nacks is not None
+                   else Arrival.NEW)
         self.source_bitrates[stream] = bitrate_kbps * 1e3
         self.last_source_ns[stream] = received_ns
-        frame = self.gathering.get(stream)
-        if frame is None or number > frame.number:
-            if frame is not None and not frame.transcoded:
-                self._transcode(stream, frame)
-            frame = self.gathering[stream] = SourceFrame(
+        frames = self.gathering.setdefault(stream, {})
+        newest = max(frames, default=None)
+        frame = frames.get(number)
+        if frame is None:
+            if newest is not None and number < newest and (self.nacks is None
+                                                           or number < min(frames)):
+                return  # its frame was transcoded already
+            frame = frames[number] = SourceFrame(
                 number, frame_type, fragments, bitrate_kbps * 1e3, send_ns, received_ns,
                 received_ns)
-        elif number < frame.number or fragment in frame.seen or frame.transcoded:
+        elif fragment in frame.seen or frame.transcoded:
             return
-        frame.add(fragment, size, send_ns, received_ns)
-        if len(frame.seen) >= frame.fragments:
+        # A repair would stretch the frame's arrival, over which its packets are paced out.
+        repaired = arrival in (Arrival.REPAIRED, Arrival.LATE)
+        frame.add(fragment, size, send_ns, frame.last_received_ns if repaired else received_ns)
+        self.release(received_ns)  # the frames before it first
+        if len(frame.seen) >= frame.fragments and not frame.transcoded:
             self._transcode(stream, frame)
+
+    def release(self, now_ns: int) -> None:
+        """Transcode the incomplete frames whose wait is over: every frame older than its
+        stream's newest, or with NACKs on, those gathered longer than the repairs take; forget
+        the transcoded frames older than the oldest still gathered (or than the newest)."""
+        for stream, frames in self.gathering.items():
+            newest = max(frames)
+            for number, frame in sorted(frames.items()):
+                if not frame.transcoded and (
+                        now_ns - frame.first_received_ns > self.hold_ns if self.nacks is not None
+                        else number < newest):
+                    self._transcode(stream, frame)
+            waiting = [number for number, frame in frames.items() if not frame.transcoded]
+            oldest_kept = min(waiting, default=newest)
+            for number in [number for number in frames if number < oldest_kept]:
+                del frames[number]
 
     def _transcode(self, stream: int, frame: SourceFrame) -> None:
         frame.transcoded = True
@@ -315,11 +360,22 @@ class EdgeServer:
         """Schedule ``frame`` transcoded for ``session``: its packets spread over the time the
         source frame took to arrive, the transcoding delay after ``now_ns``, or, ``cached``
         (from the GOP cache) or while the session has a backlog (its GOP cache going out),
-        behind the backlog at ``gop_burst`` times its bitrate. Returns the packets' sizes."""
+        behind the backlog at ``gop_burst`` times its bitrate. Returns the sizes of the packets
+        sent.
+
+        A frame that arrived incomplete goes out incomplete, as it would from a real node: cut
+        for its whole size (scaled up from the share of fragments that came), of which only
+        as many packets leave as that share allows, fewer than all; the sequence numbers of
+        the others are skipped, so the viewer sees them lost."""
         reduction = max(0.0, frame.bitrate - session.bitrate)
-        size = max(MIN_FRAME_SIZE, round(frame.size * min(1.0, session.bitrate
-                                                            / frame.bitrate)))
+        share = len(frame.seen) / frame.fragments
+        size = max(MIN_FRAME_SIZE, round(frame.size / share * min(1.0, session.bitrate
+                                                                   / frame.bitrate)))
         sizes = fragment_sizes(size, int(self.params.payload))
+        sending = len(sizes) if share >= 1 else min(len(sizes) - 1, int(len(sizes) * share))
+        if not sending:
+            session.sequence += len(sizes)
+            return []
         start_ns = now_ns + round(self.params.transcoding_delay * reduction / MBPS * 1e9)
         spacing_ns = (frame.last_received_ns - frame.first_received_ns) / len(sizes)
         if cached or session.backlog_ns > start_ns:
@@ -330,8 +386,8 @@ class EdgeServer:
                           / len(sizes))
             session.backlog_ns = start_ns + round(spacing_ns * len(sizes))
         self._schedule(Transcoded(session, frame.number, frame.frame_type, frame.send_ns,
-                                  sizes, start_ns, spacing_ns))
-        return sizes
+                                  sizes, sending, start_ns, spacing_ns))
+        return sizes[:sending]
 
     # sending
 
@@ -353,16 +409,20 @@ class EdgeServer:
                              transcoded.send_ns, transcoded.frame, transcoded.frame_type,
                              session.rung, index, count)
         session.sequence += 1
+        packet = memoryview(session.packet)[:transcoded.sizes[index]]
         try:
-            self.service.sendto(memoryview(session.packet)[:transcoded.sizes[index]],
-                                (session.viewer, session.port))
+            self.service.sendto(packet, (session.viewer, session.port))
             session.packets += 1
+            if self.sent is not None:
+                self.sent.add((session.viewer, session.port), session.delivered,
+                              session.sequence - 1, bytes(packet), clock.time_ns())
         except OSError:
             self.send_errors += 1  # a full queue: the viewer sees the gap in the sequence
         transcoded.next += 1
-        if transcoded.next < count:
+        if transcoded.next < transcoded.sending:
             self._schedule(transcoded)
         else:
+            session.sequence += count - transcoded.sending
             session.frames += 1
 
     def write(self, agent: Agent, now_ns: int) -> dict:
@@ -382,7 +442,10 @@ class EdgeServer:
             if session.packets:
                 session.pacer.report(agent, f"{session.viewer}:{session.port}/{session.flow}")
         self.malformed_pulls.write(agent)
-        return {"sessions": sum(1 for s in self.ended if s.admitted),
+        nack = ({"asked_upstream": self.nacks.write(agent), "answered": self.sent.write(agent)}
+                if self.nacks is not None else None)
+        return {"nack": nack,
+                "sessions": sum(1 for s in self.ended if s.admitted),
                 "refused": sum(s.refused for s in self.ended),
                 "frames_sent": sum(s.frames for s in self.ended),
                 "packets_sent": sum(s.packets for s in self.ended),
@@ -428,6 +491,7 @@ def serve(agent: Agent, params: Params, service: socket.socket, source: socket.s
             if now_ns >= housekeeping_ns:
                 housekeeping_ns = now_ns + round(POLL_S * 1e9)
                 edge.expire(clock.time_ns())
+                edge.release(clock.time_ns())
                 served, sessions = edge.load()
                 reports.tick(served, {"sessions": sessions, "streams": len(edge.source_bitrates)}
                              | ({"cpu": min(1.0, edge.used_vcpu / params.vcpu)}
@@ -453,7 +517,9 @@ def serve(agent: Agent, params: Params, service: socket.socket, source: socket.s
                 if sock is service:
                     edge.pull(buffer, *arrival)
                 elif meter.add(buffer, *arrival) is not None:
-                    edge.source_packet(buffer, arrival[0], arrival[1])
+                    edge.source_packet(buffer, *arrival)
+            if edge.nacks is not None:
+                edge.nacks.ask(source, clock.time_ns())
     finally:
         control = reports.close()
         if back is not None:

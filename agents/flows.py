@@ -10,6 +10,11 @@ from agents.agent import Agent
 from edgebed import clock
 
 
+def flow_name(stream: int) -> str:
+    """The name of a media stream in the tables of every agent that sends or measures it."""
+    return f"stream-{stream}"
+
+
 def percentile(sorted_values, q: float) -> float:
     """Linear-interpolated percentile of already sorted values (q in 0..100)."""
     if not sorted_values:

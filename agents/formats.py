@@ -25,5 +25,10 @@ RESPONSE = MessageFormat("response", 9, (
 PULL = MessageFormat("pull", 10, (
     ("stream", "I"), ("delivered_stream", "I"), ("user", "I"), ("send_ns", "Q"),
     ("bitrate_kbps", "I"), ("rung", "B")), timestamps=frozenset({"send_ns"}))
+# RFC 4585's generic NACK: the first missing sequence, and a bit for each of the 16 after it
+# (bit 0: sequence + 1) that is missing too.
+MEDIA_NACK = MessageFormat("media_nack", 18, (
+    ("stream", "I"), ("sequence", "I"), ("following", "H"), ("send_ns", "Q")),
+    timestamps=frozenset({"send_ns"}))
 
-MESSAGES = (MEDIA, DANMAKU, GIFT, REQUEST, RESPONSE, PULL)
+MESSAGES = (MEDIA, DANMAKU, GIFT, REQUEST, RESPONSE, PULL, MEDIA_NACK)

@@ -10,7 +10,7 @@ from agents.agent import Agent, epoch_seconds
 from agents.flows import FlowStats, MalformedLog, percentile
 from agents.formats import FRAME_TYPES, MEDIA
 from agents.wire import MAGIC, VERSION
-from agents.streamer import flow_name
+from agents.flows import flow_name
 
 # Written by every agent that meters a media stream with MediaMeter (the viewer,
 # agents.edge_forwarder, agents.edge_server): one row per frame of each stream received.

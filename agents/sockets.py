@@ -78,16 +78,19 @@ def listen(port: int) -> socket.socket:
 
 def datagrams(agent: Agent, sock: socket.socket, buffer: bytearray,
               duration_s: float | None = None,
-              enough: Callable[[], bool] | None = None) -> Iterator[tuple[int, int, tuple]]:
+              enough: Callable[[], bool] | None = None,
+              idle: Callable[[], None] | None = None) -> Iterator[tuple[int, int, tuple]]:
     """The datagrams arriving on ``sock``, each read into ``buffer`` and given as (size, kernel
     receive time ns, sender address), until the agent is stopped, ``duration_s`` has passed or
     GRACE_S after ``enough()`` first says so; then those still waiting on the socket
     (:func:`waiting_datagrams`): what reached the host before its agent stopped is measured,
-    not lost."""
+    not lost. ``idle()`` is called whenever a read times out with nothing to read."""
     end = math.inf if duration_s is None else clock.monotonic() + duration_s
     while not agent.stopping and clock.monotonic() < end:
         arrival = receive(sock, buffer)
         if arrival is None:
+            if idle is not None:
+                idle()
             continue
         yield arrival
         if enough is not None and enough():

@@ -18,7 +18,9 @@ from pydantic import Field, model_validator
 from agents.agent import Agent, AgentParams, NodeRef
 from agents.pacing import Pacer, report_lateness
 from agents.send_engine import LOOKAHEAD_NS, SendEngine, engine_binary, record_format
+from agents.flows import flow_name
 from agents.formats import MEDIA
+from agents.nack import RETRANSMISSION_TABLES, NackParams, SendBuffer, answer_waiting
 from agents.wire import MAGIC, VERSION
 from edgebed.quantities import Duration, Fraction, Rate, Size
 from edgebed import clock
@@ -32,15 +34,13 @@ MIN_FRAME_SIZE = MEDIA.header_size + 1
 PER_PACKET = struct.Struct("!IQIBBHH")
 PER_PACKET_OFFSET = MEDIA.field_offset("sequence")
 ENGINE_RECORD = record_format(MEDIA.struct)
+TABLES = RETRANSMISSION_TABLES
 
 
-def flow_name(stream: int) -> str:
-    """The name of a media stream in the tables of every agent that sends or measures it."""
-    return f"stream-{stream}"
-
-
-class Params(AgentParams):
-    """What a stream is: where it goes, its rung and bitrate, its frame structure."""
+class Params(NackParams, AgentParams):
+    """What a stream is: where it goes, its rung and bitrate, its frame structure, whether it
+    keeps a send buffer to answer NACKs (:class:`agents.nack.NackParams`; the stream is then
+    sent from Python, which reads them)."""
 
     to: NodeRef
     port: int = Field(5004, ge=1, le=65535)
@@ -178,9 +178,11 @@ class Sent:
 
 
 def send_from_python(agent: Agent, params: Params, sizes: FrameSizes, sock: socket.socket,
-                     packets: MediaPackets) -> Sent:
-    """Pace and send the stream from Python."""
+                     packets: MediaPackets, buffer: SendBuffer | None = None) -> Sent:
+    """Pace and send the stream from Python; with a send ``buffer``, answering NACKs between
+    packets."""
     pacer = Pacer()
+    incoming = bytearray(2048)
     sent = Sent(lateness_ns=pacer.lateness_ns)
     sequence = 0
     while sent.frames < params.frame_count and not agent.stopping:
@@ -192,11 +194,16 @@ def send_from_python(agent: Agent, params: Params, sizes: FrameSizes, sock: sock
         for fragment, size in enumerate(fragments):
             if agent.stopping:
                 break
+            if buffer is not None:
+                sent.send_errors += answer_waiting(sock, buffer, incoming)
             pacer.wait_until(packets.due_ns(frame, fragment, count))
             packets.patch(sequence, clock.time_ns(), frame, frame_type, fragment, count)
             sequence += 1
             try:
                 sock.send(packets.view[:size])
+                if buffer is not None:
+                    buffer.add(sock.getpeername(), params.stream, sequence - 1,
+                               bytes(packets.view[:size]), clock.time_ns())
             except ConnectionRefusedError:
                 # Nobody was listening for an earlier packet: this one is lost, and the
                 # frame with it; the receiver gets a key frame to start on next.
@@ -256,11 +263,13 @@ def stream(agent: Agent, params: Params) -> dict:
     engine_path = engine_binary(agent.name)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.connect((params.to, params.port))
-        engine = engine_path and SendEngine(engine_path, sock, MEDIA.field_offset("sequence"),
-                                            MEDIA.field_offset("send_ns"))
+        buffer = params.send_buffer()
+        engine = (engine_path and buffer is None
+                  and SendEngine(engine_path, sock, MEDIA.field_offset("sequence"),
+                                 MEDIA.field_offset("send_ns")))
         packets = MediaPackets(params, clock.monotonic_ns())
         sent = (send_from_engine(agent, params, sizes, engine, packets) if engine
-                else send_from_python(agent, params, sizes, sock, packets))
+                else send_from_python(agent, params, sizes, sock, packets, buffer))
     agent.row("sent", flow_name(params.stream), params.to, sent.packets, sent.send_errors)
     # The frames' own time, or longer when the sender fell behind its schedule.
     span_s = max(sent.frames / params.fps,
@@ -271,12 +280,13 @@ def stream(agent: Agent, params: Params) -> dict:
             "send_errors": sent.send_errors, "gop_restarts": sent.gop_restarts,
             "duration_s": span_s,
             "achieved_bps": sent.bytes * 8 / span_s if span_s > 0 else None,
-            "lateness": report_lateness(agent, flow_name(params.stream), sent.lateness_ns)}
+            "lateness": report_lateness(agent, flow_name(params.stream), sent.lateness_ns),
+            "nack": buffer.write(agent) if buffer is not None else None}
 
 
 def run(name: str, params_model: type[Params], argv: list[str] | None) -> int:
     """The agent ``name`` streaming with parameters read by ``params_model``."""
-    agent = Agent(name, argv)
+    agent = Agent(name, argv, TABLES)
     params = params_model.model_validate(agent.params)
     agent.finish(stream(agent, params))
     return 0

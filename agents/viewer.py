@@ -22,13 +22,15 @@ from agents.echo import PROBE_TIMEOUT, echo_probes
 from agents.follower import FOLLOWER_TABLES, DecisionFollower, probes_settled
 from agents.formats import DANMAKU, GIFT, PULL
 from agents.media import MEDIA_TABLES, MediaMeter
-from agents.streamer import flow_name
+from agents.nack import NACK_TABLES, NackParams
+from agents.flows import flow_name
 from edgebed import protocol
 from edgebed.quantities import Duration, PositiveDuration, Rate
 from edgebed import clock
 
 TABLES = {
     **MEDIA_TABLES,
+    **NACK_TABLES,
     **FOLLOWER_TABLES,
     # In pull mode: one row per decision it followed.
     "live_decisions": ("node", "agent", "time_s", "server", "bitrate_bps", "migrated", "flow"),
@@ -57,8 +59,9 @@ class PoissonMessages:
     due_ns: int = 0
 
 
-class Params(AgentParams):
-    """Where the viewer listens, when it stops, and how it chats."""
+class Params(NackParams, AgentParams):
+    """Where the viewer listens, when it stops, how it chats, and whether it asks the hop its
+    media come from for the packets lost (:class:`agents.nack.NackParams`)."""
 
     port: int = Field(5004, ge=0, le=65535, description="media port; 0: any free port")
     expect: Optional[int] = Field(None, ge=1, description="distinct packets expected (all "
@@ -328,10 +331,14 @@ def main(argv: list[str] | None = None) -> int:
             thread.start()
     buffer = bytearray(DATAGRAM_BUFFER)
     enough = (lambda: meter.unique >= params.expect) if params.expect is not None else None
+    nacks = params.receiver()
+    ask = (lambda: nacks.ask(sock, clock.time_ns())) if nacks is not None else None
     try:
         for size, received_ns, address in datagrams(agent, sock, buffer, params.duration,
-                                                    enough):
-            meter.add(buffer, size, received_ns, address)
+                                                    enough, idle=ask):
+            if meter.add(buffer, size, received_ns, address) is not None and nacks is not None:
+                nacks.receive(buffer, received_ns, address)
+                ask()
     finally:
         if chat is not None:
             chat.stop()
@@ -341,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
             puller.stop(leave=not agent.stopping)
         sock.close()  # after the puller, which sends from it
     summary = meter.write(agent, params.expect)
+    if nacks is not None:
+        summary["nack"] = nacks.write(agent)
     if chat is not None:
         summary["chat"] = chat.write(agent)
     if puller is not None:

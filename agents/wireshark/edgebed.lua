@@ -123,6 +123,8 @@ local MESSAGES = {
     [17] = {name = "lookup_reply", fields = {{"lookup", "u32"}, {"stream", "u32"},
             {"attempt", "u8"}, {"found", "u8", values = VALUE_NAMES.found}, {"node", "u32"},
             {"query_send_ns", "time"}}},
+    [18] = {name = "media_nack", fields = {{"stream", "u32"}, {"sequence", "u32"},
+            {"following", "u16"}, {"send_ns", "time"}}},
 }
 -- The probe's packets (magic "EBPR" instead of the common four bytes), zero padding after.
 local PROBE = {name = "probe", fields = {{"flow", "u32"}, {"sequence", "u64"},

@@ -19,10 +19,13 @@ from experiments.kinds.dispatch.emulation_remarks import remarks
 from experiments.report import CONFIDENCE
 from experiments.sweeps.kinds import (EMULATED_METRICS, Cell, Constant, EmulatedParameters, Kind,
                                       Metric, measured_run)
+
+
 class Parameters(EmulatedParameters):
     """One emulated cell: the scenario, for how long, the database's error share (in and out
     of cn alike), the direct cn-us link's burst-loss p, whether media nodes keep a GOP cache
-    and viewers probe in parallel (startup), and where the run directories go."""
+    and viewers probe in parallel (startup), whether the media hops recover lost packets by
+    NACK, and where the run directories go."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -35,6 +38,8 @@ class Parameters(EmulatedParameters):
                                                "since the latest I frame first")
     parallel_probes: bool = Field(False, description="viewers probe their candidates all at "
                                                      "once, not in turn")
+    nack: bool = Field(False, description="every media hop asks the one before it for the "
+                                          "packets it lost (NACK), which keeps a send buffer")
 
 
 def variables(cell: Cell) -> dict[str, str]:
@@ -67,6 +72,7 @@ def variables(cell: Cell) -> dict[str, str]:
             "EDGEBED_BORDER_LOSS_P": parameters.border_loss_p,
             "EDGEBED_GOP_CACHE": str(parameters.gop_cache).lower(),
             "EDGEBED_PARALLEL_PROBES": str(parameters.parallel_probes).lower(),
+            "EDGEBED_NACK": str(parameters.nack).lower(),
             "EDGEBED_DURATION": f"{parameters.duration:g}s"}
 
 

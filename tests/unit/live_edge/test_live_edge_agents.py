@@ -203,14 +203,15 @@ def test_a_pull_is_served_frame_by_frame_scaled_and_delayed(tmp_path):
     # Nothing leaves before the transcoding delay G * (R - R_v) = 20 ms * 6 has passed.
     assert min(p["arrived_ns"] for p in frame) - sent_ns >= 120e6
 
-    # A frame missing a fragment is transcoded from what arrived, once the next one begins.
+    # A frame missing a fragment goes out incomplete once the next one begins: cut for its
+    # whole size (4000 bytes of 4 fragments in 5 make 5000), of its two packets the share
+    # that came (one); nothing of the frame begun, which is not complete.
     source.send(fragments={0, 1, 2, 4})
     watcher.pull()
     source.send(fragments={0})
-    [partial] = watcher.frames(source.frame - 2)
-    assert (partial["frame"], partial["fragments"], partial["size"]) == (source.frame - 2, 1,
-                                                                        1000)
-    assert watcher.arrivals_from(source.frame - 1) == []  # the frame begun is not complete
+    partial = watcher.arrivals_from(source.frame - 2)
+    assert [(p["frame"], p["fragment"], p["fragments"], p["size"]) for p in partial] == [
+        (source.frame - 2, 0, 2, 625)]
     summary = summary_of(edge, stop=True)
     assert (summary["sessions"], summary["refused"]) == (1, 0)
     [row] = sessions(tmp_path)
@@ -219,7 +220,7 @@ def test_a_pull_is_served_frame_by_frame_scaled_and_delayed(tmp_path):
     assert int(row["packets"]) == summary["packets_sent"]
 
 
-def test_the_sizes_sent_are_the_bytes_that_arrived_scaled(tmp_path):
+def test_an_incomplete_frame_goes_out_incomplete_with_the_share_that_came(tmp_path):
     edge, port, source_port = start_edge(tmp_path, transcoding_delay=0)
     source = Source(source_port)
     watcher = Viewer(port, bitrate_kbps=3000)
@@ -229,13 +230,18 @@ def test_the_sizes_sent_are_the_bytes_that_arrived_scaled(tmp_path):
         source.send(fragments)
         watcher.pull()
     source.send({0})
-    arrived = watcher.frames(first, 3)
+    arrived = watcher.arrivals_from(first)
     summary_of(edge, stop=True)
-    by_frame: dict[int, int] = {}
-    for packet in arrived:
-        by_frame[packet["frame"]] = by_frame.get(packet["frame"], 0) + packet["size"]
-    assert list(by_frame.values()) == [round(count * FRAGMENT_BYTES * 3000 / SOURCE_KBPS)
-                                       for count in (5, 2, 4)]
+    # Each frame cut for the whole frame's 5000 bytes scaled to 1875, in two packets: all of
+    # the whole one's, none of the one with 2 of 5 fragments, one of the one with 4 of 5. The
+    # packets not sent keep their sequence numbers, so the viewer sees them lost.
+    whole = round(FRAGMENTS * FRAGMENT_BYTES * 3000 / SOURCE_KBPS)
+    first_packet = -(-whole // 2)
+    assert [(p["frame"] - first, p["fragment"], p["fragments"], p["size"])
+            for p in arrived] == [(0, 0, 2, first_packet), (0, 1, 2, whole - first_packet),
+                                  (2, 0, 2, first_packet)]
+    sequences = [p["sequence"] for p in arrived]
+    assert sequences == [sequences[0], sequences[0] + 1, sequences[0] + 4]
 
 
 def test_a_session_ends_when_the_pulls_stop_and_a_new_pull_opens_another(tmp_path):
@@ -278,7 +284,9 @@ def test_a_frame_goes_to_no_session_past_its_pull_timeout(pulled_s_ago, served):
                                         rung=3, fragment=fragment, fragments=FRAGMENTS,
                                         bitrate_kbps=SOURCE_KBPS).ljust(FRAGMENT_BYTES, b"\0"))
 
-        edge.source_packet(media(0, 0), FRAGMENT_BYTES, time.time_ns())  # the bitrate is known
+        source = (LOOPBACK, 5008)
+        edge.source_packet(media(0, 0), FRAGMENT_BYTES, time.time_ns(),
+                           source)  # the bitrate is known
         pull = bytearray(PULL.pack(stream=3, delivered_stream=1, user=1, send_ns=0,
                                    bitrate_kbps=2000, rung=1))
         pulled_ns = time.time_ns() - round(pulled_s_ago * 1e9)
@@ -286,7 +294,7 @@ def test_a_frame_goes_to_no_session_past_its_pull_timeout(pulled_s_ago, served):
         [session] = edge.sessions.values()
         assert session.admitted
         for fragment in range(FRAGMENTS):
-            edge.source_packet(media(1, fragment), FRAGMENT_BYTES, time.time_ns())
+            edge.source_packet(media(1, fragment), FRAGMENT_BYTES, time.time_ns(), source)
     assert (edge.next_due_ns() is not None) == served
     if not served:
         assert session.ended_ns == pulled_ns + round(params.pull_timeout * 1e9)
@@ -649,7 +657,7 @@ def test_the_edge_says_how_long_each_wanted_stream_has_been_silent():
                                   socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
     packet = bytearray(100)
     MEDIA.struct.pack_into(packet, 0, MAGIC, VERSION, MEDIA.type, 7, 0, 0, 0, 1, 0, 0, 1, 1000)
-    edge.source_packet(packet, 100, received_ns=10**9)
+    edge.source_packet(packet, 100, 10**9, ("10.0.0.8", 5008))
     assert edge.silences(3 * 10**9) == {}  # no session asks for stream 7
     pull = PULL.pack(stream=7, delivered_stream=1, user=1, send_ns=0, bitrate_kbps=1000, rung=0)
     edge.pull(bytearray(pull), len(pull), 2 * 10**9, ("10.0.0.9", 5004))
