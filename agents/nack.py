@@ -8,7 +8,7 @@ All times are CLOCK_REALTIME nanoseconds, the clock of the media packets' ``send
 from __future__ import annotations
 
 import socket
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -252,15 +252,9 @@ class NackReceiver:
         return totals
 
 
-@dataclass
-class Retransmitted:
-    """The NACKs one peer sent about one stream, and how they were answered."""
-
-    nacks_received: int = 0
-    asked: int = 0
-    resent: int = 0
-    resent_bytes: int = 0
-    missed: int = 0  # asked for, no longer (or never) held
+# What became of the NACKs one peer sent about one stream (missed: asked for, no longer or never
+# held), the retransmissions table's figures.
+ANSWERED = RETRANSMISSION_TABLES["retransmissions"][4:]
 
 
 @dataclass
@@ -272,7 +266,7 @@ class SendBuffer:
     packets: int
     age_ns: int
     held: OrderedDict = field(default_factory=OrderedDict)  # (peer, stream, seq) -> (ns, data)
-    answered: dict[tuple, Retransmitted] = field(default_factory=dict)  # (stream, peer)
+    answered: dict[tuple, Counter] = field(default_factory=dict)  # (stream, peer) -> ANSWERED
 
     def add(self, peer: tuple, stream: int, sequence: int, data: bytes, now_ns: int) -> None:
         self.held[peer, stream, sequence] = (now_ns, data)
@@ -288,30 +282,21 @@ class SendBuffer:
         back to it; ValueError when ``data`` is not a NACK."""
         stream, sequences = asked_sequences(data)
         self._expire(now_ns)
-        counts = self.answered.setdefault((stream, peer), Retransmitted())
-        counts.nacks_received += 1
-        counts.asked += len(sequences)
-        packets = []
-        for sequence in sequences:
-            held = self.held.get((peer, stream, sequence))
-            if held is None:
-                counts.missed += 1
-                continue
-            packets.append(held[1])
-            counts.resent += 1
-            counts.resent_bytes += len(held[1])
+        packets = [held[1] for sequence in sequences
+                   if (held := self.held.get((peer, stream, sequence))) is not None]
+        self.answered.setdefault((stream, peer), Counter()).update(
+            nacks_received=1, asked=len(sequences), resent=len(packets),
+            resent_bytes=sum(map(len, packets)), missed=len(sequences) - len(packets))
         return packets
 
     def write(self, agent: Agent) -> dict:
         """The ``retransmissions`` rows; returns the figures of all streams and peers
         together."""
-        totals = Retransmitted()
         for (stream, peer), counts in sorted(self.answered.items()):
-            agent.row("retransmissions", flow_name(stream), peer[0], counts.nacks_received,
-                      counts.asked, counts.resent, counts.resent_bytes, counts.missed)
-            for name in vars(totals):
-                setattr(totals, name, getattr(totals, name) + getattr(counts, name))
-        return vars(totals)
+            agent.row("retransmissions", flow_name(stream), peer[0],
+                      *(counts[name] for name in ANSWERED))
+        totals = sum(self.answered.values(), Counter())
+        return {name: totals[name] for name in ANSWERED}
 
 
 def resend(sock: socket.socket, sent: SendBuffer, data, peer: tuple) -> int:

@@ -165,8 +165,7 @@ scale is a machine's: 6 viewers and 7 nodes, not the talk's millions; the model-
 viewers of a run, so one misplaced viewer moves a count by one: read counts, not shares.
 `access_rtt_ms` is the configured round trip between a viewer and the node its media came
 from (what the database's mistake costs the pulls); the stream's loss is measured at the
-viewers' nodes' input (a media node re-packetises, so a viewer's own loss counter starts at
-its node).
+viewers' nodes' input (a viewer's own loss counter adds its node's link to it).
 
 Failover: at 9 s the scenario takes the cn-eu link down (both ends lose carrier), over which
 eu1 gets the stream for {CUT_VIEWER}; the standby route is cn-us-eu (80 + 35 ms against 90 ms

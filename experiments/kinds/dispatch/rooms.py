@@ -93,8 +93,7 @@ def viewer_frame_loss(whole: dict[str, dict[int, float]], served: dict[str, str]
     node = served.get(viewer)
     got = whole.get(viewer, {})
     if node not in (None, origin):
-        # A node re-packetises: a frame it got in part reaches its viewers whole, though
-        # smaller. Lost on the way to the node is lost to the viewer.
+        # Lost on the way to the node is lost to the viewer.
         got = {frame: at for frame, at in got.items() if frame in whole.get(node, {})}
     return frame_loss(whole.get(origin, {}), got)
 
@@ -221,8 +220,8 @@ with Gilbert-Elliott burst loss (p 0.5%, r 30%: about 1.6% each way), us-eu 35 m
 Measured: the viewers' frame delays (from the streamer's send time to the frame whole at the
 viewer, per viewer its median and 95th percentile, then their mean); `frame_loss_pct`, the
 frames the origin got whole, from {EDGE_S:g} s after a viewer's first frame to {EDGE_S:g} s
-before its last, that the viewer, or the node that served it, never got whole (a node
-re-packetises what it got of a frame, so its viewers get whole frames it got in part); `cross_border_mbps`, the media every host received from a sender in another region,
+before its last, that the viewer, or the node that served it, never got whole (a frame a node
+got in part reaches its viewers in part); `cross_border_mbps`, the media every host received from a sender in another region,
 each flow's bytes over its duration, summed (a viewer's sender is the node that served it,
 from the nodes' session tables); `cross_border_pps`, every frame the cross-border wires carried
 over the run, both ways, pulls and load reports included (counted by the wires themselves);

@@ -41,6 +41,9 @@ def test_each_policy_switches_one_mechanism_against_its_absence():
     assert (recompute["EDGEBED_FAST_FAILOVER"], hot["EDGEBED_FAST_FAILOVER"]) == ("false", "true")
     assert probe["EDGEBED_FAST_FAILOVER"] == relay["EDGEBED_FAST_FAILOVER"] == "true"
     assert recompute["EDGEBED_RELAYS"] == hot["EDGEBED_RELAYS"] == "false"
+    # Loss recovery is a parameter of any cell, off unless asked for.
+    assert probe["EDGEBED_NACK"] == "false"
+    assert variables(cell("relay", nack=True))["EDGEBED_NACK"] == "true"
 
 
 def write_run(run_dir, arrivals: dict[str, dict[int, float]], cut_at: str = "9s",
