@@ -313,12 +313,13 @@ def resend(sock: socket.socket, sent: SendBuffer, data, peer: tuple) -> int:
 
 def answer_waiting(sock: socket.socket, sent: SendBuffer, buffer: bytearray) -> int:
     """Answer the NACKs waiting on ``sock`` (a sender's own socket), reading without waiting;
-    anything else waiting there is dropped. Returns the sends that failed."""
+    anything else waiting there is dropped. Returns the sends that failed. A connected socket's
+    pending refusal (ConnectionRefusedError) is the caller's to handle."""
     failed = 0
     while True:
         try:
             size, peer = sock.recvfrom_into(buffer, 0, socket.MSG_DONTWAIT)
-        except (BlockingIOError, ConnectionRefusedError):
+        except BlockingIOError:
             return failed
         if is_nack(buffer, size):
             failed += resend(sock, sent, memoryview(buffer)[:size], peer)

@@ -183,6 +183,7 @@ def send_from_python(agent: Agent, params: Params, sizes: FrameSizes, sock: sock
     packets."""
     pacer = Pacer()
     incoming = bytearray(2048)
+    peer = sock.getpeername()
     sent = Sent(lateness_ns=pacer.lateness_ns)
     sequence = 0
     while sent.frames < params.frame_count and not agent.stopping:
@@ -195,14 +196,17 @@ def send_from_python(agent: Agent, params: Params, sizes: FrameSizes, sock: sock
             if agent.stopping:
                 break
             if buffer is not None:
-                sent.send_errors += answer_waiting(sock, buffer, incoming)
+                try:
+                    sent.send_errors += answer_waiting(sock, buffer, incoming)
+                except ConnectionRefusedError:
+                    refused = True  # an earlier packet found nobody listening, as below
             pacer.wait_until(packets.due_ns(frame, fragment, count))
             packets.patch(sequence, clock.time_ns(), frame, frame_type, fragment, count)
             sequence += 1
             try:
                 sock.send(packets.view[:size])
                 if buffer is not None:
-                    buffer.add(sock.getpeername(), params.stream, sequence - 1,
+                    buffer.add(peer, params.stream, sequence - 1,
                                bytes(packets.view[:size]), clock.time_ns())
             except ConnectionRefusedError:
                 # Nobody was listening for an earlier packet: this one is lost, and the
