@@ -51,9 +51,10 @@ class NackParams(BaseModel):
                                                   "a frame's packet lost the frame's rest")
     nack_retries: int = Field(1, ge=1, le=10, description="NACK: times a missing packet is "
                                                           "asked for at most")
-    nack_interval: PositiveDuration = Field(0.1, description="NACK: between two asks for a "
-                                                             "packet, and from the last one to "
-                                                             "giving it up")
+    nack_interval: PositiveDuration = Field(0.25, description="NACK: between two asks for a "
+                                                              "packet, and from the last one to "
+                                                              "giving it up; longer than the "
+                                                              "hop's round trip")
     nack_deadline: PositiveDuration = Field(0.5, description="NACK: a repair arriving later "
                                                              "than this after its packet was "
                                                              "sent is late (the playout delay)")

@@ -15,7 +15,7 @@ from agents.wire import MAGIC, VERSION
 from edgebed import clock
 
 MS = 1_000_000
-WAIT, INTERVAL, DEADLINE = 20 * MS, 100 * MS, 500 * MS
+WAIT, INTERVAL, DEADLINE = 20 * MS, 250 * MS, 500 * MS
 
 
 def gaps(retries: int = 1) -> StreamGaps:

@@ -45,7 +45,7 @@ class Parameters(BaseModel):
                                                       "first")
     nack_wait: float = Field(0.02, ge=0, description="reorder wait (s)")
     nack_retries: int = Field(1, ge=1, description="asks per missing packet")
-    nack_interval: float = Field(0.1, gt=0, description="between asks, and to giving up (s)")
+    nack_interval: float = Field(0.25, gt=0, description="between asks, and to giving up (s)")
     playout_buffer: float = Field(0.5, gt=0, description="the player's playout delay (s)")
 
 
