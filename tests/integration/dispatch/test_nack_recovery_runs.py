@@ -8,7 +8,7 @@ more often, the NACKs sent at both hops, repairs counted, and the bytes resent r
 The bounds are counts far from what chance gives either arm: a frame of n packets crossing two
 hops at 3% loss is whole with probability about 0.97^(2n), a quarter of the frames lost for this
 stream's five-packet frames; with one NACK per missing packet a packet stays lost only when the
-NACK or its repair is lost too (about 6% of 3%).
+NACK or its repair is lost too (about 6% of 3%) or comes back after the node gave it up.
 """
 
 from __future__ import annotations
@@ -87,12 +87,18 @@ def test_nacks_repair_the_losses_of_both_media_hops(path, tmp_path):
     assert lost_nack / frames_nack <= lost_plain / frames_plain / 3, (lost_nack, lost_plain)
 
     streamer, node, viewer = recovered
-    for asker in (node["nack"]["asked_upstream"], viewer["nack"]):
-        # Each hop lost about 3% of its ~2,700 packets and asked for them once each.
+    # Each hop lost about 3% of its ~2,700 packets and asked for them once each. An ask comes
+    # back repaired (in time or late: a machine that stalls the path delays some past the
+    # playout deadline), or the hop asked no longer holds the packet (the node never got
+    # what it could not repair itself, and sends that frame incomplete), or the NACK or the
+    # repair was lost: about 6% of the asks at 3% loss each way.
+    for asker, answered in ((node["nack"]["asked_upstream"], streamer["nack"]),
+                            (viewer["nack"], node["nack"]["answered"])):
         assert asker["nacks_sent"] > 0 and asker["asked"] >= 20, asker
         assert asker["asked"] == (asker["repaired"] + asker["repaired_late"]
                                   + asker["unrepaired"] + asker["pending"])
-        assert asker["repaired"] + asker["repaired_late"] >= 0.8 * asker["asked"], asker
+        assert (asker["repaired"] + asker["repaired_late"] + answered["missed"]
+                >= 0.8 * asker["asked"]), (asker, answered)
     # The senders answered what reached them and counted the bytes resent: the recovery's
     # bandwidth cost, a few percent of the stream's.
     for answered, asker, stream_bytes in (
