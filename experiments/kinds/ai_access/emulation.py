@@ -36,6 +36,7 @@ from controller.view import NetworkView
 from experiments.measurements import read_table
 from experiments.sweeps.kinds import (EMULATED_METRICS, Cell, EmulatedParameters, Kind, Metric,
                                       RunSummary, emulated_run, run_record)
+
 RECEIVER = "ai_receiver"
 TERMINAL = "ai_terminal"
 

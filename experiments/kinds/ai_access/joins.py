@@ -23,6 +23,7 @@ from scipy import stats
 from experiments.measurements import read_table
 from experiments.sweeps.kinds import (EMULATED_METRICS, EmulatedParameters, Kind, Metric, Table,
                                       measured_run)
+
 RECEIVER = "ai_receiver"
 TERMINAL = "ai_terminal"
 PLAIN, IMPROVED, LEAST_CONNECTIONS = "ai_adga", "ai_adga_grouped", "ai_lc"

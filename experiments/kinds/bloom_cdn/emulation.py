@@ -30,6 +30,7 @@ from controller.policies.bloom_cdn import model
 from experiments.measurements import host_addresses, read_table
 from experiments.sweeps.kinds import (EMULATED_METRICS, Cell, EmulatedParameters, Kind, Metric,
                                       edgebed_run, emulated_run, run_record)
+
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = "topologies/bloom_cdn/bloom_cdn.yaml"
 BATCHES = 20  # batch means for the intervals: consecutive requests, by request number

@@ -26,6 +26,7 @@ from experiments.measurements import host_addresses, read_table
 from experiments.report import policy_means, swept_values, versus
 from experiments.sweeps.kinds import (EMULATED_METRICS, Cell, EmulatedParameters, Kind, Metric,
                                       measured_run)
+
 POLICIES = tuple(mode.value for mode in LookupMode)
 # The centers' regions in the scenario (each dispatch host's region label), and the pairs of
 # them whose round trips the rows report, in this order.
