@@ -43,6 +43,14 @@ class DispatchParams(PolicyParams):
                                                  "(attributes stream, upstream) for media "
                                                  "nodes that back-source from it")
     stream: int = Field(0, ge=0, lt=2**32, description="with back_source: the stream id")
+    gray_failover: bool = Field(False, description="the center moves the viewers of a node "
+                                                   "whose path from the origin probes poor or "
+                                                   "which stalls, for detection_time "
+                                                   "(false: only the switches' fast failover)")
+    detection_time: float = Field(3.0, gt=0, description="with gray_failover: seconds a path "
+                                                         "stays poor, or a node silent, before "
+                                                         "the center acts (longer than the "
+                                                         "nodes' report period)")
     transcoding: Literal["passive", "always"] | None = Field(
         None, description="viewers of another protocol than source_protocol pull from "
                           "transcoder nodes: passive starts the room's transcoder with the "

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from controller.policy import (Assignment, Decision, Host, Migration, ModelPolicy, Rejection,
                                Request, ScenarioProblem, State)
 
 from .access import Geography, LocationDatabase, MediaNode, candidates, rank
 from .capacity import SharedCapacity, Tickets
+from .gray_failover import GrayFailureDetector, core_routes, standby_relay
 from .params import DispatchClientLabels, DispatchParams, DispatchServerLabels
-from .quality import probed_path
+from .quality import VIA, probed_path
 from .rooms import Transcoding
 from .routing import Mode, choose_relay, schedule
 
@@ -30,6 +31,7 @@ class DispatchRound:
     database: LocationDatabase
     book: object
     transcoders: frozenset[str] = frozenset()  # with transcoding: the transcoder nodes
+    failing: Mapping[str, str] = field(default_factory=dict)  # gray failures: node -> why
 
 
 class Dispatch(ModelPolicy):
@@ -54,6 +56,9 @@ class Dispatch(ModelPolicy):
         self._transcoded: dict[str, str] = {}  # flow -> its protocol
         # (time, "started" | "stopped", room, protocol) for every transcoder passive ran.
         self.transcoder_events: list[tuple[float, str, str, str]] = []
+        self.detector = GrayFailureDetector(self.params.detection_time)
+        # (time, flow, from, to or "via RELAY", why) for every viewer gray failover moved.
+        self.failovers: list[tuple[float, str, str, str, str]] = []
 
     @property
     def _room(self) -> str:
@@ -290,9 +295,13 @@ class Dispatch(ModelPolicy):
                                     home_region=self.params.home_region,
                                     same_region_share=self.params.same_region_share,
                                     seed=self.params.seed)
+        failing = {}
+        if self.params.gray_failover:
+            self.detector.observe(state, self._address(state, self.params.origin))
+            failing = self.detector.failing(state, [node.name for node in nodes])
         return DispatchRound(state, service, nodes, requests, geography, database,
                              self._control(state, nodes, labels),
-                             self._transcoders(state, service))
+                             self._transcoders(state, service), failing)
 
     def allocate(self, round: DispatchRound) -> dict[str, tuple[str, ...] | str]:
         """Each request's ranked candidates (the admitted node first), or why it has none."""
@@ -318,6 +327,9 @@ class Dispatch(ModelPolicy):
             transcoded = self._transcoded_for(merged)
             usable = nodes if transcoded is None else [
                 node for node in nodes if (node.name in round.transcoders) == transcoded]
+            if self.params.gray_failover:
+                # A new viewer goes nowhere a current one is being moved away from.
+                usable = [node for node in usable if node.name not in round.failing] or usable
             if not usable:
                 answers[request.flow] = (f"no {'transcoder' if transcoded else 'media'} node "
                                          f"serves {self._protocol(merged)} viewers of "
@@ -385,11 +397,66 @@ class Dispatch(ModelPolicy):
         if requests:
             return []
         round = self.instance(state, service, nodes, requests)
-        redirects = self._redirects(state, nodes, round.geography, round.database, round.book,
-                                    self._labels, round.transcoders)
-        redirected = {move.flow for move in redirects}
-        return redirects + [move for move in self._relayed(state, nodes)
-                            if move.flow not in redirected]
+        moves = self._failovers(round)
+        # The flows of a failing node are gray failover's alone: kept on a standby relay, the
+        # relay insertion would take them off it again, the direct path still probing poor.
+        held = {p.request.flow for p in state.placements if p.server in round.failing}
+        for more in (self._redirects(round, held), self._relayed(state, nodes)):
+            moves += [move for move in more if move.flow not in held]
+            held |= {move.flow for move in more}
+        return moves
+
+    @staticmethod
+    def _address(state: State, name: str | None) -> str | None:
+        return next((host.address for host in (*state.clients, *state.servers)
+                     if host.name == name), None)
+
+    def _failovers(self, round: DispatchRound) -> list[Migration]:
+        """Gray failover: the viewers of each failing node (``round.failing``) re-sourced. A
+        node that is well but whose path from the origin is poor keeps its viewers when the
+        standby route from the origin's site to its own passes a relay whose leg to the node
+        probes fine: the stream comes through the relay (``via``). Otherwise each viewer goes
+        to its next ranked node that is not failing and has room for its center."""
+        state, origin = round.state, self.params.origin
+        healthy = [node for node in round.nodes if node.name not in round.failing]
+        moves = []
+        for node in round.nodes:
+            why = round.failing.get(node.name)
+            placed = [p for p in state.placements if p.server == node.name]
+            if why is None or not placed:
+                continue
+            relay = self._standby_relay(state, node) if self.detector.path_only(
+                state, node.name) else None
+            for placement in placed:
+                if relay is not None:
+                    if placement.via != (origin, relay):
+                        moves.append(Migration(placement.request.flow, node.name,
+                                               via=(origin, relay)))
+                        self.failovers.append((state.now, placement.request.flow, node.name,
+                                               f"via {relay}", why))
+                    continue
+                target = self._next_node(round, placement, healthy)
+                if target is not None:
+                    moves.append(Migration(placement.request.flow, target.name,
+                                           via=(origin,) if origin else ()))
+                    self.failovers.append((state.now, placement.request.flow, node.name,
+                                           target.name, why))
+        return moves
+
+    def _standby_relay(self, state: State, node: MediaNode) -> str | None:
+        """The relay on the standby route from the origin's site to ``node``'s whose leg to
+        the node, as the node probes it, is not poor; None without one."""
+        origin, relays = self.params.origin, self.params.relays
+        origin_site = self._site(state, origin) if origin else None
+        if origin_site is None or not relays:
+            return None
+        sites = {relay: site for relay in relays if (site := self._site(state, relay))}
+        relay = standby_relay(core_routes(state, [node.name, origin, *sites]), origin_site,
+                              node.site, sites)
+        if relay is None:
+            return None
+        leg = probed_path(state.latest_load(node.name), self._address(state, relay) or "")
+        return relay if leg is not None and not VIA.poor(leg) else None
 
     def _relayed(self, state: State, nodes: list[MediaNode]) -> list[Migration]:
         """The flows whose back-source chain changes: through the relay that
@@ -434,33 +501,43 @@ class Dispatch(ModelPolicy):
                       near_band=self.params.near_band)
         return candidates(ranked, self.params.candidates, other_regions=self.params.other_regions)
 
-    def _redirects(self, state, nodes, geography, database, book, labels,
-                   transcoders=frozenset()) -> list[Migration]:
+    def _redirects(self, round: DispatchRound, moved: set[str]) -> list[Migration]:
         """Once a node's last report shows it oversold, the latest flows placed on it beyond
-        its capacity, each to the best other node with room for its center. The excess is
-        counted on the placements, not the report: a report still shows the sessions of flows
-        already redirected until their pulls time out, and must not redirect them again."""
-        moves = []
-        for node in nodes:
+        its capacity (of those not in ``moved``), each to the best other node with room for
+        its center. The excess is counted on the placements, not the report: a report still
+        shows the sessions of flows already redirected until their pulls time out, and must
+        not redirect them again."""
+        state, moves = round.state, []
+        for node in round.nodes:
             if state.latest_load(node.name) is None or node.load <= node.capacity:
                 continue
             placed = [p for p in state.placements if p.server == node.name]
             excess = len(placed) - int(node.capacity)
             for placement in reversed(placed[-excess:] if excess > 0 else []):
-                client = placement.request.client
-                center = self._center(labels.get(client, {}) | placement.request.labels)
-                # A redirect keeps a viewer on the kind of node it needs (transcoder or not).
-                kind = self._transcoded_for(labels.get(client, {}) | placement.request.labels)
-                ranked = rank([n for n in nodes if n.name != node.name and (
-                    kind is None or (n.name in transcoders) == kind)],
-                              database.locate(client, self._site(state, client)), geography,
-                              has_room=lambda n: book.has_room(center, n.name),
-                              near_band=self.params.near_band)
-                target = next((n for n in ranked if book.admit(center, n.name)), None)
+                if placement.request.flow in moved:
+                    continue
+                target = self._next_node(round, placement,
+                                         [n for n in round.nodes if n.name != node.name])
                 if target is not None:
-                    book.release(center, node.name)
                     moves.append(Migration(placement.request.flow, target.name))
         return moves
+
+    def _next_node(self, round: DispatchRound, placement, nodes: list[MediaNode]
+                   ) -> MediaNode | None:
+        """The best of ``nodes`` with room for the center of ``placement``'s viewer, ranked
+        for where the database believes it is; the move is booked (the old node's room given
+        back). A move keeps a viewer on the kind of node it needs (transcoder or not)."""
+        client = placement.request.client
+        merged = self._labels.get(client, {}) | placement.request.labels
+        center, kind, book = self._center(merged), self._transcoded_for(merged), round.book
+        ranked = rank([n for n in nodes if kind is None or (n.name in round.transcoders) == kind],
+                      round.database.locate(client, self._site(round.state, client)),
+                      round.geography, has_room=lambda n: book.has_room(center, n.name),
+                      near_band=self.params.near_band)
+        target = next((n for n in ranked if book.admit(center, n.name)), None)
+        if target is not None:
+            book.release(center, placement.server)
+        return target
 
 
 POLICIES = (Dispatch,)
