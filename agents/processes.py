@@ -108,6 +108,7 @@ class NodeProcesses:
 
     prefix: str
     started: list[StartedProcess] = field(default_factory=list)
+    stalled: set[str] = field(default_factory=set)  # nodes whose programs are stopped
 
     def start(self, host, node_name: str, argv: list[str], log: Path,
               env: dict[str, str] | None = None, may_fail: bool = False,
@@ -138,6 +139,23 @@ class NodeProcesses:
                               stderr=subprocess.STDOUT, env=environment,
                               start_new_session=True, mncmd=["mnexec", "-a", str(host.pid)])
 
+    def stall(self, node: str) -> int:
+        """Stop every program running on ``node`` (SIGSTOP to each process group): the node's
+        CPU starved outright, its network stack still answering. Returns how many."""
+        return self._signal_node(node, signal.SIGSTOP, stalled=True)
+
+    def resume(self, node: str) -> int:
+        """Continue the programs :meth:`stall` stopped on ``node``. Returns how many."""
+        return self._signal_node(node, signal.SIGCONT, stalled=False)
+
+    def _signal_node(self, node: str, number: int, stalled: bool) -> int:
+        running = [item for item in self.started
+                   if item.node == node and item.process.poll() is None]
+        for item in running:
+            _signal_group(item.group, number)
+        (self.stalled.add if stalled else self.stalled.discard)(node)
+        return len(running)
+
     def newly_exited(self) -> list[StartedProcess]:
         """Programs that ended on their own since the last call (for warnings during a run)."""
         ended = []
@@ -150,6 +168,8 @@ class NodeProcesses:
     def stop_all(self, grace_s: float = 2.0) -> list[dict]:
         """Stop every program's process group: SIGTERM, up to ``grace_s`` for the groups to
         empty, then SIGKILL. Returns what each program did."""
+        for node in sorted(self.stalled):  # a stopped program would not see SIGTERM
+            self.resume(node)
         ended_before = {id(item): item.process.poll() is not None for item in self.started}
         for item in self.started:
             _signal_group(item.group, signal.SIGTERM)

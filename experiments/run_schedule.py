@@ -1,5 +1,6 @@
-"""What a scenario's schedule does at its times: links and nodes up and down, impairment
-changes (told to the controller when they change a delay), the controller down and up."""
+"""What a scenario's schedule does at its times: links and nodes up and down, a host's programs
+stalled and resumed, impairment changes (told to the controller when they change a delay), the
+controller down and up."""
 
 from __future__ import annotations
 
@@ -38,6 +39,10 @@ class ScheduledEvents:
         elif event.action == "set":
             self.run.links.set(event.link, event.changes, event.directions)
             self._announce(event)
+        elif event.action in ("node_stall", "node_resume"):
+            # Teardown resumes a node still stalled (NodeProcesses.stop_all).
+            (self.run.processes.stall if event.action == "node_stall"
+             else self.run.processes.resume)(event.node)
         elif event.node is not None:
             self.run.links.set_node_state(event.node, event.action == "node_up")
         else:

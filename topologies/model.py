@@ -370,15 +370,18 @@ class ScheduledEvent(StrictModel):
     """Something that happens to a link or node at a time after the network is up."""
 
     at: Duration = Field(description="time after start, e.g. 5s")
-    action: Literal["link_down", "link_up", "node_down", "node_up", "set", "controller_down",
-                    "controller_up"] = Field(
+    action: Literal["link_down", "link_up", "node_down", "node_up", "node_stall", "node_resume",
+                    "set", "controller_down", "controller_up"] = Field(
         description="link_down/link_up: both ends lose/regain carrier; node_down/node_up: every "
-                    "link of the node; set: change the link's impairments; controller_down: "
-                    "the controller dies (SIGKILL; switches keep their flows); controller_up: "
-                    "a new controller starts and takes over")
+                    "link of the node; node_stall/node_resume: a host's programs stop (SIGSTOP: "
+                    "its CPU starved, its links and kernel still up) and continue; set: change "
+                    "the link's impairments; controller_down: the controller dies (SIGKILL; "
+                    "switches keep their flows); controller_up: a new controller starts and "
+                    "takes over")
     link: Optional[str] = Field(None, description="the link, named by one of its endpoints: "
                                                   "'node:interface' (link_* and set)")
-    node: Optional[str] = Field(None, description="the node (node_down, node_up)")
+    node: Optional[str] = Field(None, description="the node (node_down, node_up, node_stall, "
+                                                  "node_resume)")
     direction: Literal["both", "forward", "reverse"] = Field(
         "both", description="set: which direction; forward is the link's first endpoint to its "
                             "second")
@@ -386,7 +389,7 @@ class ScheduledEvent(StrictModel):
 
     @model_validator(mode="after")
     def _target_matches_action(self) -> "ScheduledEvent":
-        wants_node = self.action in ("node_down", "node_up")
+        wants_node = self.action.startswith("node_")
         if self.action.startswith("controller_"):
             if self.node is not None or self.link is not None:
                 raise ValueError(f"{self.action} names no link or node")

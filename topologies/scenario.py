@@ -64,7 +64,7 @@ class _Resolver(NetworkResolution, WorkloadResolution, ControllerResolution):
         self._check_connectivity(links)
         workload = self._resolve_workload()
         captures = self._resolve_captures()
-        schedule = self._resolve_schedule(links)
+        schedule = self._resolve_schedule(links, workload)
         services = self._resolve_controller()
         if self.problems:
             raise ScenarioInvalid(self.problems)

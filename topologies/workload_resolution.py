@@ -110,13 +110,14 @@ class WorkloadResolution(DocumentChecks):
                                         spec.rotate_files))
         return captures
 
-    def _resolve_schedule(self, links: list[Link]) -> list[Event]:
+    def _resolve_schedule(self, links: list[Link], workload: list[Workload]) -> list[Event]:
         by_endpoint = {str(end): link.index for link in links for end in link.endpoints()}
         # What each direction will be after the sets so far, so every set is checked against
         # the state it really changes (sets in time order; a later set builds on earlier ones).
         planned = {(link.index, d): getattr(link, d) for link in links
                    for d in ("forward", "reverse")}
         events = []
+        stalls = NodeStalls({name for entry in workload for name in entry.nodes})
         in_time_order = sorted(enumerate(self.document.schedule), key=lambda item: item[1].at)
         for i, spec in in_time_order:
             path = ("schedule", i)
@@ -140,6 +141,11 @@ class WorkloadResolution(DocumentChecks):
                     self.problem(path + ("node",), f"unknown node {spec.node!r}",
                                  did_you_mean(spec.node, self.nodes))
                     continue
+                if spec.action in ("node_stall", "node_resume"):
+                    problem = stalls.problem(spec.action, self.nodes[spec.node])
+                    if problem is not None:
+                        self.problem(path + ("node",), *problem)
+                        continue
                 events.append(Event(spec.at, spec.action, node=spec.node))
                 continue
             if spec.link not in by_endpoint:
@@ -157,3 +163,33 @@ class WorkloadResolution(DocumentChecks):
             events.append(Event(spec.at, spec.action, link=index, directions=directions,
                                 changes=spec.set))
         return events
+
+
+class NodeStalls:
+    """Which hosts the schedule has stalled so far (its events taken in time order), to check
+    each ``node_stall`` and ``node_resume`` against: a stall needs a host that runs a program
+    of the workload and is not stalled already, a resume a stalled host."""
+
+    def __init__(self, running: set[str]):
+        self.running = running
+        self.stalled: set[str] = set()
+
+    def problem(self, action: str, node) -> tuple[str, str] | None:
+        """What is wrong with ``action`` on ``node`` now (message, hint), None when nothing;
+        the stall or resume is taken in."""
+        if node.is_switch:
+            return (f"{action} stops or continues a host's programs; {node.name} is a switch",
+                    "node_down cuts every link of a switch")
+        if action == "node_stall":
+            if node.name not in self.running:
+                return (f"{node.name} runs no program of the workload: node_stall would stop "
+                        "nothing", "stall a host that a workload entry starts an agent on")
+            if node.name in self.stalled:
+                return f"{node.name} is stalled already", "node_resume it first"
+            self.stalled.add(node.name)
+        elif node.name not in self.stalled:
+            return (f"{node.name} is not stalled at that time",
+                    "schedule a node_stall of it earlier")
+        else:
+            self.stalled.discard(node.name)
+        return None

@@ -142,3 +142,35 @@ workload:
     run.run_dir = RunDirectory(tmp_path)
     argv = run._agent_argv(loaded.workload[0], "h1")
     assert argv == ["sh", "-c", f"echo h1 {loaded.nodes['h1'].ip.ip} > {tmp_path}/x-{{y}}"]
+
+
+def process_state(pid: int) -> str:
+    """The kernel's one-letter state of ``pid`` (T: stopped)."""
+    return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+
+
+def test_a_stalled_node_stops_until_resumed_and_teardown_ends_it_cleanly(tmp_path):
+    processes = NodeProcesses("t0")
+    mark_ready, wait_ready = ready_marker(tmp_path)
+    # It counts while it runs; its SIGTERM trap writes the closing line.
+    script = tmp_path / "counter.sh"
+    script.write_text(f"trap 'echo flushed > {tmp_path}/closing; exit 0' TERM\n"
+                      f"{mark_ready}\n"
+                      f"while true; do echo x >> {tmp_path}/ticks; sleep 0.02; done\n")
+    started = start(processes, tmp_path, ["sh", str(script)])
+    wait_ready()
+    ticks = tmp_path / "ticks"
+    wait_for(ticks.exists, "the first tick")
+    assert processes.stall("h1") == 1 and processes.stall("h2") == 0
+    wait_for(lambda: process_state(started.process.pid) == "T", "the program stopped")
+    stopped_at = ticks.stat().st_size
+    time.sleep(0.2)  # stopped, it counts nothing, however long this takes
+    assert ticks.stat().st_size == stopped_at
+    assert processes.resume("h1") == 1
+    wait_for(lambda: ticks.stat().st_size > stopped_at, "counting again")
+    # Stalled at teardown: stop_all continues it first, so its SIGTERM trap runs.
+    processes.stall("h1")
+    outcomes = processes.stop_all(grace_s=HANG_GUARD_S)
+    assert (tmp_path / "closing").read_text() == "flushed\n"
+    assert outcomes[0]["stopped"] == "terminated" and not outcomes[0]["failed"], outcomes
+    assert processes.stalled == set()
