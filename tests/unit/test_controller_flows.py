@@ -3,8 +3,9 @@ rules :class:`controller.core.ControllerCore` wants, sent as real os-ken OpenFlo
 by :mod:`controller.openflow`, applied to fake switches cabled like the scenario, and packets
 traced through them. No root, no OVS.
 
-The network is the ring of ``topologies/edge-services.yaml``: viewers on s1, edges on s3, the
-short way through s2 (2 + 2 ms), the long way through s4 (5 + 5 ms).
+The network is the ring of ``topologies/edge-services.yaml`` (dispatch's scenario for its gray
+failover): viewers on s1, edges on s3, the short way through s2 (2 + 2 ms), the long way
+through s4 (5 + 5 ms).
 """
 
 from __future__ import annotations
@@ -24,16 +25,16 @@ VIDEO = "10.0.0.200"
 UDP = 17
 
 
-def view() -> NetworkView:
-    return NetworkView.from_scenario(load("topologies/edge-services.yaml"))
+def view(scenario: str = "topologies/edge-services.yaml") -> NetworkView:
+    return NetworkView.from_scenario(load(scenario))
 
 
 class Bed:
     """A core, fake switches cabled as its view says, and the switches' installed state."""
 
     def __init__(self, policy: str = "least_loaded", fast_failover: bool = True,
-                 **policy_params):
-        self.view = view()
+                 scenario: str = "topologies/edge-services.yaml", **policy_params):
+        self.view = view(scenario)
         self.core = ControllerCore(self.view, create(policy, policy_params), fast_failover)
         links = {}
         for trunk in self.view.trunks:
@@ -571,3 +572,27 @@ def test_a_sync_is_one_write_closed_by_one_barrier_whose_id_every_message_carrie
     assert [message.xid for message in datapath.sent[sent_before:]] == [barrier] * 4
     assert len(datapath.barriers) == 2  # the first sync's and this one's, the write's last
     assert write[-datapath.ofproto.OFP_HEADER_SIZE:][1] == datapath.ofproto.OFPT_BARRIER_REQUEST
+
+
+def test_gray_failover_re_steers_a_stalled_nodes_viewer_once_its_reports_stop():
+    """dispatch's scenario with gray failover: cnv1 pulls from cn1; when cn1's load reports
+    stop (its programs stalled) while the other nodes' go on, the center moves cnv1 after the
+    detection time, and the service address takes its packets to the new node."""
+    bed = Bed("dispatch", scenario="topologies/dispatch/dispatch.yaml",
+              centers={"dcn": "cn", "dus": "us", "deu": "eu"}, error_share=0.0, candidates=1,
+              origin="cn0", gray_failover=True, detection_time=3.0)
+    assert bed.place("cnv1", "live") == "cn1"
+    media = bed.view.services["live"].servers
+    assert "cn1" in media and len(media) > 1
+    moved = {}
+    for now in range(8):
+        for node in media:
+            if node != "cn1" or now <= 1:  # cn1 stalls after its report at t=1
+                bed.core.report_load(node, 0.0, metrics={"sessions": 0}, now=float(now))
+        outcome = bed.core.react_to_load(float(now))
+        bed.sync(outcome.switches)
+        if outcome.placed:
+            moved[now] = outcome.placed
+        [(host, _)] = bed.udp("cnv1", "10.0.0.200")
+        assert host == ("cn1" if now < 4 else moved[4]["cnv1/live"]), (now, host)
+    assert list(moved) == [4] and moved[4]["cnv1/live"] != "cn1"
