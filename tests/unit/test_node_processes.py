@@ -44,20 +44,32 @@ def ready_marker(tmp_path, name: str = "ready") -> tuple[str, Callable[[], None]
     return f": > {marker}", lambda: wait_for(marker.exists, f"the script's {name} marker")
 
 
-def test_shell_children_get_sigterm_and_time_to_finish(tmp_path):
-    processes = NodeProcesses("t0")
-    # The child traps SIGTERM, takes 0.3 s to write its closing line, then exits 0.
+def closing_script(tmp_path, loop: str, linger: str = "") -> tuple[str, Callable[[], None]]:
+    """A script whose SIGTERM trap runs ``linger``, writes its closing line and exits 0, and
+    which runs ``loop`` for ever; and the wait for its trap to be in place."""
     mark_ready, wait_ready = ready_marker(tmp_path)
-    child = tmp_path / "child.sh"
-    child.write_text(f"trap 'sleep 0.3; echo flushed > {tmp_path}/closing; exit 0' TERM\n"
-                     f"{mark_ready}\n"
-                     "while true; do sleep 0.05; done\n")
-    started = start(processes, tmp_path, ["sh", "-c", f"sh {child} & wait"])
-    wait_ready()
+    script = tmp_path / "closing.sh"
+    script.write_text(f"trap '{linger}echo flushed > {tmp_path}/closing; exit 0' TERM\n"
+                      f"{mark_ready}\n"
+                      f"while true; do {loop}; done\n")
+    return str(script), wait_ready
+
+
+def stop_all_closes_cleanly(processes: NodeProcesses, tmp_path) -> None:
+    """Stopping every program lets the script's trap write its closing line and exit 0."""
     # A grace that only a hung trap outlasts: stop_all returns once the group is gone.
     outcomes = processes.stop_all(grace_s=HANG_GUARD_S)
     assert (tmp_path / "closing").read_text() == "flushed\n"
     assert outcomes[0]["stopped"] == "terminated" and not outcomes[0]["failed"], outcomes
+
+
+def test_shell_children_get_sigterm_and_time_to_finish(tmp_path):
+    processes = NodeProcesses("t0")
+    # The child traps SIGTERM, takes 0.3 s to write its closing line, then exits 0.
+    child, wait_ready = closing_script(tmp_path, "sleep 0.05", linger="sleep 0.3; ")
+    started = start(processes, tmp_path, ["sh", "-c", f"sh {child} & wait"])
+    wait_ready()
+    stop_all_closes_cleanly(processes, tmp_path)
     with pytest.raises(ProcessLookupError):
         os.killpg(started.group, 0)  # nothing of the group is left to report
 
@@ -151,13 +163,9 @@ def process_state(pid: int) -> str:
 
 def test_a_stalled_node_stops_until_resumed_and_teardown_ends_it_cleanly(tmp_path):
     processes = NodeProcesses("t0")
-    mark_ready, wait_ready = ready_marker(tmp_path)
-    # It counts while it runs; its SIGTERM trap writes the closing line.
-    script = tmp_path / "counter.sh"
-    script.write_text(f"trap 'echo flushed > {tmp_path}/closing; exit 0' TERM\n"
-                      f"{mark_ready}\n"
-                      f"while true; do echo x >> {tmp_path}/ticks; sleep 0.02; done\n")
-    started = start(processes, tmp_path, ["sh", str(script)])
+    # It counts while it runs.
+    script, wait_ready = closing_script(tmp_path, f"echo x >> {tmp_path}/ticks; sleep 0.02")
+    started = start(processes, tmp_path, ["sh", script])
     wait_ready()
     ticks = tmp_path / "ticks"
     wait_for(ticks.exists, "the first tick")
@@ -170,7 +178,5 @@ def test_a_stalled_node_stops_until_resumed_and_teardown_ends_it_cleanly(tmp_pat
     wait_for(lambda: ticks.stat().st_size > stopped_at, "counting again")
     # Stalled at teardown: stop_all continues it first, so its SIGTERM trap runs.
     processes.stall("h1")
-    outcomes = processes.stop_all(grace_s=HANG_GUARD_S)
-    assert (tmp_path / "closing").read_text() == "flushed\n"
-    assert outcomes[0]["stopped"] == "terminated" and not outcomes[0]["failed"], outcomes
+    stop_all_closes_cleanly(processes, tmp_path)
     assert processes.stalled == set()

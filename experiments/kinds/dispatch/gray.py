@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import math
+from typing import Annotated
 
 import networkx as nx
 import numpy as np
@@ -24,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from controller.policies.dispatch.gray_failover import GrayFailureDetector
 from controller.policy import LoadReport, State
 from edgebed.protocol import path_metric
+from experiments.kinds.dispatch.model import Seconds, Share
 from experiments.report import swept_values
 from experiments.sweeps.kinds import Cell, Kind, Metric
 
@@ -31,28 +33,30 @@ POLICIES = ("off", "on")
 ORIGIN = "10.0.0.1"  # the origin's address the reports probe
 HISTORY = 8  # reports kept per node, as a bounded controller history would
 POOR_LOSS = 0.05  # a poor probe's loss: well over VIA's 1.2%
+Positive = Annotated[Seconds, Field(gt=0)]
 
 
 class Parameters(BaseModel):
-    """One cell: the nodes and viewers, the failures, the probes and the detection."""
+    """One cell: the nodes and viewers, the failures, the probes and the detection (times in
+    seconds or with a unit: ``500ms``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     nodes: int = Field(20, ge=2, description="media nodes")
     viewers: int = Field(400, ge=1, description="viewers")
     headroom: float = Field(1.5, ge=1, description="capacity over the viewers' even share")
-    horizon: float = Field(600.0, gt=0, description="time looked at (s)")
-    report_period: float = Field(1.0, gt=0, description="load report period (s)")
+    horizon: Positive = Field(600.0, description="time looked at")
+    report_period: Positive = Field(1.0, description="load report period")
     failure_rate: float = Field(0.02, ge=0, description="gray failures a second, per node "
                                                         "that is well")
-    failure_mean: float = Field(60.0, gt=0, description="mean length of a failure (s)")
-    path_share: float = Field(0.5, ge=0, le=1, description="failures that are a lossy path "
-                                                           "(the rest: the node stalls)")
-    probe_noise: float = Field(0.05, ge=0, le=1, description="healthy probes that come out "
-                                                             "poor")
-    detection_time: float = Field(3.0, gt=0, description="the center's detection time (s)")
-    gop: float = Field(2.0, ge=0, description="a player waits this long for an I frame once "
-                                              "its stream is back (s)")
+    failure_mean: Positive = Field(60.0, description="mean length of a failure")
+    path_share: Share = Field(0.5, description="failures that are a lossy path (the rest: "
+                                               "the node stalls)")
+    probe_noise: Share = Field(0.05, description="healthy probes that come out poor")
+    detection_time: Positive = Field(3.0, description="the center's detection time")
+    gop: Annotated[Seconds, Field(ge=0)] = Field(2.0, description="a player waits this long "
+                                                                  "for an I frame once its "
+                                                                  "stream is back")
 
 
 def failures(p: Parameters, rng: np.random.Generator, steps: int) -> np.ndarray:
