@@ -372,9 +372,7 @@ class Dispatch(ModelPolicy):
                  answers: dict[str, tuple[str, ...] | str]) -> Iterator[Assignment | Rejection]:
         attributes = {}
         if self.params.back_source and self.params.origin is not None:
-            upstream = next((host.address for host in (*round.state.servers,
-                                                       *round.state.clients)
-                             if host.name == self.params.origin), None)
+            upstream = self._address(round.state, self.params.origin)
             if upstream is not None:
                 attributes = {"stream": self.params.stream, "upstream": upstream}
         for request in requests:
