@@ -85,7 +85,8 @@ def test_sizes_are_computed_from_the_tail(name, size, tail, entries):
 
 def test_layers_are_found_by_message_name():
     names = ["Media", "Danmaku", "Gift", "AiData", "AiNack", "Request", "Response", "Pull",
-             "Cdn", "FilterUpdate", "GpuRequest", "GpuGrant", "AiUnit", "LookupQuery", "LookupReply"]
+             "Cdn", "FilterUpdate", "GpuRequest", "GpuGrant", "AiUnit", "LookupQuery", "LookupReply",
+             "MediaNack"]
     assert [layer.__name__ for layer in protocols.LAYERS.values()] == names
     for layer in protocols.LAYERS.values():
         assert protocols.layer(layer.wire_format.name) is layer

@@ -15,7 +15,7 @@ import yaml
 from experiments.kinds import registered
 from experiments.kinds.dispatch.lookup import METRICS, Parameters, measure, remarks, variables
 from experiments.sweeps import experiment
-from experiments.sweeps.kinds import FIDELITY, Cell
+from experiments.sweeps.kinds import EMULATED_METRICS, Cell
 
 ROOT = Path(__file__).resolve().parents[3]
 # The centers' addresses as topologies/dispatch/dispatch.yaml resolves them.
@@ -86,8 +86,8 @@ def test_a_fresh_hint_at_the_pairs_round_trip_is_the_models_lookup(tmp_path):
     assert row["over_model_ms_mean"] == pytest.approx(0.5)
     assert row["within_10ms_share"] == 1.0 and row["fallback_share"] == 0.0
     assert (row["rtt_cn_us_ms"], row["rtt_cn_eu_ms"], row["rtt_us_eu_ms"]) == (160, 180, 70)
-    # Every metric but the fidelity verdict, which the cell's run adds from the run's summary.
-    assert set(row) == {metric.name for metric in METRICS} - {FIDELITY.name}
+    # Every metric but the run's record, which the cell's run adds from the run's summary.
+    assert set(row) == {metric.name for metric in METRICS} - {m.name for m in EMULATED_METRICS}
     # 25 ms slower than the model is not within 10 ms of it.
     late = measure(write_run(tmp_path / "late", [lookup("dcn", "hint", DUS, 0.185, 2,
                                                         hint=DUS)]))
