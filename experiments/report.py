@@ -326,8 +326,8 @@ def write(experiment: Experiment, out: Path, *, plots: bool = True) -> Report:
         for figure in figures:
             plot_time_figure(figure, out / "plots", experiment.name)
     found = headlines(experiment, cells)
-    text = _markdown(experiment, results, summary, found, len(cell_ids), int((~current).sum()),
-                     figures, flagged)
+    text = _markdown(experiment, results, summary, found, len(cell_ids), int(current.sum()),
+                     int((~current).sum()), figures, flagged)
     atomic_write(out / "report.md", text)
     return Report(out / "report.md", found, int((~current).sum()), len(flagged))
 
@@ -367,7 +367,7 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def _markdown(experiment: Experiment, results: pd.DataFrame, summary: pd.DataFrame,
-              found: list[Headline], cells: int, left_out: int,
+              found: list[Headline], cells: int, rows: int, left_out: int,
               figures: list[TimeFigure] = (), flagged: pd.DataFrame | None = None) -> str:
     kind = experiment.kind
     base = experiment.base.model_dump(mode="json")
@@ -379,7 +379,7 @@ def _markdown(experiment: Experiment, results: pd.DataFrame, summary: pd.DataFra
         "## What was run", "",
         f"Experiment file `{experiment.file}`, kind `{kind.name}`, seed {experiment.seed}, "
         f"{experiment.repetitions} repetitions, {cells} cells (sweep × value × policy × "
-        f"repetition), {len(results)} rows (a row per cell and period) in `results.csv`. "
+        f"repetition), {rows} rows (a row per cell and period) in `results.csv`. "
         "A repetition's seed is derived from (seed, sweep, value, repetition) by numpy's "
         "SeedSequence, so all policies of a repetition see the same instance; each cell's "
         "seed is in `results.csv`.", "",

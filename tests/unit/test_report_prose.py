@@ -98,6 +98,7 @@ def _computed(out: Path) -> set[float]:
     for _, same in summary.groupby(["sweep", "value", "metric"]):
         means = same["mean"].to_numpy()
         values |= {a - b for a in means for b in means}
+        values |= {(a - b) / b for a in means for b in means if b}
     return {abs(float(v)) for v in values if pd.notna(v)}
 
 

@@ -181,11 +181,14 @@ def _compared(means: dict[tuple[int, str], tuple[float, float]], requests: int, 
             if change > 0 else "as fast")
     apart = abs(mean - other) > half + other_half  # False with NaN halves
     agrees = (change > 0) == paper_slower
+    paper = (f"the paper's Table 3 has {names[0]} "
+             + ("slower" if paper_slower else "faster"))
     return (f"{requests} requests: {names[0]} {mean:.1f} ± {half:.1f} ms against {names[1]} "
             f"{other:.1f} ± {other_half:.1f} ms, {word}"
             + (", beyond the intervals" if apart else ", within the intervals (not resolved "
                                                       "by the repetitions)")
-            + ("" if change == 0 else "; as the paper's Table 3 has it" if agrees
+            + (f"; {paper}" if not apart or change == 0
+               else "; as the paper's Table 3 has it" if agrees
                else "; the opposite of the paper's Table 3"))
 
 

@@ -14,10 +14,11 @@ from experiments.sweeps.kinds import Table
 
 
 def by_value_and_policy(results: pd.DataFrame):
-    """``results``' rows per sweep, value and policy, in their order: the value as
-    :func:`~experiments.report.at_value` words it, the policy and the rows."""
-    for (_, _, policy), group in results.groupby(["sweep", "value", "policy"], sort=False):
-        yield at_value(group), policy, group
+    """``results``' rows per sweep, value and policy, in their order: the sweep and the value
+    as :func:`~experiments.report.at_value` words it (two sweeps may vary one parameter over
+    the same values under other settings), the policy and the rows."""
+    for (sweep, _, policy), group in results.groupby(["sweep", "value", "policy"], sort=False):
+        yield f"{sweep}: {at_value(group)}", policy, group
 
 
 def whole(x: float) -> str:

@@ -131,10 +131,11 @@ def test_the_remarks_leave_flagged_runs_out_of_the_means_and_say_why():
     [played, goals, startup, summary, compared, runs] = remarks(results)
     assert all(isinstance(table, Table) for table in (played, goals, startup, summary, runs))
     # Per policy over its runs, every run counted, flagged or not.
-    assert played.rows[1] == ("border_loss_p = 0.5%", "hot_standby", "2", "12", "12", "0", "0",
-                              "10", "1200", "450"), played.rows
-    assert goals.rows[2][:6] == ("border_loss_p = 0.5%", "hot_standby", "never stalled or froze",
-                                 "12", "12", "100%"), goals.rows
+    at = "cut: border_loss_p = 0.5%"
+    assert played.rows[1] == (at, "hot_standby", "2", "12", "12", "0", "0", "10", "1200",
+                              "450"), played.rows
+    assert goals.rows[2][:6] == (at, "hot_standby", "never stalled or froze", "12", "12",
+                                 "100%"), goals.rows
     # The failover over the valid runs only, the flagged one counted apart.
     assert summary.rows == (
         ("border_loss_p = 0.5%", "hot_standby", "1", "1", "130", "130", "130", "2", "30-30"),
@@ -171,13 +172,13 @@ def test_the_goals_give_the_shares_of_views_against_livenets_and_where_startup_w
     shares, startup = goals_tables(runs((6, 5), (6, 6)))
     # 11 of 12 is 92%, under 98%; 12 of 12 meets 95% though its interval reaches down to 74%.
     assert shares.rows == (
-        ("border_loss_p = 1.5%", "relay", "never stalled or froze", "11", "12", "92%", "62-100%", "98%",
+        ("border-loss: border_loss_p = 1.5%", "relay", "never stalled or froze", "11", "12", "92%", "62-100%", "98%",
          "not met"),
-        ("border_loss_p = 1.5%", "relay", "started within 1 s", "12", "12", "100%", "74-100%",
+        ("border-loss: border_loss_p = 1.5%", "relay", "started within 1 s", "12", "12", "100%", "74-100%",
          "95%", "met")), shares.rows
     # Startup 1000 ms a mean: first whole frame 375 ms, then 125 ms to the I frame, 500 ms
     # of playout delay.
-    assert startup.rows == (("border_loss_p = 1.5%", "relay", "1000", "375", "125", "500"),)
+    assert startup.rows == (("border-loss: border_loss_p = 1.5%", "relay", "1000", "375", "125", "500"),)
     # Exactly at the goal counts as met, one view short of it does not; no startup recorded,
     # no account of it.
     [shares] = goals_tables(pd.DataFrame([dict(sweep="s", parameter="p", value="0",
@@ -186,8 +187,8 @@ def test_the_goals_give_the_shares_of_views_against_livenets_and_where_startup_w
                                                startup_mean_ms=float("nan"),
                                                first_frame_mean_ms=float("nan"))]))
     assert shares.rows == (
-        ("p = 0", "relay", "never stalled or froze", "49", "50", "98%", "89-100%", "98%", "met"),
-        ("p = 0", "relay", "started within 1 s", "47", "50", "94%", "83-99%", "95%",
+        ("s: p = 0", "relay", "never stalled or froze", "49", "50", "98%", "89-100%", "98%", "met"),
+        ("s: p = 0", "relay", "started within 1 s", "47", "50", "94%", "83-99%", "95%",
          "not met")), shares.rows
 
 
@@ -242,9 +243,9 @@ def test_the_freeze_table_gives_shares_over_the_runs_with_their_intervals():
     # Two runs: the Student-t quantile at 1 degree of freedom is 12.706 and the standard
     # error of 2% and 4% is 1%, so 3% ± 12.7%, cut at 0; the frames lost, 1% and 3%, the same.
     assert table.rows == (
-        ("border_loss_p = 1.5%", "relay", "2", "12", "4", "3.0", "3.0% (0.0-15.7%)", "2000",
+        ("border-loss: border_loss_p = 1.5%", "relay", "2", "12", "4", "3.0", "3.0% (0.0-15.7%)", "2000",
          "40", "2", "100", "2.0% (0.0-14.7%)"),
-        ("border_loss_p = 1.5%", "direct", "1", "6", "2", "3.0", "5.0% (one run)", "1000",
+        ("border-loss: border_loss_p = 1.5%", "direct", "1", "6", "2", "3.0", "5.0% (one run)", "1000",
          "50", "0", "70", "5.0% (one run)")), table.rows
     # Rows measured before the player decoded have no freezes: no table.
     assert freeze_table(pd.DataFrame([run("relay", *[float("nan")] * 6)])) == []
