@@ -17,7 +17,7 @@ from scipy import stats
 from edgebed.files import atomic_output, atomic_write
 
 from experiments.sweeps.experiment import Experiment, PaperEntry, Sweep
-from experiments.sweeps.kinds import FIDELITY, Claim, Kind, Table, TimeFigure
+from experiments.sweeps.kinds import Claim, Kind, Table, TimeFigure, unfaithful
 from experiments.sweeps.runner import RESULTS, read_results
 
 GROUP = ["sweep", "parameter", "value", "policy"]
@@ -52,7 +52,7 @@ class Report:
     path: Path
     headlines: list[Headline]
     left_out: int
-    unfaithful: int = 0
+    unfaithful: int
 
 
 def cell_means(experiment: Experiment, results: pd.DataFrame) -> pd.DataFrame:
@@ -327,7 +327,7 @@ def write(experiment: Experiment, out: Path, *, plots: bool = True) -> Report:
             plot_time_figure(figure, out / "plots", experiment.name)
     found = headlines(experiment, cells)
     text = _markdown(experiment, results, summary, found, len(cell_ids), int(current.sum()),
-                     int((~current).sum()), figures, flagged)
+                     int((~current).sum()), flagged, figures)
     atomic_write(out / "report.md", text)
     return Report(out / "report.md", found, int((~current).sum()), len(flagged))
 
@@ -336,10 +336,8 @@ def unfaithful_runs(kind: Kind, results: pd.DataFrame) -> pd.DataFrame:
     """The runs (one row per cell: sweep, parameter, value, policy, repetition, cell) of an
     emulated kind whose fidelity verdict is not clean, a missing verdict included; none for a
     kind that builds no network."""
-    keys = [*GROUP, "repetition", "cell"]
-    if not kind.emulated:
-        return results.iloc[:0][keys]
-    return results.loc[results[FIDELITY.name] != 1, keys].drop_duplicates("cell")
+    return results.loc[unfaithful(kind, results),
+                       [*GROUP, "repetition", "cell"]].drop_duplicates("cell")
 
 
 def _unfaithful_section(results: pd.DataFrame, flagged: pd.DataFrame) -> list[str]:
@@ -368,7 +366,7 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
 
 def _markdown(experiment: Experiment, results: pd.DataFrame, summary: pd.DataFrame,
               found: list[Headline], cells: int, rows: int, left_out: int,
-              figures: list[TimeFigure] = (), flagged: pd.DataFrame | None = None) -> str:
+              flagged: pd.DataFrame, figures: list[TimeFigure] = ()) -> str:
     kind = experiment.kind
     base = experiment.base.model_dump(mode="json")
     parts = [f"# {experiment.name}", "", kind.about, ""]
@@ -399,7 +397,7 @@ def _markdown(experiment: Experiment, results: pd.DataFrame, summary: pd.DataFra
     if left_out:
         parts += [f"{left_out} rows of `results.csv` belong to cells not in this experiment "
                   "(other parameters, or a fuller run) and are left out.", ""]
-    if flagged is not None and len(flagged):
+    if len(flagged):
         parts += _unfaithful_section(results, flagged)
     if found:
         parts += _headline_section(experiment, found)

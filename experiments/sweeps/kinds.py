@@ -83,6 +83,14 @@ DILATION = Metric("time_dilation", "the time dilation the run used")
 EMULATED_METRICS = (FIDELITY, DILATION)
 
 
+def unfaithful(kind: "Kind", results: pd.DataFrame) -> pd.Series:
+    """Which rows of ``results`` belong to a run of an emulated ``kind`` without a clean
+    fidelity verdict (a missing one included); none for a kind that builds no network."""
+    if not kind.emulated:
+        return pd.Series(False, index=results.index)
+    return results[FIDELITY.name] != 1
+
+
 @dataclass(frozen=True)
 class Claim:
     """A result the paper reports, as a comparison ours can be measured by on one sweep:

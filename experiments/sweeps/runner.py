@@ -20,7 +20,7 @@ from edgebed.files import atomic_output
 
 from .executors import Executor, Serial
 from .experiment import Experiment
-from .kinds import FIDELITY, Cell, Kind
+from .kinds import Cell, Kind, unfaithful
 
 RESULTS = "results.csv"
 KEYS = ("experiment", "sweep", "parameter", "value", "policy", "repetition", "seed", "cell",
@@ -81,7 +81,7 @@ def run(experiment: Experiment, out: Path, *, fresh: bool = False,
         path.unlink(missing_ok=True)
     header = columns(kind)
     written = _completed_cells(path, kind)
-    if rerun_unfaithful and kind.emulated:
+    if rerun_unfaithful:
         written -= _drop_unfaithful(path, kind)
     cells = list(experiment.cells())
     todo = list({cell.id: cell for cell in cells if cell.id not in written}.values())
@@ -152,8 +152,8 @@ def _drop_unfaithful(path: Path, kind: Kind) -> set[str]:
     if not path.exists():
         return set()
     results = read_results(path, kind)
-    unfaithful = results[FIDELITY.name] != 1
-    if unfaithful.any():
+    flagged = unfaithful(kind, results)
+    if flagged.any():
         with atomic_output(path, newline="") as stream:
-            results[~unfaithful].to_csv(stream, index=False)
-    return set(results.loc[unfaithful, "cell"])
+            results[~flagged].to_csv(stream, index=False)
+    return set(results.loc[flagged, "cell"])
