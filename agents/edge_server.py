@@ -188,10 +188,10 @@ class EdgeServer:
         self.gathering: dict[int, dict[int, SourceFrame]] = {}
         self.nacks = params.receiver()
         self.sent = params.send_buffer()
-        # With NACKs on, an incomplete frame is held this long after its first packet came, for
-        # its repairs: the reorder wait and every ask.
-        self.hold_ns = round((params.nack_wait + params.nack_retries * params.nack_interval)
-                             * 1e9)
+        # An incomplete frame is given up this long after its last packet came: the reorder
+        # wait, and with NACKs on every ask for its repairs as well.
+        self.hold_ns = round((params.nack_wait + (params.nack_retries * params.nack_interval
+                                                  if self.nacks is not None else 0.0)) * 1e9)
         self.sessions: dict[tuple, Session] = {}  # (viewer address, port, user) -> session
         self.ended: list[Session] = []
         self.used_vcpu = 0.0
@@ -307,12 +307,10 @@ class EdgeServer:
         self.source_bitrates[stream] = bitrate_kbps * 1e3
         self.last_source_ns[stream] = received_ns
         frames = self.gathering.setdefault(stream, {})
-        newest = max(frames, default=None)
         frame = frames.get(number)
         if frame is None:
-            if newest is not None and number < newest and (self.nacks is None
-                                                           or number < min(frames)):
-                return  # its frame was transcoded already
+            if frames and number < min(frames):
+                return  # its frame was transcoded already and forgotten
             frame = frames[number] = SourceFrame(
                 number, frame_type, fragments, bitrate_kbps * 1e3, send_ns, received_ns,
                 received_ns)
@@ -326,15 +324,13 @@ class EdgeServer:
             self._transcode(stream, frame)
 
     def release(self, now_ns: int) -> None:
-        """Transcode the incomplete frames whose wait is over: every frame older than its
-        stream's newest, or with NACKs on, those gathered longer than the repairs take; forget
-        the transcoded frames older than the oldest still gathered (or than the newest)."""
+        """Transcode the incomplete frames whose wait is over (:meth:`SourceFrame.overdue`):
+        packets of a frame still arriving while later frames' come are not lost; forget the
+        transcoded frames older than the oldest still gathered (or than the newest)."""
         for stream, frames in self.gathering.items():
             newest = max(frames)
-            for number, frame in sorted(frames.items()):
-                if not frame.transcoded and (
-                        now_ns - frame.first_received_ns > self.hold_ns if self.nacks is not None
-                        else number < newest):
+            for frame in sorted(frames.values(), key=lambda frame: frame.number):
+                if not frame.transcoded and frame.overdue(now_ns, self.hold_ns):
                     self._transcode(stream, frame)
             waiting = [number for number, frame in frames.items() if not frame.transcoded]
             oldest_kept = min(waiting, default=newest)
@@ -373,9 +369,6 @@ class EdgeServer:
                                                                    / frame.bitrate)))
         sizes = fragment_sizes(size, int(self.params.payload))
         sending = len(sizes) if share >= 1 else min(len(sizes) - 1, int(len(sizes) * share))
-        if not sending:
-            session.sequence += len(sizes)
-            return []
         start_ns = now_ns + round(self.params.transcoding_delay * reduction / MBPS * 1e9)
         spacing_ns = (frame.last_received_ns - frame.first_received_ns) / len(sizes)
         if cached or session.backlog_ns > start_ns:
@@ -402,6 +395,11 @@ class EdgeServer:
         due_ns, _, transcoded = heapq.heappop(self.departures)
         session = transcoded.session
         if session.ended_ns is not None:
+            return
+        if not transcoded.sending:
+            # Too little of it came to send a packet: its sequence numbers are skipped in its
+            # turn, after the packets of frames before it.
+            session.sequence += len(transcoded.sizes)
             return
         session.pacer.wait_until(due_ns)
         index, count = transcoded.next, len(transcoded.sizes)

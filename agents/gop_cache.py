@@ -30,6 +30,15 @@ class SourceFrame:
         self.first_received_ns = min(self.first_received_ns, received_ns)
         self.last_received_ns = max(self.last_received_ns, received_ns)
 
+    def overdue(self, now_ns: int, wait_ns: int) -> bool:
+        """Whether the packets still missing are lost: none of the frame's packets came for
+        ``wait_ns``, or for twice their mean spacing so far when that is longer. A frame paced
+        out over a while (an I frame), its packets interleaved with later frames', is still
+        arriving."""
+        spacing_ns = ((self.last_received_ns - self.first_received_ns) / (len(self.seen) - 1)
+                      if len(self.seen) > 1 else 0.0)
+        return now_ns - self.last_received_ns > max(wait_ns, 2 * spacing_ns)
+
 
 class GopCache:
     """Each stream's frames since its latest I frame, in order (docs/schemes/live_edge.md):

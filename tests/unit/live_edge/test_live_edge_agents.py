@@ -81,19 +81,24 @@ class Source:
     def send(self, fragments=range(FRAGMENTS)) -> int:
         """Send the next frame (only ``fragments`` of it); returns its first send time."""
         send_ns = time.time_ns()
-        for fragment in range(FRAGMENTS):
-            if fragment in fragments:
+        self.send_part(self.frame, range(FRAGMENTS), send_ns, sent=fragments)
+        self.frame += 1
+        return send_ns
+
+    def send_part(self, frame: int, fragments, send_ns: int, sent=range(FRAGMENTS)) -> None:
+        """Send ``fragments`` of ``frame`` (first sent at ``send_ns``), the ones not in
+        ``sent`` lost on the way: their sequence numbers skipped."""
+        for fragment in fragments:
+            if fragment in sent:
                 header = MEDIA.pack(stream=self.stream, sequence=self.sequence,
-                                    send_ns=send_ns + fragment, frame=self.frame,
-                                    frame_type=1 if self.frame == 0 or (
-                                        self.gop and self.frame % self.gop == 0) else 2,
+                                    send_ns=send_ns + fragment, frame=frame,
+                                    frame_type=1 if frame == 0 or (
+                                        self.gop and frame % self.gop == 0) else 2,
                                     rung=3,
                                     fragment=fragment, fragments=FRAGMENTS,
                                     bitrate_kbps=SOURCE_KBPS)
                 self.sock.sendto(header.ljust(FRAGMENT_BYTES, b"\0"), self.address)
             self.sequence += 1
-        self.frame += 1
-        return send_ns
 
 
 class Viewer:
@@ -203,9 +208,9 @@ def test_a_pull_is_served_frame_by_frame_scaled_and_delayed(tmp_path):
     # Nothing leaves before the transcoding delay G * (R - R_v) = 20 ms * 6 has passed.
     assert min(p["arrived_ns"] for p in frame) - sent_ns >= 120e6
 
-    # A frame missing a fragment goes out incomplete once the next one begins: cut for its
-    # whole size (4000 bytes of 4 fragments in 5 make 5000), of its two packets the share
-    # that came (one); nothing of the frame begun, which is not complete.
+    # A frame missing a fragment goes out incomplete once no packet of it came for the reorder
+    # wait: cut for its whole size (4000 bytes of 4 fragments in 5 make 5000), of its two
+    # packets the share that came (one); nothing of the frame with one fragment in five.
     source.send(fragments={0, 1, 2, 4})
     watcher.pull()
     source.send(fragments={0})
@@ -242,6 +247,25 @@ def test_an_incomplete_frame_goes_out_incomplete_with_the_share_that_came(tmp_pa
                                   (2, 0, 2, first_packet)]
     sequences = [p["sequence"] for p in arrived]
     assert sequences == [sequences[0], sequences[0] + 1, sequences[0] + 4]
+
+
+def test_a_frame_whose_packets_interleave_with_the_next_frames_goes_out_whole(tmp_path):
+    # An upstream node paces an I frame out over longer than a frame interval: the next
+    # frame's packets come between its last ones, which are not lost.
+    edge, port, source_port = start_edge(tmp_path, transcoding_delay=0)
+    source = Source(source_port)
+    watcher = Viewer(port, bitrate_kbps=SOURCE_KBPS)
+    watcher.served(source)
+    first, send_ns = source.frame, time.time_ns()
+    source.send_part(first, range(3), send_ns)
+    source.frame += 1
+    source.send()
+    source.send_part(first, range(3, FRAGMENTS), send_ns)
+    watcher.pull()
+    arrived = watcher.frames(first, count=2)
+    summary_of(edge, stop=True)
+    assert sorted((p["frame"] - first, p["fragment"]) for p in arrived) == [
+        (frame, fragment) for frame in (0, 1) for fragment in range(FRAGMENTS)]
 
 
 def test_a_session_ends_when_the_pulls_stop_and_a_new_pull_opens_another(tmp_path):
