@@ -199,6 +199,7 @@ class EdgeServer:
         self._order = itertools.count()
         self.malformed_pulls = MalformedLog()
         self.send_errors = 0
+        self.after_cut = 0  # source packets that came after their frame was given up
         self.cache = GopCache(params.gop_cache_frames) if params.gop_cache else None
 
     # pulls and sessions
@@ -314,7 +315,10 @@ class EdgeServer:
             frame = frames[number] = SourceFrame(
                 number, frame_type, fragments, bitrate_kbps * 1e3, send_ns, received_ns,
                 received_ns)
-        elif fragment in frame.seen or frame.transcoded:
+        elif fragment in frame.seen:
+            return
+        elif frame.transcoded:
+            self.after_cut += 1  # the frame went out incomplete; this part of it came after
             return
         # A repair would stretch the frame's arrival, over which its packets are paced out.
         repaired = arrival in (Arrival.REPAIRED, Arrival.LATE)
@@ -453,6 +457,7 @@ class EdgeServer:
                               "bytes": sum(s.cached_bytes for s in self.ended)}
                 if self.cache is not None else None,
                 "send_errors": self.send_errors,
+                "packets_after_cut": self.after_cut,
                 "malformed_pulls": self.malformed_pulls.count}
 
 

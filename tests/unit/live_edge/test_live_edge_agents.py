@@ -263,7 +263,7 @@ def test_a_frame_whose_packets_interleave_with_the_next_frames_goes_out_whole(tm
     source.send_part(first, range(3, FRAGMENTS), send_ns)
     watcher.pull()
     arrived = watcher.frames(first, count=2)
-    summary_of(edge, stop=True)
+    assert summary_of(edge, stop=True)["packets_after_cut"] == 0
     assert sorted((p["frame"] - first, p["fragment"]) for p in arrived) == [
         (frame, fragment) for frame in (0, 1) for fragment in range(FRAGMENTS)]
 
