@@ -536,6 +536,10 @@ def main(argv: list[str] | None = None) -> int:
     agent = Agent("edge_server", argv, TABLES)
     params = Params.model_validate(agent.params)
     service = listen(params.port)
+    # A send the host's queue has no room for fails at once and is counted, as a full queue
+    # drops a packet: a blocking send would hold every session's schedule back behind an
+    # uplink that binds, and the queue's delay would grow for as long as the run.
+    service.setblocking(False)
     source = listen(params.source_port)
     ports = {"port": service.getsockname()[1], "source_port": source.getsockname()[1]}
     meter = MediaMeter(ports["source_port"])
