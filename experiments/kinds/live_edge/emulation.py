@@ -94,7 +94,8 @@ arrived; the model's G·(R−R_v) counts neither. On top come queueing (the edge
 rate-limited to D_m, counting whole Ethernet frames, which the policies fill with media bitrate
 while the packets carry more: 42 bytes of Ethernet, IP and UDP headers per packet of at most
 1400 bytes; and the userspace switches of a loaded machine) and loss (on the way to
-the edges and from them; a frame with a lost fragment is transcoded only when the next begins).
+the edges and from them; a frame with a lost fragment is transcoded only once its packets have
+stopped coming for the reorder wait).
 The delay's 99th percentile and the loss of the viewers' streams are measured to show how much
 of the gap each explains.
 
