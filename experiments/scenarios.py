@@ -15,6 +15,7 @@ PLUGINS = Plugins(agents=catalog, policies=policies)
 
 load = functools.partial(scenario.load, plugins=PLUGINS)
 loads = functools.partial(scenario.loads, plugins=PLUGINS)
+derive = functools.partial(scenario.derive, plugins=PLUGINS)
 
 
 def json_schema() -> dict:

@@ -6,7 +6,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import ValidationError
+
+from edgebed.files import atomic_write
 
 from .controller_resolution import ControllerResolution
 from .loader import SourceMap, load_scenario_file, load_scenario_text
@@ -18,7 +21,7 @@ from .resolved import Capture, Endpoint, Event, Link, Node, Scenario, Service, W
 from .workload_resolution import WorkloadResolution
 
 __all__ = ["Capture", "Endpoint", "Event", "Link", "Node", "Scenario", "Service", "Workload",
-           "load", "loads", "resolve"]
+           "derive", "load", "loads", "resolve"]
 
 
 def load(path: str | Path, environ: dict[str, str] | None = None, *,
@@ -36,6 +39,32 @@ def loads(text: str, file: str = "<scenario>", environ: dict[str, str] | None = 
           plugins: Plugins) -> Scenario:
     """Like :func:`load`, from text."""
     return resolve(*syntax_checked(lambda: load_scenario_text(text, file, environ)), plugins)
+
+
+def derive(path: str | Path, derived: str | Path, changes: Mapping[str, Any],
+           environ: dict[str, str] | None = None, *, plugins: Plugins) -> Scenario:
+    """Write ``derived``: the scenario file ``path`` with its variables expanded from
+    ``environ`` and the top-level keys of ``changes`` (plain YAML data: a schedule of an
+    experiment's own, say) put in place of its own; return it loaded. ``derived`` is checked
+    like any scenario file (``path``'s syntax only: what a change replaces needs no check),
+    so a bad change raises :class:`ScenarioInvalid` naming ``derived``'s line and field. A
+    controller app named by a file relative to the scenario must be found from ``derived``'s
+    directory too."""
+    data, _ = syntax_checked(lambda: load_scenario_file(path, environ))
+    if not isinstance(data, dict):
+        return load(path, environ, plugins=plugins)  # raises: not a scenario document
+    header = f"# {path} with {', '.join(changes)} replaced and its variables expanded\n"
+    atomic_write(derived, header + yaml.dump({**data, **changes}, Dumper=_PlainDumper,
+                                             sort_keys=False))
+    return load(derived, environ, plugins=plugins)
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """Writes a value shared in the data (a merged YAML anchor) out in full at every use, as a
+    scenario file's reader sees it."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 def resolve(data: object, source_map: SourceMap, plugins: Plugins) -> Scenario:

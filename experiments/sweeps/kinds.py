@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal, Union
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
+from experiments import scenarios
 from experiments.dilation_choice import CALIBRATION_DIR
 
 
@@ -277,13 +278,32 @@ def edgebed_run(scenario: str, runs: Path, variables: Mapping[str, str],
 
 
 def emulated_run(cell: Cell, scenario: str, duration: float, runs_dir: str,
-                 variables: Mapping[str, str]) -> tuple[Path, dict]:
+                 variables: Mapping[str, str],
+                 changes: Mapping[str, object] | None = None) -> tuple[Path, dict]:
     """:func:`edgebed_run` for ``cell`` (an emulated kind's cell): its policy and seed set as
     ``EDGEBED_POLICY`` and ``EDGEBED_SEED`` beside ``variables``, at the cell's time
-    dilation, its run under ``runs_dir`` in a directory of the cell's own."""
-    return edgebed_run(scenario, Path(runs_dir) / f"{cell.experiment}-{cell.id}",
-                       {"EDGEBED_POLICY": cell.policy, "EDGEBED_SEED": str(cell.seed % 2**32),
-                        **variables}, duration, cell.parameters.time_dilation)
+    dilation, its run under ``runs_dir`` in a directory of the cell's own. With ``changes``
+    (top-level keys of a scenario: a schedule the kind builds, say) the cell runs
+    :func:`derived_scenario` instead of ``scenario``."""
+    runs = Path(runs_dir) / f"{cell.experiment}-{cell.id}"
+    variables = {"EDGEBED_POLICY": cell.policy, "EDGEBED_SEED": str(cell.seed % 2**32),
+                 **variables}
+    if changes:
+        scenario = str(derived_scenario(scenario, runs, variables, changes))
+    return edgebed_run(scenario, runs, variables, duration, cell.parameters.time_dilation)
+
+
+def derived_scenario(scenario: str, runs: Path, variables: Mapping[str, str],
+                     changes: Mapping[str, object]) -> Path:
+    """The file a cell runs when it changes its ``scenario`` (relative to the checkout):
+    ``scenario`` with the top-level keys of ``changes`` in place of its own and its variables
+    expanded from the environment and ``variables``, written into the cell's directory
+    ``runs`` beside its runs and checked like any scenario
+    (:func:`experiments.scenarios.derive`: bad changes raise, naming the file's line and
+    field)."""
+    derived = (runs / f"{Path(scenario).stem}-derived.yaml").resolve()
+    scenarios.derive(ROOT / scenario, derived, changes, dict(os.environ, **variables))
+    return derived
 
 
 def run_record(summary: dict) -> dict[str, object]:
@@ -294,14 +314,17 @@ def run_record(summary: dict) -> dict[str, object]:
 
 
 def measured_run(variables: Callable[[Cell], Mapping[str, str]],
-                 measure: Callable[[Path], dict[str, object]]
+                 measure: Callable[[Path], dict[str, object]],
+                 changes: Callable[[Cell], Mapping[str, object]] | None = None
                  ) -> Callable[[Cell], list[dict[str, object]]]:
     """A kind's ``run`` when each cell is one :func:`emulated_run` of its parameters'
     ``scenario`` for their ``duration`` under their ``runs_dir``, with the scenario variables
-    ``variables(cell)``, and its one row is ``measure(run_dir)`` with the run's record."""
+    ``variables(cell)`` and, when given, the scenario's top-level keys ``changes(cell)``
+    replaced, and its one row is ``measure(run_dir)`` with the run's record."""
     def run(cell: Cell) -> list[dict[str, object]]:
         parameters = cell.parameters
         run_dir, summary = emulated_run(cell, parameters.scenario, parameters.duration,
-                                        parameters.runs_dir, variables(cell))
+                                        parameters.runs_dir, variables(cell),
+                                        changes(cell) if changes else None)
         return [measure(run_dir) | run_record(summary)]
     return run
