@@ -54,17 +54,8 @@ def derive(path: str | Path, derived: str | Path, changes: Mapping[str, Any],
     if not isinstance(data, dict):
         return load(path, environ, plugins=plugins)  # raises: not a scenario document
     header = f"# {path} with {', '.join(changes)} replaced and its variables expanded\n"
-    atomic_write(derived, header + yaml.dump({**data, **changes}, Dumper=_PlainDumper,
-                                             sort_keys=False))
+    atomic_write(derived, header + yaml.safe_dump({**data, **changes}, sort_keys=False))
     return load(derived, environ, plugins=plugins)
-
-
-class _PlainDumper(yaml.SafeDumper):
-    """Writes a value shared in the data (a merged YAML anchor) out in full at every use, as a
-    scenario file's reader sees it."""
-
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
 
 
 def resolve(data: object, source_map: SourceMap, plugins: Plugins) -> Scenario:

@@ -21,9 +21,11 @@ import os
 
 import pytest
 
+from experiments import scenarios
 from experiments.measurements import read_table
 from tests.conftest import ROOT
 from tests.integration.conftest import assert_nothing_left, edgebed, only_run_dir
+from topologies.loader import load_scenario_file
 
 SCENARIO = ROOT / "topologies" / "dispatch" / "dispatch.yaml"
 STALLED = "cn1"  # the nearest node of the cn viewers: the centers place them there first
@@ -36,29 +38,28 @@ FPS, GOP = 25, 50  # the streamer's
 # center decide, and the viewer pulls from its new node at once. A GOP over that is the room
 # a player waiting for the next I frame would need.
 FREEZE_BOUND_S = DETECTION_S + REPORT_PERIOD_S + GOP / FPS
-# The schedule of the scenario is replaced by the stall or the loss ramp. For the stall the
-# media nodes' path probes go (the cross-border links' own burst loss would make nodes abroad
-# probe poor now and then, and the stall is what is measured there).
-CUT = 'schedule:\n'
-PATH_PROBES = ",\n             report_paths: [cn0, hk1]"
-STALL = (f"schedule:\n  - {{at: {STALL_AT:g}s, action: node_stall, node: {STALLED}}}\n"
-         f"  - {{at: {RESUME_AT:g}s, action: node_resume, node: {STALLED}}}\n")
+# The schedule of the scenario is replaced by the stall or the loss ramp (the scenario derived
+# for each arm, experiments.scenarios.derive). For the stall the media nodes' path probes go
+# (the cross-border links' own burst loss would make nodes abroad probe poor now and then, and
+# the stall is what is measured there).
+STALL = [{"at": f"{STALL_AT:g}s", "action": "node_stall", "node": STALLED},
+         {"at": f"{RESUME_AT:g}s", "action": "node_resume", "node": STALLED}]
 # The cn-us link's Gilbert-Elliott p, r staying 30%: mean loss 3.2%, 9.1%, 14.3% each way.
 RAMP = [(STALL_AT, "1%"), (STALL_AT + 1, "3%"), (STALL_AT + 2, "5%")]
 LOSSY = "cn:eth21"
-RAMPED = "schedule:\n" + "".join(f"  - {{at: {at:g}s, action: set, link: \"{LOSSY}\", "
-                                  f"set: {{burst: {{p: {p}, r: 30%}}}}}}\n" for at, p in RAMP)
+RAMPED = [{"at": f"{at:g}s", "action": "set", "link": LOSSY, "set": {"burst": {"p": p, "r": "30%"}}}
+          for at, p in RAMP]
 ABROAD, RELAYED_NODE, RELAY = "usv1/live", "us1", "hk1"
 
 
-def run(tmp_path, failover: bool, schedule: str = STALL):
+def without_path_probes(workload: list[dict]) -> list[dict]:
+    """``workload`` with no agent probing paths."""
+    return [{**entry, "params": {name: value for name, value in entry.get("params", {}).items()
+                                 if name != "report_paths"}} for entry in workload]
+
+
+def run(tmp_path, failover: bool, schedule: list[dict] = STALL):
     name = ("on" if failover else "off") + ("-stall" if schedule == STALL else "-ramp")
-    text = SCENARIO.read_text()
-    assert PATH_PROBES in text and text.count(CUT) == 1
-    if schedule == STALL:
-        text = text.replace(PATH_PROBES, "")
-    scenario = tmp_path / f"dispatch-gray-{name}.yaml"
-    scenario.write_text(text.split(CUT)[0] + schedule)
     env = {**os.environ, "EDGEBED_GRAY_FAILOVER": str(failover).lower(),
            # The relay insertion moves a flow on one poor report: off here, so that only
            # gray failover (or nothing) reacts to the ramp.
@@ -67,13 +68,19 @@ def run(tmp_path, failover: bool, schedule: str = STALL):
            "EDGEBED_REPORT_PERIOD": f"{REPORT_PERIOD_S:g}s",
            # One candidate each: a viewer stays where its center put it (no probing).
            "EDGEBED_CANDIDATES": "1", "EDGEBED_DATABASE_ERROR_ABROAD": "0"}
+    changes: dict[str, object] = {"schedule": schedule}
+    if schedule == STALL:
+        data, _ = load_scenario_file(SCENARIO, env)
+        changes["workload"] = without_path_probes(data["workload"])
+    scenario = tmp_path / f"dispatch-gray-{name}.yaml"
+    scenarios.derive(SCENARIO, scenario, changes, env)
     result = edgebed("run", str(scenario), "--runs-dir", str(tmp_path / name), env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     run_dir = only_run_dir(tmp_path / name)
     return run_dir, json.loads((run_dir / "summary.json").read_text())
 
 
-def both_arms(tmp_path_factory, schedule: str) -> dict[bool, object]:
+def both_arms(tmp_path_factory, schedule: list[dict]) -> dict[bool, object]:
     """The run with gray failover (True) and without (False); nothing of either is left,
     stopped or otherwise."""
     from tests.integration.conftest import SystemState
