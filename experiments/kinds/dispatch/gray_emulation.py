@@ -49,13 +49,13 @@ class Parameters(EmulatedParameters):
     model_config = ConfigDict(extra="forbid")
 
     scenario: str = Field("topologies/dispatch/dispatch.yaml", description="the scenario file")
-    duration: float = Field(18.0, gt=0, description="run length (s)")
+    duration: float = Field(12.0, gt=0, description="run length (s)")
     degradation: Literal[DEGRADATIONS] = Field(
         "node_stall", description="node_stall: the serving node cn1 stalls and resumes; "
                                   "loss_ramp: the direct cn-us link's burst loss ramps up; "
                                   "delay_jump: its one-way delay jumps")
-    degrade_at: float = Field(7.0, gt=0, description="when the degradation starts (s)")
-    resume_at: float = Field(14.0, gt=0, description="when a stalled node resumes (s)")
+    degrade_at: float = Field(5.0, gt=0, description="when the degradation starts (s)")
+    resume_at: float = Field(10.0, gt=0, description="when a stalled node resumes (s)")
     ramp: tuple[str, ...] = Field(("1%", "3%", "5%"), min_length=1,
                                   description="the cn-us link's Gilbert-Elliott p, one step a "
                                               "second (r stays the scenario's)")

@@ -33,10 +33,10 @@ def test_each_degradation_is_a_schedule_the_scenario_accepts(tmp_path):
         actions = [event.action for event in loaded.schedule]
         assert actions == {"node_stall": ["node_stall", "node_resume"],
                            "loss_ramp": ["set"] * 3, "delay_jump": ["set"]}[degradation]
-        assert loaded.schedule[0].at == 7.0
+        assert loaded.schedule[0].at == 5.0
     ramp = changes(cell("on", degradation="loss_ramp"))["schedule"]
     assert [event["set"]["burst"]["p"] for event in ramp] == ["1%", "3%", "5%"]
-    assert [event["at"] for event in ramp] == ["7s", "8s", "9s"]
+    assert [event["at"] for event in ramp] == ["5s", "6s", "7s"]
     assert degraded_nodes(changes(cell("on"))["schedule"]) == {"cn1"}
     assert degraded_nodes(ramp) == {"us1", "us2"}
 
