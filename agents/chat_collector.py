@@ -11,13 +11,15 @@ from agents.agent import Agent, AgentParams
 from agents.flows import FlowStats, MalformedLog
 from agents.formats import DANMAKU, GIFT
 from agents.wire import message_type
-from agents.sockets import DATAGRAM_BUFFER, datagrams, listen
+from agents.sockets import (DATAGRAM_BUFFER, ReceiveParams, datagrams, listen,
+                            udp_socket_drops)
 from agents.viewer import chat_flow
 from edgebed.quantities import Duration
 
 
-class Params(AgentParams):
-    """Where the collector listens and for how long."""
+class Params(ReceiveParams, AgentParams):
+    """Where the collector listens, how often it reads (:class:`agents.sockets.ReceiveParams`)
+    and for how long."""
 
     port: int = Field(5006, ge=0, le=65535, description="0: any free port")
     duration: Optional[Duration] = Field(None, description="default: until stopped")
@@ -83,11 +85,15 @@ def main(argv: list[str] | None = None) -> int:
     meter = ChatMeter(sock.getsockname()[1])
     buffer = bytearray(DATAGRAM_BUFFER)
     try:
-        for size, received_ns, address in datagrams(agent, sock, buffer, params.duration):
+        for size, received_ns, address in datagrams(agent, sock, buffer, params.receive_quantum,
+                                                    params.duration):
             meter.add(buffer, size, received_ns, address)
+        # Datagrams that found the socket's buffer full: lost to the collector falling
+        # behind, not to the path.
+        socket_drops = udp_socket_drops(sock)
     finally:
         sock.close()
-    agent.finish(meter.write(agent))
+    agent.finish(meter.write(agent) | {"socket_drops": socket_drops})
     return 0
 
 

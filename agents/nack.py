@@ -186,6 +186,14 @@ class StreamGaps:
             asking.append(sequence)
         return asking
 
+    def next_due_ns(self) -> int | None:
+        """When :meth:`due` next has something to do: the earliest ask or give-up, or the end of
+        the wait for a trailing gap; None when nothing is pending."""
+        times = [entry.due_ns for entry in self.missing.values()]
+        if self.trailing:
+            times.append(self.last_ns + self.wait_ns)
+        return min(times, default=None)
+
     @property
     def unrepaired(self) -> int:
         return len(self.given_up)
@@ -240,6 +248,12 @@ class NackReceiver:
                     tracked.gaps.nacks += 1
                 except OSError:
                     tracked.send_errors += 1  # a full queue: the packet stays missing
+
+    def next_due_ns(self) -> int | None:
+        """When :meth:`ask` next has something to send or give up (CLOCK_REALTIME ns); None
+        when nothing is pending."""
+        return min((due for tracked in self.streams.values()
+                    if (due := tracked.gaps.next_due_ns()) is not None), default=None)
 
     def write(self, agent: Agent) -> dict:
         """The ``nack_requests`` rows; returns the figures of all streams together."""

@@ -18,7 +18,8 @@ from edgebed.files import atomic_output, atomic_write
 
 from agents.flows import percentile
 from agents.pacing import Pacer
-from agents.sockets import RECEIVE_BUFFER, SO_RCVBUFFORCE, SO_TIMESTAMPNS, TIMESPEC
+from agents.sockets import (RECEIVE_BUFFER, SO_RCVBUFFORCE, SO_TIMESTAMPNS, TIMESPEC,
+                            udp_socket_drops)
 from edgebed import clock
 
 MAGIC = b"EBPR"
@@ -310,23 +311,6 @@ class Receiver:
             "listened_s": clock.monotonic() - started,
             "stopped": stopped,
         }
-
-
-def udp_socket_drops(sock: socket.socket) -> int | None:
-    """The datagrams the kernel dropped for ``sock`` because its receive buffer was full (the
-    ``drops`` column of /proc/net/udp, this namespace's, found by the socket's inode)."""
-    inode = str(os.fstat(sock.fileno()).st_ino)
-    try:
-        with open("/proc/self/net/udp") as table:
-            header = table.readline().split()
-            for line in table:
-                fields = line.split()
-                # The header names "tx_queue rx_queue" and "tr tm->when" as one field each.
-                if len(fields) == len(header) - 2 and fields[9] == inode:
-                    return int(fields[-1])
-    except (OSError, ValueError):
-        pass
-    return None
 
 
 def receive_time_ns(control) -> int:

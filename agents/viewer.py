@@ -16,7 +16,8 @@ from pydantic import Field, model_validator
 
 from agents.agent import Agent, AgentParams, NodeRef, epoch_seconds
 from agents.pacing import WAKE_EARLY_NS, Pacer
-from agents.sockets import DATAGRAM_BUFFER, datagrams, listen
+from agents.sockets import (DATAGRAM_BUFFER, ReceiveParams, datagrams, listen,
+                            udp_socket_drops)
 from agents.control import ControlClient, controller_client
 from agents.echo import PROBE_TIMEOUT, echo_probes
 from agents.follower import FOLLOWER_TABLES, DecisionFollower, probes_settled
@@ -59,9 +60,10 @@ class PoissonMessages:
     due_ns: int = 0
 
 
-class Params(NackParams, AgentParams):
-    """Where the viewer listens, when it stops, how it chats, and whether it asks the hop its
-    media come from for the packets lost (:class:`agents.nack.NackParams`)."""
+class Params(ReceiveParams, NackParams, AgentParams):
+    """Where the viewer listens, how often it reads (:class:`agents.sockets.ReceiveParams`),
+    when it stops, how it chats, and whether it asks the hop its media come from for the
+    packets lost (:class:`agents.nack.NackParams`)."""
 
     port: int = Field(5004, ge=0, le=65535, description="media port; 0: any free port")
     expect: Optional[int] = Field(None, ge=1, description="distinct packets expected (all "
@@ -332,13 +334,22 @@ def main(argv: list[str] | None = None) -> int:
     buffer = bytearray(DATAGRAM_BUFFER)
     enough = (lambda: meter.unique >= params.expect) if params.expect is not None else None
     nacks = params.receiver()
-    ask = (lambda: nacks.ask(sock, clock.time_ns())) if nacks is not None else None
+
+    def ask() -> float | None:
+        """Send the NACKs due; the virtual seconds until more are."""
+        now_ns = clock.time_ns()
+        nacks.ask(sock, now_ns)
+        due_ns = nacks.next_due_ns()
+        return None if due_ns is None else max(0, due_ns - now_ns) / 1e9
+
+    socket_drops = None
     try:
-        for size, received_ns, address in datagrams(agent, sock, buffer, params.duration,
-                                                    enough, idle=ask):
+        for size, received_ns, address in datagrams(agent, sock, buffer,
+                                                    params.receive_quantum, params.duration,
+                                                    enough, ask if nacks is not None else None):
             if meter.add(buffer, size, received_ns, address) is not None and nacks is not None:
                 nacks.receive(buffer, received_ns, address)
-                ask()
+        socket_drops = udp_socket_drops(sock)
     finally:
         if chat is not None:
             chat.stop()
@@ -348,6 +359,9 @@ def main(argv: list[str] | None = None) -> int:
             puller.stop(leave=not agent.stopping)
         sock.close()  # after the puller, which sends from it
     summary = meter.write(agent, params.expect)
+    # Datagrams that reached the host and found the socket's buffer full: lost to the viewer
+    # falling behind, not to the path.
+    summary["socket_drops"] = socket_drops
     if nacks is not None:
         summary["nack"] = nacks.write(agent)
     if chat is not None:

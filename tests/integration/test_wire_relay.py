@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 
 from edgebed.realtime import run_realtime
-from agents.probe import udp_socket_drops
+from agents.sockets import udp_socket_drops
 from topologies.impairments.relay import COMPILED_RELAY
 from topologies.impairments.wire import RECEIVE_BUFFER_BYTES, REALTIME_PRIORITY
 
