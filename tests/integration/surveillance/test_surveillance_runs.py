@@ -261,9 +261,24 @@ def test_a_dead_node_s_clients_move_and_what_it_fed_is_fed_again(dying):
             assert after and after[-1]["to"] != address["node2"], changes
 
 
+def what_became_of(run_dir, client: str) -> str:
+    """What the run recorded of ``client``'s request: the controller's decisions and
+    rejections, its log lines and the client's own log's end."""
+    decisions = [row for row in read_table(run_dir, "decisions")
+                 if row["flow"].startswith(f"{client}/") or row["kind"] == "leave"]
+    traced = [row for row in read_table(run_dir, "policy_trace")
+              if client in f"{row['assigned']}{row['rejected']}{row['migrated']}"]
+    logged = [line for line in (run_dir / "controller" / "controller.log").read_text()
+              .splitlines() if client in line]
+    own = (run_dir / "logs" / f"{client}.log").read_text().splitlines()[-6:]
+    return "\n".join([f"decisions: {decisions}", f"policy trace: {traced}",
+                       "controller log:", *logged, f"{client}'s log:", *own])
+
+
 def test_a_viewer_whose_session_ended_leaves_and_a_later_request_gets_its_room(ending):
     decisions = read_table(ending, "decisions")
     placed = {row["flow"]: row for row in decisions if row["kind"] == "place"}
+    assert "client4/video" in placed, what_became_of(ending, "client4")
     origin = placed["client1/video"]["server"]
     assert placed["client2/video"]["server"] == origin
     # client3 asked while the origin held client1 and client2: refused, the origin is full.
