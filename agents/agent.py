@@ -28,6 +28,8 @@ Tables every agent may write (columns in order; docs: concepts, agents):
   late_over_1ms_fraction
 * ``malformed``: node, agent, port, count, first_seen_ns, example_hex (datagrams that were not
   what the agent listens for; counted, logged, skipped)
+* ``agent_drops``: node, agent, cause, flow, port, packets (what an agent dropped on its own,
+  by cause: the fidelity monitor flags those nobody configured)
 """
 
 from __future__ import annotations
@@ -75,10 +77,19 @@ TABLES = {
     # how many datagrams the socket took, so the runner can balance sent against received.
     "sent": ("node", "agent", "flow", "to", "datagrams", "send_errors"),
     "malformed": ("node", "agent", "port", "count", "first_seen_ns", "example_hex"),
+    # Per cause, and per stream or socket where the cause has one (the other column empty).
+    "agent_drops": ("node", "agent", "cause", "flow", "port", "packets"),
 }
 """The tables every agent may write (through :class:`agents.flows.FlowStats`,
-:class:`agents.pacing.Pacer` and :class:`agents.flows.MalformedLog`). An agent module declares the tables only it writes in its own ``TABLES``
+:class:`agents.pacing.Pacer`, :class:`agents.flows.MalformedLog` and
+:func:`agents.sockets.record_socket_drops`). An agent module declares the tables only it writes in its own ``TABLES``
 (table name -> columns, ``node`` and ``agent`` first) and hands them to :class:`Agent`."""
+
+# The causes of ``agent_drops``: a packet of a frame the agent had given up on already came;
+# the kernel found the agent's receive socket full; the host's queue refused a send.
+AFTER_CUT = "after_cut"
+RECEIVE_BUFFER_FULL = "receive_buffer_full"
+SEND_QUEUE_FULL = "send_queue_full"
 
 
 def with_shared_tables(tables: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:

@@ -17,9 +17,9 @@ from pydantic import Field
 
 from pydantic import model_validator
 
-from agents.agent import Agent, AgentParams, NodeRef, epoch_seconds
+from agents.agent import SEND_QUEUE_FULL, Agent, AgentParams, NodeRef, epoch_seconds
 from agents.pacing import SPIN_NS, Pacer, ProcessingParams
-from agents.sockets import DATAGRAM_BUFFER, listen, receive
+from agents.sockets import DATAGRAM_BUFFER, listen, receive, record_socket_drops
 from agents.control import ControlClient, controller_client
 from agents.follower import FOLLOWER_TABLES, Followed, follow_pushed
 from agents.formats import MEDIA
@@ -234,6 +234,8 @@ def forward(agent: Agent, params: Params, sock: socket.socket, meter: MediaMeter
             if params.bitrate is not None:
                 BITRATE.pack_into(data, BITRATE_OFFSET, round(params.bitrate / 1e3))
             departures.append((processed_ns + processing_delay_ns, stream, data))
+        if send_errors:
+            agent.row("agent_drops", SEND_QUEUE_FULL, "", out.getsockname()[1], send_errors)
     for _, stream, _ in departures:
         stream.unsent += 1
     summaries = {}
@@ -246,7 +248,8 @@ def forward(agent: Agent, params: Params, sock: socket.socket, meter: MediaMeter
             "dropped": stream.dropped, "unsent": stream.unsent,
             "unrouted": stream.unrouted, "backlog_max": stream.backlog_max,
             "lateness": stream.pacer.report(agent, flow_name(stream_id))}
-    return {"next_hops": params.to, "send_errors": send_errors, "forwarding": summaries,
+    return {"next_hops": params.to, "send_errors": send_errors,
+            "socket_drops": record_socket_drops(agent, sock), "forwarding": summaries,
             "switches": routes.switches,
             "nack": sent.write(agent) if sent is not None else None}
 

@@ -18,13 +18,13 @@ from pydantic import Field, model_validator
 from agents.agent import Agent, AgentParams
 from agents.flows import MalformedLog
 from agents.pacing import SPIN_NS, Pacer
-from agents.sockets import POLL_S, receive
+from agents.sockets import POLL_S, receive, record_socket_drops
 from agents.formats import MEDIA, PULL
 from agents.wire import MAGIC, VERSION
 from agents.streamer import (MAX_PAYLOAD, MIN_FRAME_SIZE, PER_PACKET, PER_PACKET_OFFSET,
                              flow_name, fragment_sizes)
 from agents.control import LoadReporter, ReportingParams, controller_client
-from agents.agent import NodeRef, epoch_seconds
+from agents.agent import AFTER_CUT, SEND_QUEUE_FULL, NodeRef, epoch_seconds
 from agents.sockets import DATAGRAM_BUFFER, listen
 from agents.echo import PATH_TABLES
 from agents.back_source import BackSource
@@ -199,7 +199,7 @@ class EdgeServer:
         self._order = itertools.count()
         self.malformed_pulls = MalformedLog()
         self.send_errors = 0
-        self.after_cut = 0  # source packets that came after their frame was given up
+        self.after_cut: dict[int, int] = {}  # stream -> packets of frames already given up
         self.cache = GopCache(params.gop_cache_frames) if params.gop_cache else None
 
     # pulls and sessions
@@ -318,7 +318,8 @@ class EdgeServer:
         elif fragment in frame.seen:
             return
         elif frame.transcoded:
-            self.after_cut += 1  # the frame went out incomplete; this part of it came after
+            # The frame went out incomplete; this part of it came after.
+            self.after_cut[stream] = self.after_cut.get(stream, 0) + 1
             return
         # A repair would stretch the frame's arrival, over which its packets are paced out.
         repaired = arrival in (Arrival.REPAIRED, Arrival.LATE)
@@ -428,8 +429,9 @@ class EdgeServer:
             session.frames += 1
 
     def write(self, agent: Agent, now_ns: int) -> dict:
-        """Every session's rows of ``live_sessions`` and ``sender_lateness`` and the malformed
-        pulls' rows; returns the summary."""
+        """Every session's rows of ``live_sessions`` and ``sender_lateness``, the malformed
+        pulls' rows and the ``agent_drops`` rows of what the edge dropped; returns the
+        summary."""
         unsent = sum(1 for _, _, transcoded in self.departures
                      if transcoded.session.ended_ns is None)
         for session in list(self.sessions.values()):
@@ -444,6 +446,10 @@ class EdgeServer:
             if session.packets:
                 session.pacer.report(agent, f"{session.viewer}:{session.port}/{session.flow}")
         self.malformed_pulls.write(agent)
+        for stream, packets in sorted(self.after_cut.items()):
+            agent.row("agent_drops", AFTER_CUT, flow_name(stream), "", packets)
+        if self.send_errors:
+            agent.row("agent_drops", SEND_QUEUE_FULL, "", self.service_port, self.send_errors)
         nack = ({"asked_upstream": self.nacks.write(agent), "answered": self.sent.write(agent)}
                 if self.nacks is not None else None)
         return {"nack": nack,
@@ -457,7 +463,7 @@ class EdgeServer:
                               "bytes": sum(s.cached_bytes for s in self.ended)}
                 if self.cache is not None else None,
                 "send_errors": self.send_errors,
-                "packets_after_cut": self.after_cut,
+                "packets_after_cut": sum(self.after_cut.values()),
                 "malformed_pulls": self.malformed_pulls.count}
 
 
@@ -528,7 +534,10 @@ def serve(agent: Agent, params: Params, service: socket.socket, source: socket.s
         if back is not None:
             back.control.close()
     reports.write(agent)
-    return (edge.write(agent, clock.time_ns()) | {"load_reports": control}
+    socket_drops = {"service": record_socket_drops(agent, service),
+                    "source": record_socket_drops(agent, source)}
+    return (edge.write(agent, clock.time_ns()) | {"load_reports": control,
+                                                  "socket_drops": socket_drops}
             | ({"back_source": back.write(agent)} if back is not None else {}))
 
 

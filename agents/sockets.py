@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 
 from edgebed import clock
 from edgebed.quantities import Duration
-from agents.agent import Agent
+from agents.agent import RECEIVE_BUFFER_FULL, Agent
 
 SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
@@ -191,3 +191,13 @@ def udp_socket_drops(sock: socket.socket) -> int | None:
     except (OSError, ValueError):
         pass
     return None
+
+
+def record_socket_drops(agent: Agent, sock: socket.socket) -> int | None:
+    """The datagrams the kernel dropped for ``sock``'s full receive buffer
+    (:func:`udp_socket_drops`), as an ``agent_drops`` row when there were any: the agent did not
+    read them in time, a loss nobody configured."""
+    drops = udp_socket_drops(sock)
+    if drops:
+        agent.row("agent_drops", RECEIVE_BUFFER_FULL, "", sock.getsockname()[1], drops)
+    return drops

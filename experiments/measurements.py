@@ -8,6 +8,7 @@ import math
 import threading
 from pathlib import Path
 
+from agents.agent import AFTER_CUT, RECEIVE_BUFFER_FULL
 from edgebed.files import atomic_output
 from edgebed import clock
 from experiments.cpu_accounting import machine_times
@@ -180,6 +181,34 @@ def wire_lateness_flags(wires: dict | None) -> list[str]:
     return flags
 
 
+# What an agent dropped on its own (``agent_drops``) that flags a run, by cause: loss nobody
+# configured. A send the host's queue refused (``send_queue_full``) is counted, not flagged: a
+# media node sends without waiting (edge_server's service socket is non-blocking) into its
+# link's configured rate, so a full queue is that rate's congestion, as a rate-limited link's
+# queue drops are.
+AGENT_DROP_FLAGS = {
+    AFTER_CUT: "gave up frames whose packets still came: {packets} packets after the cut",
+    RECEIVE_BUFFER_FULL: "did not read its receive socket in time: {packets} datagrams "
+                         "dropped for a full buffer",
+}
+
+
+def agent_drop_flags(rows: list[dict]) -> list[str]:
+    """Flags for what agents dropped on their own, nobody having configured it (rows of
+    ``agent_drops``): one per agent on a node and cause, with the streams or ports."""
+    counted: dict[tuple[str, str, str], dict[str, int]] = {}
+    for row in rows:
+        packets = int(row["packets"] or 0)
+        if row["cause"] in AGENT_DROP_FLAGS and packets:
+            where = f"of {row['flow']}" if row["flow"] else f"on port {row['port']}"
+            by_where = counted.setdefault((row["agent"], row["node"], row["cause"]), {})
+            by_where[where] = by_where.get(where, 0) + packets
+    return [f"{agent} on {node} "
+            + AGENT_DROP_FLAGS[cause].format(packets=sum(by_where.values()))
+            + f" ({', '.join(f'{packets} {where}' for where, packets in by_where.items())})"
+            for (agent, node, cause), by_where in counted.items()]
+
+
 def network_kept_up(summary: dict) -> bool:
     """Whether a run's emulated network did what it was configured to (from its summary): no
     wire delivered frames late and no link direction's emulator-made loss passed its limit.
@@ -196,11 +225,12 @@ def fidelity(run_dir: Path, cpu: CpuMonitor, wires: dict | None = None,
     """``{"ok": bool, "flags": [...], "cpu_busy_max": ...}`` for the run's summary; ``wires``
     are the relays' final statistics by link (the fallback impairment backend), ``losses``
     the links' drops by cause (:meth:`LinkControl.losses`): emulator-made loss past
-    ``loss_limit`` makes the run invalid, as a saturated CPU does, and as flows that arrived
-    short of what was sent do (``delivery_flags``, :mod:`experiments.delivery`)."""
+    ``loss_limit`` makes the run invalid, as a saturated CPU does, as flows that arrived
+    short of what was sent do (``delivery_flags``, :mod:`experiments.delivery`), and as
+    packets an agent dropped on its own do (:func:`agent_drop_flags`)."""
     flags = (list(delivery_flags or [])
              + emulator_loss_flags(losses or [], loss_limit or EmulatorLossLimit())
-             + wire_lateness_flags(wires))
+             + wire_lateness_flags(wires) + agent_drop_flags(read_table(run_dir, "agent_drops")))
     for row in read_table(run_dir, "sender_lateness"):
         late_fraction = float(row["late_over_1ms_fraction"] or 0)
         late_p99 = float(row["late_p99_us"] or 0)

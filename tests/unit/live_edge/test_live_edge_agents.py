@@ -249,6 +249,28 @@ def test_an_incomplete_frame_goes_out_incomplete_with_the_share_that_came(tmp_pa
     assert sequences == [sequences[0], sequences[0] + 1, sequences[0] + 4]
 
 
+def test_a_packet_of_a_frame_given_up_already_is_counted_where_it_was_dropped(tmp_path):
+    edge, port, source_port = start_edge(tmp_path, transcoding_delay=0)
+    source = Source(source_port)
+    watcher = Viewer(port, bitrate_kbps=3000)
+    watcher.served(source)
+    cut = source.frame
+    send_ns = source.send({0, 1, 2, 3})
+    watcher.pull()
+    while (packet := watcher.receive(HANG_GUARD_S)) is not None and packet["frame"] != cut:
+        pass
+    assert packet is not None  # the frame went out incomplete: given up
+    source.send_part(cut, [4], send_ns)
+    # The source socket is read in order: once the next frame is out, the late part was taken.
+    source.send()
+    watcher.pull()
+    watcher.frames(cut + 1)
+    assert summary_of(edge, stop=True)["packets_after_cut"] == 1
+    assert [(row["cause"], row["flow"], row["packets"])
+            for row in table(tmp_path, "agent_drops", "e", "edge_server")
+            if row["cause"] == "after_cut"] == [("after_cut", "stream-3", "1")]
+
+
 def test_a_frame_whose_packets_interleave_with_the_next_frames_goes_out_whole(tmp_path):
     # An upstream node paces an I frame out over longer than a frame interval: the next
     # frame's packets come between its last ones, which are not lost.
