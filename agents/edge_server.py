@@ -29,7 +29,7 @@ from agents.sockets import DATAGRAM_BUFFER, listen
 from agents.echo import PATH_TABLES
 from agents.back_source import BackSource
 from agents.follower import FOLLOWER_TABLES
-from agents.gop_cache import GopCache, SourceFrame
+from agents.gop_cache import GivenUpFrames, GopCache, SourceFrame
 from agents.media import MEDIA_TABLES, MediaMeter
 from agents.nack import (NACK_TABLES, RETRANSMISSION_TABLES, Arrival, NackParams, is_nack,
                          resend)
@@ -199,6 +199,7 @@ class EdgeServer:
         self._order = itertools.count()
         self.malformed_pulls = MalformedLog()
         self.send_errors = 0
+        self.given_up = GivenUpFrames()
         self.after_cut: dict[int, int] = {}  # stream -> packets of frames already given up
         self.cache = GopCache(params.gop_cache_frames) if params.gop_cache else None
 
@@ -307,20 +308,23 @@ class EdgeServer:
                    else Arrival.NEW)
         self.source_bitrates[stream] = bitrate_kbps * 1e3
         self.last_source_ns[stream] = received_ns
+        if self.given_up.came_late(stream, number, fragment):
+            # The frame went out incomplete; this part of it came after.
+            self.after_cut[stream] = self.after_cut.get(stream, 0) + 1
+            return
         frames = self.gathering.setdefault(stream, {})
         frame = frames.get(number)
         if frame is None:
             if frames and number < min(frames):
-                return  # its frame was transcoded already and forgotten
+                # A copy of a frame transcoded and forgotten, a straggler from before the
+                # stream's first frame here, or a part of a frame given up longer ago than
+                # the record of them reaches.
+                return
             frame = frames[number] = SourceFrame(
                 number, frame_type, fragments, bitrate_kbps * 1e3, send_ns, received_ns,
                 received_ns)
-        elif fragment in frame.seen:
-            return
-        elif frame.transcoded:
-            # The frame went out incomplete; this part of it came after.
-            self.after_cut[stream] = self.after_cut.get(stream, 0) + 1
-            return
+        elif fragment in frame.seen or frame.transcoded:
+            return  # a copy, or a part of a frame given up longer ago than the record reaches
         # A repair would stretch the frame's arrival, over which its packets are paced out.
         repaired = arrival in (Arrival.REPAIRED, Arrival.LATE)
         frame.add(fragment, size, send_ns, frame.last_received_ns if repaired else received_ns)
@@ -344,6 +348,7 @@ class EdgeServer:
 
     def _transcode(self, stream: int, frame: SourceFrame) -> None:
         frame.transcoded = True
+        self.given_up.add(stream, frame)
         if not frame.bitrate:
             return  # a source that does not say its bitrate cannot be scaled
         # Sessions past their pull timeout end now, not at the next housekeeping: a frame must

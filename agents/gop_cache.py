@@ -1,8 +1,9 @@
-"""The source frames an edge receives, and its GOP cache of them: what a joining viewer gets
-first, so that its player can start on an I frame."""
+"""The source frames an edge receives, the record of those it gave up incomplete, and its GOP
+cache of them: what a joining viewer gets first, so that its player can start on an I frame."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from agents.streamer import I_FRAME
@@ -38,6 +39,42 @@ class SourceFrame:
         spacing_ns = ((self.last_received_ns - self.first_received_ns) / (len(self.seen) - 1)
                       if len(self.seen) > 1 else 0.0)
         return now_ns - self.last_received_ns > max(wait_ns, 2 * spacing_ns)
+
+
+# How many frames given up incomplete :class:`GivenUpFrames` remembers per stream, so that the
+# record stays bounded over a long run with loss. A late packet goes uncounted only once this
+# many later frames of its stream were given up too: at 60 frames/s with every frame cut, a
+# packet over 17 s late, far longer than the edge's reorder and repair waits it came after.
+GIVEN_UP_REMEMBERED = 1024
+
+
+class GivenUpFrames:
+    """Per source stream, the fragments still missing of the latest frames given up
+    incomplete (at most :data:`GIVEN_UP_REMEMBERED`): a packet of one of them that comes later
+    is loss the edge made, whether or not the frame is still held."""
+
+    def __init__(self) -> None:
+        self.missing: dict[int, OrderedDict[int, set[int]]] = {}
+
+    def add(self, stream: int, frame: SourceFrame) -> None:
+        """Remember ``frame`` when it is given up incomplete."""
+        if len(frame.seen) >= frame.fragments:
+            return
+        given_up = self.missing.setdefault(stream, OrderedDict())
+        given_up[frame.number] = set(range(frame.fragments)) - frame.seen
+        if len(given_up) > GIVEN_UP_REMEMBERED:
+            given_up.popitem(last=False)
+
+    def came_late(self, stream: int, number: int, fragment: int) -> bool:
+        """Whether ``fragment`` of frame ``number`` is a part its frame was given up without;
+        each such part is late once, a copy of it after is a duplicate."""
+        missing = self.missing.get(stream, {}).get(number)
+        if missing is None or fragment not in missing:
+            return False
+        missing.remove(fragment)
+        if not missing:
+            del self.missing[stream][number]
+        return True
 
 
 class GopCache:

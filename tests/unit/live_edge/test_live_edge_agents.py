@@ -271,6 +271,48 @@ def test_a_packet_of_a_frame_given_up_already_is_counted_where_it_was_dropped(tm
             if row["cause"] == "after_cut"] == [("after_cut", "stream-3", "1")]
 
 
+def test_a_late_part_of_a_frame_given_up_and_forgotten_is_counted_once(tmp_path):
+    edge, port, source_port = start_edge(tmp_path, transcoding_delay=0)
+    source = Source(source_port)
+    watcher = Viewer(port, bitrate_kbps=3000)
+    watcher.served(source)
+    cut = source.frame
+    send_ns = source.send({0, 1, 2, 3})
+    watcher.pull()
+    while (packet := watcher.receive(HANG_GUARD_S)) is not None and packet["frame"] != cut:
+        pass
+    assert packet is not None  # the frame went out incomplete: given up
+    source.send()
+    watcher.pull()
+    # The frame after the cut one went out whole: the edge holds no frame before it.
+    watcher.frames(cut + 1)
+    source.send_part(cut, [4, 4, 0], send_ns)
+    source.send()
+    watcher.pull()
+    watcher.frames(cut + 2)
+    # The late part is dropped once; its copy and the copy of a part that came are duplicates.
+    assert summary_of(edge, stop=True)["packets_after_cut"] == 1
+
+
+def test_copies_of_a_whole_frame_and_stragglers_from_before_the_first_frame_are_not_after_a_cut(
+        tmp_path):
+    edge, port, source_port = start_edge(tmp_path, transcoding_delay=0)
+    source = Source(source_port)
+    source.frame = 1  # frame 0 is late: the edge's first frame of the stream is a later one
+    watcher = Viewer(port, bitrate_kbps=3000)
+    whole = watcher.served(source)[0]["frame"]
+    source.send()
+    watcher.pull()
+    watcher.frames(source.frame - 1)
+    send_ns = time.time_ns()
+    source.send_part(whole, range(FRAGMENTS), send_ns)
+    source.send_part(0, range(FRAGMENTS), send_ns)
+    source.send()
+    watcher.pull()
+    watcher.frames(source.frame - 1)
+    assert summary_of(edge, stop=True)["packets_after_cut"] == 0
+
+
 def test_a_frame_whose_packets_interleave_with_the_next_frames_goes_out_whole(tmp_path):
     # An upstream node paces an I frame out over longer than a frame interval: the next
     # frame's packets come between its last ones, which are not lost.
