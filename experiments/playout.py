@@ -27,6 +27,14 @@ from experiments.measurements import read_table
 SAME_TIME_S = 1e-6
 
 
+class Span(NamedTuple):
+    """A stretch of a viewer's playback: when it began (epoch seconds) and how long it
+    lasted (s)."""
+
+    start_s: float
+    length_s: float
+
+
 class Arrival(NamedTuple):
     """What a viewer got of one frame: its source frame number, when its last fragment
     arrived (epoch seconds), whether it is an I frame and whether it arrived whole."""
@@ -41,22 +49,42 @@ class Arrival(NamedTuple):
 class Playout:
     """One viewer's playout: when it asked, when its first whole frame of any kind arrived and
     when its first frame showed (epoch seconds; None when no frame, or no I frame, arrived
-    whole), its stalls, its freezes and what became of each frame it watched, from the frame
-    it started on to the last it got whole."""
+    whole), each of its stalls and freezes, and what became of each frame it watched, from the
+    frame it started on to the last it got whole."""
 
     fps: float  # the stream's frames a second, one slot each
     requested_s: float | None
     first_s: float | None
     shown_s: float | None
-    stalls: int = 0  # the buffer ran dry
-    stall_s: float = 0.0  # all stalls together
-    freezes: int = 0  # runs of slots whose frame was not shown
+    # Each time the buffer ran dry: from the slot it came due to the frame's arrival.
+    stall_spans: tuple[Span, ...] = ()
+    # Each run of slots whose frame was not shown: from its first slot, its slots' time.
+    freeze_spans: tuple[Span, ...] = ()
     frames_shown: int = 0
     frames_lost: int = 0  # never arrived whole
     frames_late: int = 0  # arrived whole after its slot
     frames_undecodable: int = 0  # arrived whole in time, a frame it is decoded from did not
     start_frame: int | None = None  # the frame number playback started on
-    first_stall_s: float | None = None  # when the buffer first ran dry (epoch seconds)
+
+    @property
+    def stalls(self) -> int:
+        """How many times the buffer ran dry."""
+        return len(self.stall_spans)
+
+    @property
+    def stall_s(self) -> float:
+        """All stalls together."""
+        return sum(span.length_s for span in self.stall_spans)
+
+    @property
+    def first_stall_s(self) -> float | None:
+        """When the buffer first ran dry (epoch seconds); None when it never did."""
+        return self.stall_spans[0].start_s if self.stall_spans else None
+
+    @property
+    def freezes(self) -> int:
+        """Runs of slots whose frame was not shown."""
+        return len(self.freeze_spans)
 
     @property
     def startup_s(self) -> float | None:
@@ -80,6 +108,14 @@ class Playout:
     def watch_s(self) -> float:
         """First frame shown to the end of the last slot, stalls included."""
         return self.frames_watched / self.fps + self.stall_s
+
+    def began_after(self, at_s: float, window_s: float) -> tuple[tuple[Span, ...],
+                                                                 tuple[Span, ...]]:
+        """The stalls and the freezes that began within ``window_s`` after ``at_s`` (epoch
+        seconds)."""
+        def within(spans: tuple[Span, ...]) -> tuple[Span, ...]:
+            return tuple(span for span in spans if at_s <= span.start_s <= at_s + window_s)
+        return within(self.stall_spans), within(self.freeze_spans)
 
 
 def playout(frames: Iterable[tuple], fps: float, buffer_s: float,
@@ -105,15 +141,14 @@ def playout(frames: Iterable[tuple], fps: float, buffer_s: float,
     buffered = np.minimum.accumulate(arrived[::-1])[::-1]
     shown_s = arrived[0] + buffer_s
     clock = shown_s  # when slot 0 is due; each stall moves it later
-    stalls, stall_s, first_stall = 0, 0.0, None
+    stalls: list[Span] = []
+    freezes: list[list[float]] = []  # [first slot's due time, slots]
     counts: Counter[str] = Counter()
-    freezes, decoding, was_shown = 0, False, True
+    decoding, was_shown = False, True
     for slot, number in enumerate(numbers):
         due = clock + slot / fps
         if buffered[slot] > due + SAME_TIME_S:
-            first_stall = due if first_stall is None else first_stall
-            stalls += 1
-            stall_s += buffered[slot] - due
+            stalls.append(Span(float(due), float(buffered[slot] - due)))
             clock += buffered[slot] - due
             due = buffered[slot]
         if arrived[slot] <= due + SAME_TIME_S:
@@ -123,11 +158,15 @@ def playout(frames: Iterable[tuple], fps: float, buffer_s: float,
             decoding = False
             fate = "lost" if np.isinf(arrived[slot]) else "late"
         counts[fate] += 1
-        freezes += was_shown and fate != "shown"
+        if fate != "shown":
+            if was_shown:
+                freezes.append([float(due), 0])
+            freezes[-1][1] += 1
         was_shown = fate == "shown"
-    return Playout(fps, requested_s, first_s, float(shown_s), stalls, float(stall_s), freezes,
+    return Playout(fps, requested_s, first_s, float(shown_s), tuple(stalls),
+                   tuple(Span(start, slots / fps) for start, slots in freezes),
                    counts["shown"], counts["lost"], counts["late"], counts["undecodable"],
-                   start, None if first_stall is None else float(first_stall))
+                   start)
 
 
 def viewer_playouts(run_dir, viewers: Iterable[str], fps: float,

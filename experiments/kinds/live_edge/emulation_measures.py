@@ -1,7 +1,8 @@
 """live_edge emulated, measured: the QoE of one run's decisions as the model predicted it and as
-the agents measured it, the run's totals, and where the run left each viewer. Their gap is a
-result: what the model leaves out (frame-by-frame transcoding, pacing, losses on the way to the
-edges)."""
+the agents measured it, the run's totals, what its viewers' players showed (a switch of
+server's stalls and freezes among it), and where the run left each viewer. The QoE's two
+figures' gap is a result: what the model leaves out (frame-by-frame transcoding, pacing, losses
+on the way to the edges)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 from controller import policies
 from controller.config import ControllerConfig
@@ -21,6 +23,8 @@ from controller.policies.live_edge.policies import instance_from_state
 from controller.policy import Placement
 from controller.view import NetworkView
 from experiments.measurements import read_table
+from experiments.playout import viewer_playouts
+from experiments.playout_columns import PLAYOUT_BUFFER_S, playout_metrics, switch_metrics
 
 COLUMNS = ("viewer", "flow", "server", "bitrate_bps", "goodput_bps", "latency_model_ms",
            "latency_measured_ms", "latency_p99_ms", "loss", "weight", "qoe_model",
@@ -135,6 +139,26 @@ def run_totals(rows: list[dict]) -> dict:
             "latency_measured_ms": mean("latency_measured_ms"),
             "latency_p99_ms": mean("latency_p99_ms"), "loss": mean("loss"),
             "bitrate_mbps": mean("bitrate_bps") / 1e6, "goodput_mbps": mean("goodput_bps") / 1e6}
+
+
+def run_playout(run_dir: Path) -> dict[str, float]:
+    """The run's playout columns: every viewer's player, from the frames it got
+    (:func:`~experiments.playout.viewer_playouts` at the streamer's frame rate with
+    :data:`~experiments.playout_columns.PLAYOUT_BUFFER_S` of playout delay), all views together
+    (:func:`~experiments.playout_columns.playout_metrics`), and the stalls and freezes that
+    followed a switch of server, a decision the viewer followed that moved it (its
+    ``live_decisions`` row ``migrated``; :func:`~experiments.playout_columns.switch_metrics`)."""
+    resolved = yaml.safe_load((run_dir / "scenario.yaml").read_text())
+    viewers = [name for name, node in resolved["topology"]["nodes"].items()
+               if node.get("role") == "viewer"]
+    [fps] = [float(entry["params"]["fps"]) for entry in resolved["workload"]
+             if entry["agent"] == "streamer"]
+    playouts = viewer_playouts(run_dir, viewers, fps, PLAYOUT_BUFFER_S)
+    switches = defaultdict(list)
+    for row in read_table(run_dir, "live_decisions"):
+        if row["migrated"] == "True":
+            switches[row["node"]].append(float(row["time_s"]))
+    return playout_metrics(playouts.values()) | switch_metrics(playouts, switches)
 
 
 def placement(run_dir: Path, rows: list[dict]) -> tuple[dict[str, tuple[str, float]], int]:
