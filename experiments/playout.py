@@ -4,12 +4,18 @@ scheme's runs (the ``frames`` table every agent metering media writes, agents.me
 The player starts on the first I frame that arrived whole and shows one frame a slot, at the
 stream's rate, ``buffer_s`` after that I frame arrived. A frame is shown in its slot only if
 it arrived whole by then and every frame since its GOP's I frame was shown in its own (a P
-frame is decoded from the one before it, and a frame not there in time is dropped). A frame
-missing or late at its slot breaks that chain: the picture freezes until an I frame arrives
-whole in time. The frame types are the ones the frames
-carry, not a GOP length: a GOP is restarted when a push is refused (agents.streamer). When
-nothing of the slot's frame or a later one has arrived whole, the buffer has run dry: the
-player stalls until a frame comes, and every later slot moves by the stall."""
+frame is decoded from the one before it, and a frame not there in time is dropped), all of
+one rung. A rung is one encoding of the source: the same rung relayed by another node carries
+the same frames, so a chain goes on across nodes; another rung is another encoding, whose P
+frames cannot be decoded from this one's, so after a change of rung the picture freezes until
+an I frame of the new rung arrives whole in time. The player decodes every rung that arrives
+(frames of the old rung still coming after a switch show until they stop): it moves to the
+new rung at that rung's I frame, as a player switching at a GOP boundary does. A frame missing
+or late at its slot breaks its chain: the picture freezes until an I frame arrives whole in
+time. The frame types are the ones the frames carry, not a GOP length: a GOP is restarted
+when a push is refused (agents.streamer). When nothing of the slot's frame or a later one has
+arrived whole, in any rung, the buffer has run dry: the player stalls until a frame comes, and
+every later slot moves by the stall."""
 
 from __future__ import annotations
 
@@ -37,12 +43,14 @@ class Span(NamedTuple):
 
 class Arrival(NamedTuple):
     """What a viewer got of one frame: its source frame number, when its last fragment
-    arrived (epoch seconds), whether it is an I frame and whether it arrived whole."""
+    arrived (epoch seconds), whether it is an I frame, whether it arrived whole and the rung
+    (the encoding) it was sent at."""
 
     frame: int
     arrived_s: float
     key: bool
     whole: bool = True
+    rung: int = 0
 
 
 @dataclass(frozen=True)
@@ -121,42 +129,52 @@ class Playout:
 def playout(frames: Iterable[tuple], fps: float, buffer_s: float,
             requested_s: float | None = None) -> Playout:
     """The playout of ``frames``, what a viewer got of each (:class:`Arrival` fields; whole
-    unless said), at ``fps`` with ``buffer_s`` of playout delay; ``requested_s`` is when the
-    viewer asked for the stream."""
-    # A frame got twice (from two nodes while the viewer moved) counts when it first came whole.
-    earliest: dict[int, float] = {}
-    keys: set[int] = set()
-    for number, arrival, key, whole in (Arrival(*frame) for frame in frames):
+    and of rung 0 unless said), at ``fps`` with ``buffer_s`` of playout delay;
+    ``requested_s`` is when the viewer asked for the stream."""
+    # A frame got twice (from two nodes while the viewer moved) counts when it first came
+    # whole, in each rung.
+    earliest: dict[tuple[int, int], float] = {}  # (rung, frame) -> first whole arrival
+    keys: set[tuple[int, int]] = set()
+    for number, arrival, key, whole, rung in (Arrival(*frame) for frame in frames):
         if key:
-            keys.add(number)
-        if whole and arrival < earliest.get(number, np.inf):
-            earliest[number] = arrival
+            keys.add((rung, number))
+        if whole and arrival < earliest.get((rung, number), np.inf):
+            earliest[(rung, number)] = arrival
     first_s = min(earliest.values(), default=None)
-    start = min((number for number in earliest if number in keys), default=None)
+    start = min((number for _, number in earliest.keys() & keys), default=None)
     if start is None:
         return Playout(fps, requested_s, first_s, None)
-    numbers = np.arange(start, max(earliest) + 1)
-    arrived = np.array([earliest.get(int(number), np.inf) for number in numbers])
-    # The first whole arrival of this frame or any later one: what the buffer holds by then.
-    buffered = np.minimum.accumulate(arrived[::-1])[::-1]
-    shown_s = arrived[0] + buffer_s
+    rungs = sorted({rung for rung, _ in earliest})
+    numbers = np.arange(start, max(number for _, number in earliest) + 1)
+    # Rows: rungs; columns: the slots' frames.
+    arrived = np.array([[earliest.get((rung, int(number)), np.inf) for number in numbers]
+                        for rung in rungs])
+    is_key = np.array([[(rung, int(number)) in keys for number in numbers] for rung in rungs])
+    # The first whole arrival of this frame or any later one, in any rung: what the buffer
+    # holds by then.
+    buffered = np.minimum.accumulate(arrived.min(axis=0)[::-1])[::-1]
+    shown_s = arrived[is_key[:, 0], 0].min() + buffer_s
     clock = shown_s  # when slot 0 is due; each stall moves it later
     stalls: list[Span] = []
     freezes: list[list[float]] = []  # [first slot's due time, slots]
     counts: Counter[str] = Counter()
-    decoding, was_shown = False, True
-    for slot, number in enumerate(numbers):
+    # Per rung: whether its chain since its latest I frame is whole and in time.
+    decoding = np.zeros(len(rungs), dtype=bool)
+    was_shown = True
+    for slot in range(len(numbers)):
         due = clock + slot / fps
         if buffered[slot] > due + SAME_TIME_S:
             stalls.append(Span(float(due), float(buffered[slot] - due)))
             clock += buffered[slot] - due
             due = buffered[slot]
-        if arrived[slot] <= due + SAME_TIME_S:
-            decoding = decoding or int(number) in keys
-            fate = "shown" if decoding else "undecodable"
+        in_time = arrived[:, slot] <= due + SAME_TIME_S
+        decoding = in_time & (decoding | is_key[:, slot])
+        if decoding.any():
+            fate = "shown"
+        elif in_time.any():
+            fate = "undecodable"
         else:
-            decoding = False
-            fate = "lost" if np.isinf(arrived[slot]) else "late"
+            fate = "lost" if np.isinf(arrived[:, slot]).all() else "late"
         counts[fate] += 1
         if fate != "shown":
             if was_shown:
@@ -179,7 +197,7 @@ def viewer_playouts(run_dir, viewers: Iterable[str], fps: float,
         if row["node"] in viewers:
             frames[row["node"]].append(Arrival(int(row["frame"]), float(row["arrived_s"]),
                                                row["frame_type"] == "I",
-                                               row["complete"] == "True"))
+                                               row["complete"] == "True", int(row["rung"])))
     requested: dict[str, float] = {}
     for row in read_table(run_dir, "decisions_followed"):
         if row["node"] in viewers and row.get("requested_s"):

@@ -104,16 +104,18 @@ of the gap each explains.
 
 Playout, every viewer of every run (`experiments.playout`, the player the dispatch kinds'
 viewers are played through): {PLAYOUT_BUFFER_S:g} s of playout delay, a frame shown only if it
-and every frame it is decoded from since its GOP's I frame arrived whole in time, a frame got
-from two edges while the viewer moved counting where it first came whole. Startup runs from
-the viewer's join request to its first frame shown. A server switch is a decision the viewer
-followed that moved it to another edge (its `live_decisions` row `migrated`); a stall or freeze
-that began within {SWITCH_WINDOW_S:g} s after the viewer heard it is the switch's (the old
-edge may send until its session times out, 1 s after the last pull, and a gap reaches the
-player's slots the playout delay later): the interruption the model's switch penalty S stands
-for, measured. The player follows frame numbers, not rungs: a frame from the new edge counts as
-decoded from the old edge's frame before it, so what is measured of a switch is the time
-neither edge's frames came in time.
+and every frame it is decoded from since its GOP's I frame arrived whole in time, all of one
+rung, a frame got from two edges while the viewer moved counting where it first came whole.
+Startup runs from the viewer's join request to its first frame shown. A server switch is a
+decision the viewer followed that moved it to another edge (its `live_decisions` row
+`migrated`); a stall or freeze that began within {SWITCH_WINDOW_S:g} s after the viewer heard
+it is the switch's (the old edge may send until its session times out, 1 s after the last pull,
+and a gap reaches the player's slots the playout delay later): the interruption the model's
+switch penalty S stands for, measured. A rung is one encoding, whichever edge transcoded it: at
+the same rung a frame from the new edge counts as decoded from the old edge's frame before it,
+so what is measured of a move to another edge is the time neither edge's frames came in time;
+after a change of rung the picture freezes until the new rung's I frame, unless the old rung's
+frames keep coming until then.
 
 At six viewers capacity does not bind, so the policies differ only in how they weigh latency,
 interaction demand and preferences; the differences the paper reports need binding capacity,

@@ -39,12 +39,14 @@ def due(frame):
     return sent(0) + DELAY_S + PLAYOUT_BUFFER_S + frame / FPS
 
 
-def frame_rows(viewer, streams):
-    """``viewer``'s ``frames`` rows: each stream (flow -> frame numbers) arriving whole
-    ``DELAY_S`` after the source sent each frame."""
+def frame_rows(viewer, streams, rungs=None):
+    """``viewer``'s ``frames`` rows: each stream (flow -> frame numbers), at its rung in
+    ``rungs`` (flow -> rung; rung 0 unless said), arriving whole ``DELAY_S`` after the source
+    sent each frame."""
+    rungs = rungs or {}
     return [{"node": viewer, "agent": "viewer", "flow": flow, "frame": frame,
-             "frame_type": "I" if frame % GOP == 0 else "P", "complete": "True",
-             "arrived_s": sent(frame) + DELAY_S}
+             "frame_type": "I" if frame % GOP == 0 else "P", "rung": rungs.get(flow, 0),
+             "complete": "True", "arrived_s": sent(frame) + DELAY_S}
             for flow, numbers in streams.items() for frame in numbers]
 
 
@@ -102,6 +104,24 @@ def test_a_run_with_no_switch_answers_no_stall_or_freeze_to_one(tmp_path):
     assert row["freezes"] == 2
     assert {metric.name: row[metric.name] for metric in SWITCH_METRICS} == {
         metric.name: 0 for metric in SWITCH_METRICS}
+
+
+def test_a_change_of_rung_freezes_and_a_move_at_the_same_rung_does_not(tmp_path):
+    # v1 stays on its edge and moves from rung 2 to rung 1 at frame 130, mid-GOP: every frame
+    # comes, but 130-149 are P frames of rung 1, whose I frame 100 it never got. v2 moves to
+    # another edge at frame 130 at the same rung: the new edge's frames go on decoding.
+    frames = (frame_rows("v1", {"stream-1": range(130), "stream-2": range(130, FRAMES)},
+                         {"stream-1": 2, "stream-2": 1})
+              + frame_rows("v2", {"stream-1": range(130), "stream-2": range(130, FRAMES)},
+                           {"stream-1": 2, "stream-2": 2}))
+    row = a_run(tmp_path / "run", frames, [("v1", sent(0) - 0.1, False),
+                                           ("v1", sent(130), False),
+                                           ("v2", sent(0) - 0.1, False),
+                                           ("v2", sent(130), True)])
+    assert (row["freezes"], row["stalls"], row["frames_lost"]) == (1, 0, 0)
+    assert row["freeze_ms"] == pytest.approx(1e3 * 20 / FPS)
+    # v1's change of rung is no server switch; v2's switch froze nothing.
+    assert (row["switches"], row["switches_interrupted"], row["switch_freezes"]) == (1, 0, 0)
 
 
 def test_the_playout_table_sums_the_runs_and_gives_the_switches_share(tmp_path):
