@@ -5,22 +5,24 @@ The player starts on the first I frame that arrived whole and shows one frame a 
 stream's rate, ``buffer_s`` after that I frame arrived. A frame is shown in its slot only if
 it arrived whole by then and every frame since its GOP's I frame was shown in its own (a P
 frame is decoded from the one before it, and a frame not there in time is dropped), all of
-one rung. A rung is one encoding of the source: the same rung relayed by another node carries
-the same frames, so a chain goes on across nodes; another rung is another encoding, whose P
-frames cannot be decoded from this one's, so after a change of rung the picture freezes until
-an I frame of the new rung arrives whole in time. The player decodes every rung that arrives
-(frames of the old rung still coming after a switch show until they stop): it moves to the
-new rung at that rung's I frame, as a player switching at a GOP boundary does. A frame missing
-or late at its slot breaks its chain: the picture freezes until an I frame arrives whole in
-time. The frame types are the ones the frames carry, not a GOP length: a GOP is restarted
-when a push is refused (agents.streamer). When nothing of the slot's frame or a later one has
-arrived whole, in any rung, the buffer has run dry: the player stalls until a frame comes, and
-every later slot moves by the stall."""
+one encoding. Each frame carries a key naming its encoding, by default its rung: the same
+rung relayed by another node carries the same frames, so a chain goes on across nodes; a
+scheme whose nodes encode a rung each their own way keys a frame by its node as well
+(:func:`viewer_playouts`). Another encoding's P frames cannot be decoded from this one's, so
+after a change of encoding the picture freezes until an I frame of the new one arrives whole
+in time. The player decodes every encoding that arrives (frames of the old one still coming
+after a switch show until they stop): it moves to the new one at its I frame, as a player
+switching at a GOP boundary does. A frame missing or late at its slot breaks its chain: the
+picture freezes until an I frame arrives whole in time. The frame types are the ones the
+frames carry, not a GOP length: a GOP is restarted when a push is refused (agents.streamer).
+When nothing of the slot's frame or a later one has arrived whole, in any encoding, the
+buffer has run dry: the player stalls until a frame comes, and every later slot moves by the
+stall."""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -43,14 +45,14 @@ class Span(NamedTuple):
 
 class Arrival(NamedTuple):
     """What a viewer got of one frame: its source frame number, when its last fragment
-    arrived (epoch seconds), whether it is an I frame, whether it arrived whole and the rung
-    (the encoding) it was sent at."""
+    arrived (epoch seconds), whether it is an I frame, whether it arrived whole and the
+    encoding it was sent in (any key telling encodings apart, such as a rung)."""
 
     frame: int
     arrived_s: float
     key: bool
     whole: bool = True
-    rung: int = 0
+    encoding: Hashable = 0
 
 
 @dataclass(frozen=True)
@@ -129,28 +131,30 @@ class Playout:
 def playout(frames: Iterable[tuple], fps: float, buffer_s: float,
             requested_s: float | None = None) -> Playout:
     """The playout of ``frames``, what a viewer got of each (:class:`Arrival` fields; whole
-    and of rung 0 unless said), at ``fps`` with ``buffer_s`` of playout delay;
+    and of encoding 0 unless said), at ``fps`` with ``buffer_s`` of playout delay;
     ``requested_s`` is when the viewer asked for the stream."""
     # A frame got twice (from two nodes while the viewer moved) counts when it first came
-    # whole, in each rung.
-    earliest: dict[tuple[int, int], float] = {}  # (rung, frame) -> first whole arrival
-    keys: set[tuple[int, int]] = set()
-    for number, arrival, key, whole, rung in (Arrival(*frame) for frame in frames):
+    # whole, in each encoding.
+    earliest: dict[tuple[Hashable, int], float] = {}  # (encoding, frame) -> first whole arrival
+    keys: set[tuple[Hashable, int]] = set()
+    for number, arrival, key, whole, encoding in (Arrival(*frame) for frame in frames):
         if key:
-            keys.add((rung, number))
-        if whole and arrival < earliest.get((rung, number), np.inf):
-            earliest[(rung, number)] = arrival
+            keys.add((encoding, number))
+        if whole and arrival < earliest.get((encoding, number), np.inf):
+            earliest[(encoding, number)] = arrival
     first_s = min(earliest.values(), default=None)
     start = min((number for _, number in earliest.keys() & keys), default=None)
     if start is None:
         return Playout(fps, requested_s, first_s, None)
-    rungs = sorted({rung for rung, _ in earliest})
+    # In the order first seen: keys of different types (a rung, a node and a rung) do not sort.
+    encodings = list(dict.fromkeys(encoding for encoding, _ in earliest))
     numbers = np.arange(start, max(number for _, number in earliest) + 1)
-    # Rows: rungs; columns: the slots' frames.
-    arrived = np.array([[earliest.get((rung, int(number)), np.inf) for number in numbers]
-                        for rung in rungs])
-    is_key = np.array([[(rung, int(number)) in keys for number in numbers] for rung in rungs])
-    # The first whole arrival of this frame or any later one, in any rung: what the buffer
+    # Rows: encodings; columns: the slots' frames.
+    arrived = np.array([[earliest.get((encoding, int(number)), np.inf) for number in numbers]
+                        for encoding in encodings])
+    is_key = np.array([[(encoding, int(number)) in keys for number in numbers]
+                       for encoding in encodings])
+    # The first whole arrival of this frame or any later one, in any encoding: what the buffer
     # holds by then.
     buffered = np.minimum.accumulate(arrived.min(axis=0)[::-1])[::-1]
     shown_s = arrived[is_key[:, 0], 0].min() + buffer_s
@@ -158,8 +162,8 @@ def playout(frames: Iterable[tuple], fps: float, buffer_s: float,
     stalls: list[Span] = []
     freezes: list[list[float]] = []  # [first slot's due time, slots]
     counts: Counter[str] = Counter()
-    # Per rung: whether its chain since its latest I frame is whole and in time.
-    decoding = np.zeros(len(rungs), dtype=bool)
+    # Per encoding: whether its chain since its latest I frame is whole and in time.
+    decoding = np.zeros(len(encodings), dtype=bool)
     was_shown = True
     for slot in range(len(numbers)):
         due = clock + slot / fps
@@ -187,17 +191,23 @@ def playout(frames: Iterable[tuple], fps: float, buffer_s: float,
                    start)
 
 
-def viewer_playouts(run_dir, viewers: Iterable[str], fps: float,
-                    buffer_s: float) -> dict[str, Playout]:
-    """Each of ``viewers``' :func:`playout` from a run's ``frames`` table and, for its
-    request, the earliest ``requested_s`` of its ``decisions_followed`` (its join)."""
+def by_rung(row: dict) -> int:
+    """A ``frames`` row's encoding when every node relays a rung as it got it: its rung."""
+    return int(row["rung"])
+
+
+def viewer_playouts(run_dir, viewers: Iterable[str], fps: float, buffer_s: float,
+                    encoding: Callable[[dict], Hashable] = by_rung) -> dict[str, Playout]:
+    """Each of ``viewers``' :func:`playout` from a run's ``frames`` table, each frame in the
+    encoding ``encoding`` gives its row, and, for its request, the earliest ``requested_s`` of
+    its ``decisions_followed`` (its join)."""
     viewers = set(viewers)
     frames: dict[str, list[Arrival]] = {viewer: [] for viewer in viewers}
     for row in read_table(run_dir, "frames"):
         if row["node"] in viewers:
             frames[row["node"]].append(Arrival(int(row["frame"]), float(row["arrived_s"]),
                                                row["frame_type"] == "I",
-                                               row["complete"] == "True", int(row["rung"])))
+                                               row["complete"] == "True", encoding(row)))
     requested: dict[str, float] = {}
     for row in read_table(run_dir, "decisions_followed"):
         if row["node"] in viewers and row.get("requested_s"):

@@ -22,7 +22,7 @@ def stream(numbers, delay_s=0.1, gop=50, origin=100.0):
 
 
 def at_rung(frames, rung):
-    """``frames`` (:func:`stream`'s) sent at ``rung``."""
+    """``frames`` (:func:`stream`'s) sent at ``rung`` (or any other key of an encoding)."""
     return [Arrival(n, t, key, True, rung) for n, t, key in frames]
 
 
@@ -159,6 +159,18 @@ def test_another_node_at_the_same_rung_goes_on_decoding():
     assert fates(shown) == (300, 0, 0, 0) and (shown.freezes, shown.stalls) == (0, 0)
 
 
+def test_a_rung_keyed_by_its_node_is_another_encoding_at_another_node():
+    # The same move where each node encodes the rung its own way: 130-149 from the new node
+    # are P frames of its encoding, whose I frame 100 the viewer never got. Keys of two types
+    # (a node and a rung, a rung alone) are told apart alike.
+    frames = (at_rung(stream(range(130)), ("edge1", 2))
+              + at_rung(stream(range(130, 300), delay_s=0.13), ("edge2", 2)))
+    shown = playout(frames, FPS, buffer_s=0.5)
+    assert fates(shown) == (280, 0, 0, 20) and (shown.freezes, shown.stalls) == (1, 0)
+    back = frames[:130] + at_rung(stream(range(130, 300), delay_s=0.13), 3)
+    assert fates(playout(back, FPS, buffer_s=0.5)) == (280, 0, 0, 20)
+
+
 def test_without_a_whole_i_frame_nothing_shows():
     shown = playout(stream(range(1, 49)), FPS, buffer_s=0.5, requested_s=99.0)
     assert shown.shown_s is None and shown.startup_s is None
@@ -172,13 +184,14 @@ def viewers_frames(draw):
     of its own; I frames every ``gop`` frames."""
     count = draw(st.integers(1, 120))
     gop = draw(st.integers(1, 60))
-    rungs = draw(st.integers(1, 2))
+    # Rungs and nodes' encodings of a rung, as the schemes key them.
+    encodings = [0, ("edge1", 0), ("edge2", 0)][:draw(st.integers(1, 3))]
     frames = []
     for n in range(count):
         for _ in range(draw(st.integers(0, 2))):
             frames.append(Arrival(n, 100 + n / FPS + draw(st.floats(0, 2.0)), n % gop == 0,
                                   draw(st.booleans()) or draw(st.booleans()),
-                                  draw(st.integers(0, rungs - 1))))
+                                  draw(st.sampled_from(encodings))))
     return frames
 
 
@@ -197,17 +210,17 @@ def test_every_watched_frame_has_one_fate_and_freezes_fit_in_the_watch(frames, b
     assert 0 <= shown.freeze_s <= shown.watch_s and shown.stall_s >= 0
     assert shown.freezes <= shown.frames_watched - shown.frames_shown
     assert (shown.freezes == 0) == (shown.freeze_s == 0)
-    if shown.frames_lost == shown.frames_late == 0 and len({f.rung for f in frames}) == 1:
+    if shown.frames_lost == shown.frames_late == 0 and len({f.encoding for f in frames}) == 1:
         assert shown.frames_undecodable == 0  # nothing broke a chain
 
 
 @settings(max_examples=300, deadline=None)
 @given(viewers_frames(), st.floats(0, 2.0))
-def test_telling_rungs_apart_only_takes_shown_frames_away(frames, buffer_s):
+def test_telling_encodings_apart_only_takes_shown_frames_away(frames, buffer_s):
     # The same arrivals taken as one encoding: the buffer, and so the stalls and the frames
-    # lost and late, are the same; a chain across rungs no longer decodes.
+    # lost and late, are the same; a chain across encodings no longer decodes.
     apart = playout(frames, FPS, buffer_s)
-    one = playout([frame._replace(rung=0) for frame in frames], FPS, buffer_s)
+    one = playout([frame._replace(encoding=0) for frame in frames], FPS, buffer_s)
     assert (apart.shown_s, apart.stall_spans, apart.frames_watched) == (
         one.shown_s, one.stall_spans, one.frames_watched)
     assert (apart.frames_lost, apart.frames_late) == (one.frames_lost, one.frames_late)

@@ -105,17 +105,21 @@ of the gap each explains.
 Playout, every viewer of every run (`experiments.playout`, the player the dispatch kinds'
 viewers are played through): {PLAYOUT_BUFFER_S:g} s of playout delay, a frame shown only if it
 and every frame it is decoded from since its GOP's I frame arrived whole in time, all of one
-rung, a frame got from two edges while the viewer moved counting where it first came whole.
+encoding, a frame got from two edges while the viewer moved counting where it first came whole.
 Startup runs from the viewer's join request to its first frame shown. A server switch is a
 decision the viewer followed that moved it to another edge (its `live_decisions` row
 `migrated`); a stall or freeze that began within {SWITCH_WINDOW_S:g} s after the viewer heard
 it is the switch's (the old edge may send until its session times out, 1 s after the last pull,
 and a gap reaches the player's slots the playout delay later): the interruption the model's
-switch penalty S stands for, measured. A rung is one encoding, whichever edge transcoded it: at
-the same rung a frame from the new edge counts as decoded from the old edge's frame before it,
-so what is measured of a move to another edge is the time neither edge's frames came in time;
-after a change of rung the picture freezes until the new rung's I frame, unless the old rung's
-frames keep coming until then.
+switch penalty S stands for, measured. An encoding is what the edges make of the source
+(`emulation_measures.edge_encoding`): a viewer pulling the source's bitrate gets the source's frames passed
+through, the same from every edge, so after a move at that rung a frame from the new edge
+counts as decoded from the old edge's frame before it, and what is measured of the move is
+the time neither edge's frames came in time; a viewer pulling less gets the source transcoded
+by its edge, each edge its own encoding (the same frame numbers and I frames, other bits), so
+after a move at a transcoded rung the picture freezes until the new edge's I frame, unless the
+old edge's frames keep coming until then. A change of rung likewise freezes until the new
+rung's I frame.
 
 At six viewers capacity does not bind, so the policies differ only in how they weigh latency,
 interaction demand and preferences; the differences the paper reports need binding capacity,

@@ -20,6 +20,9 @@ ORIGIN = 100.0  # when frame 0 was sent (epoch seconds)
 DELAY_S = 0.1
 JOINED_S = ORIGIN - 0.2
 FRAMES = 300
+SOURCE_BPS = 8e6
+LADDER_BPS = (1e6, 2.5e6, 5e6, 8e6)  # the viewers'
+TRANSCODED_BPS = 5e6
 
 
 def write_table(run_dir, name, rows):
@@ -39,31 +42,38 @@ def due(frame):
     return sent(0) + DELAY_S + PLAYOUT_BUFFER_S + frame / FPS
 
 
-def frame_rows(viewer, streams, rungs=None):
-    """``viewer``'s ``frames`` rows: each stream (flow -> frame numbers), at its rung in
-    ``rungs`` (flow -> rung; rung 0 unless said), arriving whole ``DELAY_S`` after the source
-    sent each frame."""
-    rungs = rungs or {}
-    return [{"node": viewer, "agent": "viewer", "flow": flow, "frame": frame,
-             "frame_type": "I" if frame % GOP == 0 else "P", "rung": rungs.get(flow, 0),
-             "complete": "True", "arrived_s": sent(frame) + DELAY_S}
-            for flow, numbers in streams.items() for frame in numbers]
+def watched(viewer, *decisions):
+    """``viewer``'s ``live_decisions`` and ``frames`` rows: each decision (heard at, edge,
+    bitrate, the frames that came on its stream) its own flow, whose frames arrive whole
+    ``DELAY_S`` after the source sent each, at the rung the viewer pulls the bitrate at."""
+    followed, frames = [], []
+    for index, (heard_s, server, bitrate, numbers) in enumerate(decisions):
+        flow = f"stream-{index + 1}"
+        followed.append({"node": viewer, "time_s": heard_s, "server": server,
+                         "bitrate_bps": bitrate, "flow": flow,
+                         "migrated": str(index > 0 and decisions[index - 1][1] != server)})
+        rung = sum(rate < bitrate for rate in LADDER_BPS)
+        frames += [{"node": viewer, "agent": "viewer", "flow": flow, "frame": frame,
+                    "frame_type": "I" if frame % GOP == 0 else "P", "rung": rung,
+                    "complete": "True", "arrived_s": sent(frame) + DELAY_S}
+                   for frame in numbers]
+    return followed, frames
 
 
-def a_run(run_dir, frames, decisions):
-    """A run directory of two viewers (v1, v2) with ``frames`` rows and ``live_decisions``
-    ``decisions`` (viewer, heard at, moved)."""
+def a_run(run_dir, *viewers):
+    """A run directory of ``viewers`` (:func:`watched`'s rows), all joined at ``JOINED_S``."""
     run_dir.mkdir()
+    names = sorted({row["node"] for followed, _ in viewers for row in followed})
     (run_dir / "scenario.yaml").write_text(yaml.safe_dump({
         "topology": {"nodes": {"streamer1": {"role": "streamer"}, "edge1": {"role": "edge"},
-                               "v1": {"role": "viewer"}, "v2": {"role": "viewer"}}},
-        "workload": [{"agent": "streamer", "params": {"fps": FPS, "gop": GOP}}]}))
-    write_table(run_dir, "frames", frames)
+                               "edge2": {"role": "edge"}}
+                     | {name: {"role": "viewer"} for name in names}},
+        "workload": [{"agent": "streamer",
+                      "params": {"fps": FPS, "gop": GOP, "bitrate": "8Mbps"}}]}))
+    write_table(run_dir, "frames", [row for _, frames in viewers for row in frames])
     write_table(run_dir, "decisions_followed", [
-        {"node": viewer, "requested_s": JOINED_S} for viewer in ("v1", "v2")])
-    write_table(run_dir, "live_decisions", [
-        {"node": viewer, "time_s": at, "server": "edge1", "migrated": str(moved)}
-        for viewer, at, moved in decisions])
+        {"node": name, "requested_s": JOINED_S} for name in names])
+    write_table(run_dir, "live_decisions", [row for followed, _ in viewers for row in followed])
     return run_playout(run_dir)
 
 
@@ -74,11 +84,12 @@ def test_a_freeze_after_a_switch_is_the_switchs_and_one_elsewhere_is_not(tmp_pat
     # frame: a freeze 5.8 s after the switch, not the switch's. v2 never moves and loses frame
     # 200, an I frame: its GOP freezes, no switch's either.
     switch_s = sent(130)
-    frames = (frame_rows("v1", {"stream-1": range(130),
-                                "stream-2": [n for n in range(140, FRAMES) if n != 260]})
-              + frame_rows("v2", {"stream-1": [n for n in range(FRAMES) if n != 200]}))
-    row = a_run(tmp_path / "run", frames, [("v1", sent(0) - 0.1, False), ("v1", switch_s, True),
-                                           ("v2", sent(0) - 0.1, False)])
+    row = a_run(tmp_path / "run",
+                watched("v1", (sent(0) - 0.1, "edge1", SOURCE_BPS, range(130)),
+                        (switch_s, "edge2", SOURCE_BPS,
+                         [n for n in range(140, FRAMES) if n != 260])),
+                watched("v2", (sent(0) - 0.1, "edge1", SOURCE_BPS,
+                               [n for n in range(FRAMES) if n != 200])))
     assert due(130) - switch_s == pytest.approx(PLAYOUT_BUFFER_S + DELAY_S)
     assert PLAYOUT_BUFFER_S + DELAY_S < SWITCH_WINDOW_S
     assert due(260) - switch_s > SWITCH_WINDOW_S
@@ -96,32 +107,42 @@ def test_a_freeze_after_a_switch_is_the_switchs_and_one_elsewhere_is_not(tmp_pat
 
 def test_a_run_with_no_switch_answers_no_stall_or_freeze_to_one(tmp_path):
     # The same losses, both viewers staying on their first edge all along.
-    frames = (frame_rows("v1", {"stream-1": [n for n in range(FRAMES) if n not in
-                                             range(130, 140)]})
-              + frame_rows("v2", {"stream-1": [n for n in range(FRAMES) if n != 200]}))
-    row = a_run(tmp_path / "run", frames, [("v1", sent(0) - 0.1, False),
-                                           ("v2", sent(0) - 0.1, False)])
+    row = a_run(tmp_path / "run",
+                watched("v1", (sent(0) - 0.1, "edge1", SOURCE_BPS,
+                               [n for n in range(FRAMES) if n not in range(130, 140)])),
+                watched("v2", (sent(0) - 0.1, "edge1", SOURCE_BPS,
+                               [n for n in range(FRAMES) if n != 200])))
     assert row["freezes"] == 2
     assert {metric.name: row[metric.name] for metric in SWITCH_METRICS} == {
         metric.name: 0 for metric in SWITCH_METRICS}
 
 
-def test_a_change_of_rung_freezes_and_a_move_at_the_same_rung_does_not(tmp_path):
-    # v1 stays on its edge and moves from rung 2 to rung 1 at frame 130, mid-GOP: every frame
-    # comes, but 130-149 are P frames of rung 1, whose I frame 100 it never got. v2 moves to
-    # another edge at frame 130 at the same rung: the new edge's frames go on decoding.
-    frames = (frame_rows("v1", {"stream-1": range(130), "stream-2": range(130, FRAMES)},
-                         {"stream-1": 2, "stream-2": 1})
-              + frame_rows("v2", {"stream-1": range(130), "stream-2": range(130, FRAMES)},
-                           {"stream-1": 2, "stream-2": 2}))
-    row = a_run(tmp_path / "run", frames, [("v1", sent(0) - 0.1, False),
-                                           ("v1", sent(130), False),
-                                           ("v2", sent(0) - 0.1, False),
-                                           ("v2", sent(130), True)])
-    assert (row["freezes"], row["stalls"], row["frames_lost"]) == (1, 0, 0)
-    assert row["freeze_ms"] == pytest.approx(1e3 * 20 / FPS)
-    # v1's change of rung is no server switch; v2's switch froze nothing.
-    assert (row["switches"], row["switches_interrupted"], row["switch_freezes"]) == (1, 0, 0)
+def test_a_move_at_a_transcoded_rung_freezes_until_the_new_edges_i_frame(tmp_path):
+    # Every frame comes, each once, the new edge's from frame 130 on, mid-GOP. v1 moves at the
+    # source's bitrate: both edges pass the source through, so the new edge's P frames go on
+    # decoding. v2 moves at a transcoded rung: 130-149 are P frames of the new edge's encoding,
+    # whose I frame 100 it never got, so its picture freezes until frame 150, the switch's
+    # freeze. v3 moves alike but the old edge sends on until frame 160 (its session outlives
+    # the last pull): the player moves to the new edge's encoding at its I frame. v4 stays on
+    # its edge and drops a rung at frame 130: a freeze until 150 too, no switch's.
+    def moved(viewer, bitrate, old_until=130, server="edge2", new_bitrate=None):
+        return watched(viewer, (sent(0) - 0.1, "edge1", bitrate, range(old_until)),
+                       (sent(130), server, new_bitrate or bitrate, range(130, FRAMES)))
+
+    row = a_run(tmp_path / "run", moved("v1", SOURCE_BPS), moved("v2", TRANSCODED_BPS),
+                moved("v3", TRANSCODED_BPS, old_until=160),
+                moved("v4", SOURCE_BPS, server="edge1", new_bitrate=TRANSCODED_BPS))
+    assert (row["frames_lost"], row["stalls"]) == (0, 0)
+    assert (row["freezes"], row["freeze_ms"]) == (2, pytest.approx(1e3 * 2 * 20 / FPS))
+    assert (row["switches"], row["switches_interrupted"]) == (3, 1)
+    assert (row["switch_freezes"], row["switch_stalls"]) == (1, 0)
+    assert row["switch_freeze_ms"] == pytest.approx(1e3 * 20 / FPS)
+
+
+def test_frames_on_a_stream_no_decision_names_are_refused(tmp_path):
+    followed, frames = watched("v1", (sent(0) - 0.1, "edge1", SOURCE_BPS, range(10)))
+    with pytest.raises(ValueError, match=r"frames\.csv: field flow: v1 got frames on stream-9"):
+        a_run(tmp_path / "run", (followed, [row | {"flow": "stream-9"} for row in frames]))
 
 
 def test_the_playout_table_sums_the_runs_and_gives_the_switches_share(tmp_path):
