@@ -476,6 +476,15 @@ def _estimate(table: pd.DataFrame, label: str, policy: str) -> str:
     return f"{mean:.{decimals}f} ± {half:.{decimals}f}"
 
 
+def whole(x: float) -> str:
+    """``x`` to a whole number (of milliseconds, say; no sign on a 0); n/a when it is
+    missing."""
+    if pd.isna(x):
+        return "n/a"
+    text = f"{x:.0f}"
+    return "0" if text == "-0" else text
+
+
 def at_value(rows: pd.DataFrame) -> str:
     """``parameter = value``: the swept value ``rows`` (of ``results.csv``) share."""
     return f"{rows['parameter'].iloc[0]} = {rows['value'].iloc[0]}"

@@ -21,6 +21,11 @@ def stream(numbers, delay_s=0.1, gop=50, origin=100.0):
     return [(n, origin + n / FPS + late(n), n % gop == 0) for n in numbers]
 
 
+def at_rung(frames, rung):
+    """``frames`` (:func:`stream`'s) sent at ``rung`` (or any other key of an encoding)."""
+    return [Arrival(n, t, key, True, rung) for n, t, key in frames]
+
+
 def fates(shown):
     return (shown.frames_shown, shown.frames_lost, shown.frames_late, shown.frames_undecodable)
 
@@ -126,6 +131,46 @@ def test_a_gop_cache_starts_the_player_on_the_cached_i_frame_without_a_stall():
     assert shown.startup_s == pytest.approx(0.55)
 
 
+def test_a_change_of_rung_mid_gop_freezes_the_picture_until_the_new_rungs_i_frame():
+    # The viewer gets rung 2 up to frame 129, then rung 1 from 130 on, every frame whole and
+    # in time: 130-149 are P frames of another encoding than 129, so nothing shows until
+    # frame 150, rung 1's next I frame.
+    frames = at_rung(stream(range(130)), 2) + at_rung(stream(range(130, 300)), 1)
+    shown = playout(frames, FPS, buffer_s=0.5)
+    assert fates(shown) == (280, 0, 0, 20)
+    assert (shown.freezes, shown.stalls) == (1, 0)
+    assert shown.freeze_spans[0].start_s == pytest.approx(100.6 + 130 / FPS)
+    assert shown.freeze_s == pytest.approx(20 / FPS)
+    # At an I frame the change costs nothing.
+    at_key = at_rung(stream(range(150)), 2) + at_rung(stream(range(150, 300)), 1)
+    assert fates(playout(at_key, FPS, buffer_s=0.5)) == (300, 0, 0, 0)
+    # Nor when the old rung's frames keep coming until the new rung's I frame: the player
+    # moves to rung 1 there.
+    overlap = at_rung(stream(range(160)), 2) + at_rung(stream(range(130, 300), 0.12), 1)
+    assert fates(playout(overlap, FPS, buffer_s=0.5)) == (300, 0, 0, 0)
+
+
+def test_another_node_at_the_same_rung_goes_on_decoding():
+    # The viewer moves to another node at frame 130: the same rung, so the same frames,
+    # arriving 30 ms later than the first node's; nothing freezes.
+    frames = (at_rung(stream(range(130)), 2)
+              + at_rung(stream(range(130, 300), delay_s=0.13), 2))
+    shown = playout(frames, FPS, buffer_s=0.5)
+    assert fates(shown) == (300, 0, 0, 0) and (shown.freezes, shown.stalls) == (0, 0)
+
+
+def test_a_rung_keyed_by_its_node_is_another_encoding_at_another_node():
+    # The same move where each node encodes the rung its own way: 130-149 from the new node
+    # are P frames of its encoding, whose I frame 100 the viewer never got. Keys of two types
+    # (a node and a rung, a rung alone) are told apart alike.
+    frames = (at_rung(stream(range(130)), ("edge1", 2))
+              + at_rung(stream(range(130, 300), delay_s=0.13), ("edge2", 2)))
+    shown = playout(frames, FPS, buffer_s=0.5)
+    assert fates(shown) == (280, 0, 0, 20) and (shown.freezes, shown.stalls) == (1, 0)
+    back = frames[:130] + at_rung(stream(range(130, 300), delay_s=0.13), 3)
+    assert fates(playout(back, FPS, buffer_s=0.5)) == (280, 0, 0, 20)
+
+
 def test_without_a_whole_i_frame_nothing_shows():
     shown = playout(stream(range(1, 49)), FPS, buffer_s=0.5, requested_s=99.0)
     assert shown.shown_s is None and shown.startup_s is None
@@ -139,11 +184,14 @@ def viewers_frames(draw):
     of its own; I frames every ``gop`` frames."""
     count = draw(st.integers(1, 120))
     gop = draw(st.integers(1, 60))
+    # Rungs and nodes' encodings of a rung, as the schemes key them.
+    encodings = [0, ("edge1", 0), ("edge2", 0)][:draw(st.integers(1, 3))]
     frames = []
     for n in range(count):
         for _ in range(draw(st.integers(0, 2))):
             frames.append(Arrival(n, 100 + n / FPS + draw(st.floats(0, 2.0)), n % gop == 0,
-                                  draw(st.booleans()) or draw(st.booleans())))
+                                  draw(st.booleans()) or draw(st.booleans()),
+                                  draw(st.sampled_from(encodings))))
     return frames
 
 
@@ -162,27 +210,49 @@ def test_every_watched_frame_has_one_fate_and_freezes_fit_in_the_watch(frames, b
     assert 0 <= shown.freeze_s <= shown.watch_s and shown.stall_s >= 0
     assert shown.freezes <= shown.frames_watched - shown.frames_shown
     assert (shown.freezes == 0) == (shown.freeze_s == 0)
-    if shown.frames_lost == shown.frames_late == 0:
+    if shown.frames_lost == shown.frames_late == 0 and len({f.encoding for f in frames}) == 1:
         assert shown.frames_undecodable == 0  # nothing broke a chain
+
+
+@settings(max_examples=300, deadline=None)
+@given(viewers_frames(), st.floats(0, 2.0))
+def test_telling_encodings_apart_only_takes_shown_frames_away(frames, buffer_s):
+    # The same arrivals taken as one encoding: the buffer, and so the stalls and the frames
+    # lost and late, are the same; a chain across encodings no longer decodes.
+    apart = playout(frames, FPS, buffer_s)
+    one = playout([frame._replace(encoding=0) for frame in frames], FPS, buffer_s)
+    assert (apart.shown_s, apart.stall_spans, apart.frames_watched) == (
+        one.shown_s, one.stall_spans, one.frames_watched)
+    assert (apart.frames_lost, apart.frames_late) == (one.frames_lost, one.frames_late)
+    assert apart.frames_shown <= one.frames_shown
 
 
 def test_viewer_playouts_read_the_run_tables(tmp_path):
     (tmp_path / "tables").mkdir()
     with open(tmp_path / "tables" / "frames.csv", "w", newline="") as stream_file:
         table = csv.writer(stream_file)
-        table.writerow(["node", "frame", "frame_type", "complete", "arrived_s"])
+        table.writerow(["node", "flow", "frame", "frame_type", "rung", "complete", "arrived_s"])
         for n, arrived, key in stream(range(100)):
-            table.writerow(["v1", n, "I" if key else "P", True, f"{arrived:.6f}"])
-            table.writerow(["v2", n, "I" if key else "P", n != 0, f"{arrived:.6f}"])
-            table.writerow(["v3", n, "I" if key else "P", n != 10, f"{arrived:.6f}"])
+            frame_type = "I" if key else "P"
+            table.writerow(["v1", "stream-1", n, frame_type, 1, True, f"{arrived:.6f}"])
+            table.writerow(["v2", "stream-1", n, frame_type, 1, n != 0, f"{arrived:.6f}"])
+            table.writerow(["v3", "stream-1", n, frame_type, 1, n != 10, f"{arrived:.6f}"])
+            # v4 gets frames 70 on as another flow at the same rung, v5 at another.
+            moved = "stream-1" if n < 70 else "stream-2"
+            table.writerow(["v4", moved, n, frame_type, 1, True, f"{arrived:.6f}"])
+            table.writerow(["v5", moved, n, frame_type, 1 if n < 70 else 0, True,
+                            f"{arrived:.6f}"])
     with open(tmp_path / "tables" / "decisions_followed.csv", "w", newline="") as stream_file:
         table = csv.writer(stream_file)
         table.writerow(["node", "time_s", "requested_s"])
         table.writerows([["v1", 100.05, 99.95], ["v1", 101.0, ""], ["v2", 100.0, 99.9]])
-    shown = viewer_playouts(tmp_path, ["v1", "v2", "v3"], FPS, buffer_s=0.5)
+    shown = viewer_playouts(tmp_path, ["v1", "v2", "v3", "v4", "v5"], FPS, buffer_s=0.5)
     assert shown["v1"].startup_s == pytest.approx(100.1 + 0.5 - 99.95)
     # v2's first I frame arrived incomplete: it starts on the next, 2 s later.
     assert shown["v2"].startup_s == pytest.approx(102.1 + 0.5 - 99.9)
     assert shown["v1"].stalls == shown["v2"].stalls == 0
     # v3's frame 10 arrived in part: 11-49 have no reference.
     assert fates(shown["v3"]) == (60, 1, 0, 39) and shown["v3"].requested_s is None
+    assert fates(shown["v4"]) == (100, 0, 0, 0)
+    # v5's frames 70-99 are P frames of rung 0, whose I frame it never got.
+    assert fates(shown["v5"]) == (70, 0, 0, 30)

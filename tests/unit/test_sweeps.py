@@ -525,6 +525,7 @@ def test_an_emulated_cell_run_again_reads_its_new_run_not_an_earlier_one(tmp_pat
     monkeypatch.setattr(emulation, "viewer_qoe", lambda run_dir: [run_dir])
     monkeypatch.setattr(emulation, "run_totals", lambda rows: {"run": rows[0]})
     monkeypatch.setattr(emulation, "placement", lambda run_dir, rows: ({"v": ("e", 1.0)}, 0))
+    monkeypatch.setattr(emulation, "run_playout", lambda run_dir: {})
     cell = next(experiments.Experiment(
         "t.yaml", "t", emulation.KIND, 3, 1, emulation.Parameters(runs_dir=str(tmp_path)),
         (experiments.Sweep("s", "G", (5,), ("5",), ("lua",),

@@ -12,10 +12,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from agents.echo import PROBE_INTERVAL, PROBE_TIMEOUT, PROBES
 from controller.policies.dispatch.quality import VIA
 from experiments.kinds.dispatch.emulation_measures import (
-    ACCESS, CUT_VIEWER, EARLY_S, FAILOVER, FAILOVER_WINDOW_S, IN_FLIGHT_S, INGEST,
-    PLAYOUT_BUFFER_S, PLAYOUT_METRICS, PRE_CUT_S, RELAY_FIX_GOAL, RELAYS, STALL_FREE_GOAL,
-    STALL_S, STARTUP_GOAL, measure)
+    ACCESS, CUT_VIEWER, EARLY_S, FAILOVER, FAILOVER_WINDOW_S, IN_FLIGHT_S, INGEST, PRE_CUT_S,
+    RELAY_FIX_GOAL, RELAYS, STALL_FREE_GOAL, STALL_S, STARTUP_GOAL, measure)
 from experiments.kinds.dispatch.emulation_remarks import remarks
+from experiments.playout_columns import PLAYOUT_BUFFER_S, PLAYOUT_METRICS
 from experiments.report import CONFIDENCE
 from experiments.sweeps.kinds import (EMULATED_METRICS, Cell, Constant, EmulatedParameters, Kind,
                                       Metric, measured_run)

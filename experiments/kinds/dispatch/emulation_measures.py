@@ -18,7 +18,7 @@ from controller.policies.dispatch.quality import VIA
 from controller.view import NetworkView
 from experiments.measurements import host_addresses, network_kept_up, read_table
 from experiments.playout import Playout, viewer_playouts
-from experiments.sweeps.kinds import Metric
+from experiments.playout_columns import PLAYOUT_BUFFER_S, playout_metrics
 from edgebed.units import parse_duration
 
 ACCESS = ("database", "probe")
@@ -40,9 +40,6 @@ IN_FLIGHT_S = 0.1
 # relays delivered frames up to 1.4 s late).
 PRE_CUT_S = 1.0
 STALL_S = 0.25
-# The viewers' player (experiments.playout): half a second of playout delay, a low-latency
-# live player's (not fitted to anything; the talk gives none).
-PLAYOUT_BUFFER_S = 0.5
 # LiveNet's goals: shares of views never stalled and of startups under 1 s.
 STALL_FREE_GOAL = 0.98
 STARTUP_GOAL = 0.95
@@ -247,51 +244,3 @@ def early_stall_viewers(shown: Iterable[Playout]) -> int:
     (what a GOP cache's burst could cause)."""
     return sum(p.first_stall_s is not None and p.first_stall_s - p.shown_s < EARLY_S
                for p in shown)
-
-
-# What became of a frame a player watched (experiments.playout), as its columns name it.
-FRAME_FATES = ("watched", "shown", "lost", "late", "undecodable")
-PLAYOUT_METRICS = (
-    Metric("uninterrupted_viewers", "viewers whose playout never stalled or froze"),
-    Metric("stalls", "stalls (nothing due in the buffer), all viewers"),
-    Metric("stall_ms", "time stalled, all viewers together", "ms"),
-    Metric("freezes", "freezes (picture held until an I frame shows), all viewers"),
-    Metric("freeze_ms", "time frozen, all viewers together", "ms"),
-    Metric("watch_ms", "time watched, first frame shown to the last, all viewers", "ms"),
-    Metric("freeze_share_pct", "time frozen of the time watched", "%"),
-    Metric("frames_watched", "frames from each viewer's first shown to its last whole"),
-    Metric("frames_shown", "of them, shown"),
-    Metric("frames_lost", "of them, never arrived whole"),
-    Metric("frames_late", "of them, arrived whole after their slot"),
-    Metric("frames_undecodable", "of them, in time but a frame they are decoded from not"),
-    Metric("startup_mean_ms", "mean startup (join request to first frame shown)", "ms"),
-    Metric("startup_max_ms", "slowest viewer's startup", "ms"),
-    Metric("startups_under_1s", "viewers that started within 1 s"),
-    Metric("first_frame_mean_ms", "mean time from join request to the first whole frame", "ms"))
-
-
-def playout_metrics(shown: Iterable[Playout]) -> dict[str, float]:
-    """The playout columns of a run's row from its viewers' playouts (:data:`PLAYOUT_METRICS`):
-    the views that never stalled or froze (a view that never showed a frame is not one), the
-    stalls, the freezes and their time, the time watched and what became of the frames
-    watched, all views together; startup's mean, maximum and how many were under 1 s (views
-    whose startup is known), and the mean time from the join to the first whole frame."""
-    shown = list(shown)
-    startups = [1e3 * p.startup_s for p in shown if p.startup_s is not None]
-    firsts = [1e3 * (p.first_s - p.requested_s) for p in shown
-              if p.first_s is not None and p.requested_s is not None]
-    freeze_ms = 1e3 * sum(p.freeze_s for p in shown)
-    watch_ms = 1e3 * sum(p.watch_s for p in shown)
-    return {"uninterrupted_viewers": sum(p.shown_s is not None and not p.stalls and not p.freezes
-                                      for p in shown),
-            "stalls": sum(p.stalls for p in shown),
-            "stall_ms": 1e3 * sum(p.stall_s for p in shown),
-            "freezes": sum(p.freezes for p in shown), "freeze_ms": freeze_ms,
-            "watch_ms": watch_ms,
-            "freeze_share_pct": 100 * freeze_ms / watch_ms if watch_ms else float("nan"),
-            **{f"frames_{fate}": sum(getattr(p, f"frames_{fate}") for p in shown)
-               for fate in FRAME_FATES},
-            "startup_mean_ms": statistics.fmean(startups) if startups else float("nan"),
-            "startup_max_ms": max(startups, default=float("nan")),
-            "startups_under_1s": sum(startup < 1e3 for startup in startups),
-            "first_frame_mean_ms": statistics.fmean(firsts) if firsts else float("nan")}

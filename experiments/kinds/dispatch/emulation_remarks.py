@@ -7,9 +7,10 @@ import pandas as pd
 from scipy import stats
 
 from experiments.kinds.dispatch.emulation_measures import (
-    ACCESS, CUT_VIEWER, EARLY_S, FAILOVER, INGEST, PLAYOUT_BUFFER_S, PRE_CUT_S, RELAY_FIX_GOAL,
-    RELAYS, STALL_FREE_GOAL, STARTUP_GOAL, Failover)
-from experiments.report import CONFIDENCE, at_value, swept_values
+    ACCESS, CUT_VIEWER, EARLY_S, FAILOVER, INGEST, PRE_CUT_S, RELAY_FIX_GOAL, RELAYS,
+    STALL_FREE_GOAL, STARTUP_GOAL, Failover)
+from experiments.playout_columns import PLAYOUT_BUFFER_S
+from experiments.report import CONFIDENCE, at_value, swept_values, whole
 from experiments.sweeps.kinds import Table
 
 
@@ -19,15 +20,6 @@ def by_value_and_policy(results: pd.DataFrame):
     the same values under other settings), the policy and the rows."""
     for (sweep, _, policy), group in results.groupby(["sweep", "value", "policy"], sort=False):
         yield f"{sweep}: {at_value(group)}", policy, group
-
-
-def whole(x: float) -> str:
-    """``x`` to a whole number (of milliseconds, say; no sign on a 0); n/a when it is
-    missing."""
-    if pd.isna(x):
-        return "n/a"
-    text = f"{x:.0f}"
-    return "0" if text == "-0" else text
 
 
 def counted(column: pd.Series) -> str:

@@ -18,10 +18,10 @@ import yaml
 from pydantic import ConfigDict, Field
 
 from experiments.kinds.dispatch.emulation import PLAYOUT_DELAY
-from experiments.kinds.dispatch.emulation_measures import PLAYOUT_BUFFER_S, playout_metrics
 from experiments.kinds.dispatch.emulation_remarks import by_value_and_policy, share_with_interval
 from experiments.measurements import read_table
 from experiments.playout import Playout, viewer_playouts
+from experiments.playout_columns import PLAYOUT_BUFFER_S, playout_metrics
 from experiments.sweeps.kinds import (EMULATED_METRICS, Cell, Constant, EmulatedParameters,
                                       Kind, Metric, Table, measured_run)
 

@@ -23,11 +23,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from experiments.kinds.dispatch.emulation import GOALS, PLAYOUT_DELAY
-from experiments.kinds.dispatch.emulation_measures import (PLAYOUT_BUFFER_S, PLAYOUT_METRICS,
-                                                           playout_metrics, serving_nodes)
+from experiments.kinds.dispatch.emulation_measures import serving_nodes
 from experiments.kinds.dispatch.emulation_remarks import (freeze_table, goals_tables,
                                                           playout_table)
 from experiments.measurements import host_addresses, read_table
+from experiments.playout_columns import PLAYOUT_BUFFER_S, PLAYOUT_METRICS, playout_metrics
 from experiments.playout import viewer_playouts
 from experiments.report import against, policy_means, swept_values
 from experiments.sweeps.kinds import (EMULATED_METRICS, Cell, Constant, EmulatedParameters,

@@ -24,11 +24,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from agents.edge_server import Params as NodeParams
 from controller.policies.dispatch.model import Join, transcoding
 from experiments.kinds.dispatch.emulation import PLAYOUT_DELAY
-from experiments.kinds.dispatch.emulation_measures import (PLAYOUT_BUFFER_S, playout_metrics,
-                                                           serving_nodes)
+from experiments.kinds.dispatch.emulation_measures import serving_nodes
 from experiments.kinds.dispatch.rooms import (EDGE_S, FRAME_LOSS_EDGE, ORIGIN,
                                               viewer_frame_loss, whole_frames)
 from experiments.measurements import host_addresses, network_kept_up, read_table
+from experiments.playout_columns import PLAYOUT_BUFFER_S, playout_metrics
 from experiments.playout import viewer_playouts
 from experiments.report import against, policy_means
 from experiments.sweeps.kinds import (EMULATED_METRICS, Cell, Constant, EmulatedParameters,

@@ -9,8 +9,10 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from experiments.kinds.live_edge.emulation_measures import (placement, placement_text,
-                                                            run_totals, viewer_qoe)
+                                                            run_playout, run_totals, viewer_qoe)
 from experiments.kinds.live_edge.emulation_remarks import remarks
+from experiments.playout_columns import (PLAYOUT_BUFFER_S, PLAYOUT_METRICS, SWITCH_METRICS,
+                                         SWITCH_WINDOW_S)
 from experiments.sweeps.kinds import (EMULATED_METRICS, Cell, EmulatedParameters, Kind, Metric,
                                       emulated_run, run_record)
 
@@ -32,7 +34,7 @@ def run_cell(cell: Cell) -> list[dict[str, object]]:
     """One emulated run of ``cell``'s policy: the scenario's policy, seed and G set through its
     variables; its QoE as predicted and as measured, and where it left each viewer
     (``placement``, a text column of ``results.csv``, checked against the controller's
-    ``decisions`` table)."""
+    ``decisions`` table), and what its viewers' players showed (:func:`run_playout`)."""
     parameters: Parameters = cell.parameters
     run_dir, summary = emulated_run(cell, parameters.scenario, parameters.duration,
                                     parameters.runs_dir,
@@ -40,7 +42,7 @@ def run_cell(cell: Cell) -> list[dict[str, object]]:
                                      "EDGEBED_G_SI": f"{parameters.G * 1e-9:g}"})
     rows = viewer_qoe(run_dir)
     placed, unconfirmed = placement(run_dir, rows)
-    return [run_totals(rows) | {**run_record(summary),
+    return [run_totals(rows) | run_playout(run_dir) | {**run_record(summary),
                                 "unconfirmed": unconfirmed,
                                 "placement": placement_text(placed)}]
 
@@ -56,11 +58,12 @@ METRICS = (Metric("objective_model", "objective, model's prediction"),
            Metric("latency_p99_ms", "mean 99th-percentile delay, measured", "ms"),
            Metric("loss", "mean loss of the viewers' streams, measured", "fraction"),
            Metric("unconfirmed", "viewers whose last decision the controller's decisions "
-                                 "table does not name"))
+                                 "table does not name"),
+           *PLAYOUT_METRICS, *SWITCH_METRICS)
 
 
 
-ABOUT = """\
+ABOUT = f"""\
 Each cell is one emulated run of the experiment's scenario (real packets on a Mininet network,
 userspace Open vSwitch, edgebed's controller running the policy every 5 s period): a streamer's
 source through a streamer-side edge to three transcoding edges over 150-174 ms inter-edge
@@ -98,6 +101,25 @@ the edges and from them; a frame with a lost fragment is transcoded only once it
 stopped coming for the reorder wait).
 The delay's 99th percentile and the loss of the viewers' streams are measured to show how much
 of the gap each explains.
+
+Playout, every viewer of every run (`experiments.playout`, the player the dispatch kinds'
+viewers are played through): {PLAYOUT_BUFFER_S:g} s of playout delay, a frame shown only if it
+and every frame it is decoded from since its GOP's I frame arrived whole in time, all of one
+encoding, a frame got from two edges while the viewer moved counting where it first came whole.
+Startup runs from the viewer's join request to its first frame shown. A server switch is a
+decision the viewer followed that moved it to another edge (its `live_decisions` row
+`migrated`); a stall or freeze that began within {SWITCH_WINDOW_S:g} s after the viewer heard
+it is the switch's (the old edge may send until its session times out, 1 s after the last pull,
+and a gap reaches the player's slots the playout delay later): the interruption the model's
+switch penalty S stands for, measured. An encoding is what the edges make of the source
+(`emulation_measures.edge_encoding`): a viewer pulling the source's bitrate gets the source's frames passed
+through, the same from every edge, so after a move at that rung a frame from the new edge
+counts as decoded from the old edge's frame before it, and what is measured of the move is
+the time neither edge's frames came in time; a viewer pulling less gets the source transcoded
+by its edge, each edge its own encoding (the same frame numbers and I frames, other bits), so
+after a move at a transcoded rung the picture freezes until the new edge's I frame, unless the
+old edge's frames keep coming until then. A change of rung likewise freezes until the new
+rung's I frame.
 
 At six viewers capacity does not bind, so the policies differ only in how they weigh latency,
 interaction demand and preferences; the differences the paper reports need binding capacity,

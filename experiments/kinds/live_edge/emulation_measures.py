@@ -1,7 +1,8 @@
 """live_edge emulated, measured: the QoE of one run's decisions as the model predicted it and as
-the agents measured it, the run's totals, and where the run left each viewer. Their gap is a
-result: what the model leaves out (frame-by-frame transcoding, pacing, losses on the way to the
-edges)."""
+the agents measured it, the run's totals, what its viewers' players showed (a switch of
+server's stalls and freezes among it), and where the run left each viewer. The QoE's two
+figures' gap is a result: what the model leaves out (frame-by-frame transcoding, pacing, losses
+on the way to the edges)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import dataclasses
 import json
 import math
 from collections import defaultdict
+from collections.abc import Callable, Hashable
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 from controller import policies
 from controller.config import ControllerConfig
@@ -20,7 +23,10 @@ from controller.policies.live_edge.model import interaction_experience, qoe, vid
 from controller.policies.live_edge.policies import instance_from_state
 from controller.policy import Placement
 from controller.view import NetworkView
+from edgebed.units import parse_rate
 from experiments.measurements import read_table
+from experiments.playout import viewer_playouts
+from experiments.playout_columns import PLAYOUT_BUFFER_S, playout_metrics, switch_metrics
 
 COLUMNS = ("viewer", "flow", "server", "bitrate_bps", "goodput_bps", "latency_model_ms",
            "latency_measured_ms", "latency_p99_ms", "loss", "weight", "qoe_model",
@@ -135,6 +141,53 @@ def run_totals(rows: list[dict]) -> dict:
             "latency_measured_ms": mean("latency_measured_ms"),
             "latency_p99_ms": mean("latency_p99_ms"), "loss": mean("loss"),
             "bitrate_mbps": mean("bitrate_bps") / 1e6, "goodput_mbps": mean("goodput_bps") / 1e6}
+
+
+def edge_encoding(run_dir: Path, source_bps: float) -> Callable[[dict], Hashable]:
+    """The encoding of a frame a viewer got (a ``frames`` row; the player's key,
+    :func:`~experiments.playout.viewer_playouts`), as an edge server serves it
+    (agents.edge_server): pulled at ``source_bps``, the source's bitrate, or above, the edge
+    passes the source's frames through, the same from every edge, and the key is the rung
+    alone; pulled below, each edge transcodes the source its own way, and the key is (the edge
+    that sent it, its rung). Either way the frame keeps the source's number and type. The
+    stream a frame came on (its ``flow``, one per decision) names the decision the viewer
+    followed, whose ``live_decisions`` row gives the edge and the bitrate."""
+    decided = {(row["node"], row["flow"]): (row["server"], float(row["bitrate_bps"]))
+               for row in read_table(run_dir, "live_decisions")}
+
+    def encoding(row: dict) -> Hashable:
+        try:
+            server, bitrate = decided[row["node"], row["flow"]]
+        except KeyError:
+            raise ValueError(f"{run_dir / 'tables' / 'frames.csv'}: field flow: {row['node']} "
+                             f"got frames on {row['flow']}, which no row of its "
+                             f"live_decisions names") from None
+        rung = int(row["rung"])
+        return rung if bitrate >= source_bps else (server, rung)
+
+    return encoding
+
+
+def run_playout(run_dir: Path) -> dict[str, float]:
+    """The run's playout columns: every viewer's player, from the frames it got
+    (:func:`~experiments.playout.viewer_playouts` at the streamer's frame rate with
+    :data:`~experiments.playout_columns.PLAYOUT_BUFFER_S` of playout delay, the frames' encodings
+    told apart as the edges make them, :func:`edge_encoding`), all views together
+    (:func:`~experiments.playout_columns.playout_metrics`), and the stalls and freezes that
+    followed a switch of server, a decision the viewer followed that moved it (its
+    ``live_decisions`` row ``migrated``; :func:`~experiments.playout_columns.switch_metrics`)."""
+    resolved = yaml.safe_load((run_dir / "scenario.yaml").read_text())
+    viewers = [name for name, node in resolved["topology"]["nodes"].items()
+               if node.get("role") == "viewer"]
+    [streamer] = [entry["params"] for entry in resolved["workload"]
+                  if entry["agent"] == "streamer"]
+    playouts = viewer_playouts(run_dir, viewers, float(streamer["fps"]), PLAYOUT_BUFFER_S,
+                               edge_encoding(run_dir, parse_rate(streamer["bitrate"])))
+    switches = defaultdict(list)
+    for row in read_table(run_dir, "live_decisions"):
+        if row["migrated"] == "True":
+            switches[row["node"]].append(float(row["time_s"]))
+    return playout_metrics(playouts.values()) | switch_metrics(playouts, switches)
 
 
 def placement(run_dir: Path, rows: list[dict]) -> tuple[dict[str, tuple[str, float]], int]:

@@ -1,5 +1,6 @@
 """live_edge emulated, reported: the tables and remarks the ``live_edge_emulation`` report computes
-from the results rows (placements compared, the policies' orderings, the latency gap)."""
+from the results rows (placements compared, the policies' orderings, the latency gap, the
+viewers' playout and what the server switches cost it)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import pandas as pd
 from scipy import stats
 
 from experiments.kinds.live_edge.emulation_measures import read_placement
-from experiments.report import CONFIDENCE, swept_values
+from experiments.playout_columns import SWITCH_WINDOW_S
+from experiments.report import CONFIDENCE, swept_values, whole
 from experiments.sweeps.kinds import Table
 
 
@@ -19,15 +21,18 @@ def remarks(results: pd.DataFrame) -> list[str | Table]:
     """Per sweep value: how differently each pair of policies placed the same viewers (each
     run's ``placement``, repetition by repetition) and the media rate each left on each edge
     (:func:`placement_tables`), the objective as the model predicted it and as measured, both
-    orderings of the policies and whether they match (:func:`ordering_remarks`), and what the
-    measured delay, its tail and loss add to the model's latency (:func:`gap_table`)."""
+    orderings of the policies and whether they match (:func:`ordering_remarks`), what the
+    measured delay, its tail and loss add to the model's latency (:func:`gap_table`), and the
+    viewers' playout with the server switches' share of it (:func:`playout_table`)."""
     values = []
     for sweep, at, rows in swept_values(results):
         cells = rows.groupby(["policy", "repetition"], sort=False).first().reset_index()
         values.append((f"{sweep}, {at}", cells, list(dict.fromkeys(cells["policy"]))))
     # Results made before runs recorded their placements lack them.
     placed = placement_tables(values) if "placement" in results else []
-    return [*placed, *ordering_remarks(values), gap_table(values)]
+    # Results made before runs recorded their viewers' playout lack it.
+    played = [playout_table(values)] if "switches" in results else []
+    return [*placed, *ordering_remarks(values), gap_table(values), *played]
 
 
 def placement_tables(values: list[tuple[str, pd.DataFrame, list[str]]]) -> list[Table]:
@@ -165,3 +170,36 @@ def gap_table(values: list[tuple[str, pd.DataFrame, list[str]]]) -> Table:
                  ("value", "policy", "model's latency (ms)", "measured median one-way delay (ms)",
                   "measured less the model's (ms)", "99th percentile of the delay (ms)", "loss"),
                  tuple(rows))
+
+
+def playout_table(values: list[tuple[str, pd.DataFrame, list[str]]]) -> Table:
+    """The viewers' playout per sweep value and policy, over its runs: the mean startup (each
+    run's mean over its viewers, then over the runs), the freezes, the time watched frozen (a
+    share per run, then the mean), the frames watched lost, the stalls; and the server switches
+    the viewers followed, those a stall or freeze began within the window after, and those
+    stalls' and freezes' time with their share of all the time stalled and frozen."""
+    rows = []
+    for at, cells, order in values:
+        for policy in order:
+            runs = cells[cells["policy"] == policy]
+            broken_ms = runs["stall_ms"].sum() + runs["freeze_ms"].sum()
+            switch_ms = runs["switch_stall_ms"].sum() + runs["switch_freeze_ms"].sum()
+            rows.append((at, policy, str(len(runs)), whole(runs["startup_mean_ms"].mean()),
+                         str(int(runs["freezes"].sum())),
+                         f"{runs['freeze_share_pct'].mean():.1f}%",
+                         f"{int(runs['frames_lost'].sum())} of "
+                         f"{int(runs['frames_watched'].sum())}",
+                         str(int(runs["stalls"].sum())), str(int(runs["switches"].sum())),
+                         str(int(runs["switches_interrupted"].sum())),
+                         str(int(runs["switch_stalls"].sum() + runs["switch_freezes"].sum())),
+                         whole(switch_ms),
+                         f"{switch_ms / broken_ms:.0%}" if broken_ms else "n/a"))
+    return Table("The viewers' playout (every viewer's player, from the frames it got) and what "
+                 "the server switches cost it: a stall or freeze is a switch's when it began "
+                 f"within {SWITCH_WINDOW_S:g} s after the viewer heard the switch (counts summed "
+                 "over the runs, startup and time watched frozen means over them):",
+                 ("value", "policy", "runs", "startup (ms)", "freezes", "time watched frozen",
+                  "frames watched lost", "stalls", "switches",
+                  "switches followed by a stall or freeze", "their stalls and freezes",
+                  "their time stalled and frozen (ms)",
+                  "of all the time stalled and frozen"), tuple(rows))

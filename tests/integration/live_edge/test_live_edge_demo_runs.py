@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 
+from experiments.kinds.live_edge.emulation_measures import run_playout
 from experiments.measurements import read_table
+from experiments.playout_columns import SWITCH_METRICS
 from tests.conftest import ROOT
 from tests.integration.conftest import assert_nothing_left, edgebed, only_run_dir
 
@@ -96,4 +98,18 @@ def test_the_demo_moves_viewer1_after_the_impairment_and_its_delay_and_loss_impr
     assert (run_dir / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for printed in ("decisions the viewers followed", "viewer1 moved edge1 -> edge2"):
         assert printed in result.stdout, result.stdout
+
+    # The viewers' playout, as the emulated kind's rows carry it: viewer1's one move is the
+    # one switch, and what followed it is part of what the players measured.
+    played = run_playout(run_dir)
+    print(f"\nplayout: {played}")
+    assert played["switches"] == 1, played
+    assert {metric.name for metric in SWITCH_METRICS} <= set(played)
+    assert played["switches_interrupted"] <= 1
+    assert played["switch_freezes"] <= played["freezes"] and (
+        played["switch_stalls"] <= played["stalls"])
+    assert played["switch_freeze_ms"] <= played["freeze_ms"]
+    assert 0 < played["frames_shown"] <= played["frames_watched"]
+    assert 0 <= played["freeze_share_pct"] <= 100
+    assert played["startup_mean_ms"] > 0
     assert_nothing_left(state_before, summary["prefix"])

@@ -11,12 +11,12 @@ import pytest
 
 from experiments.kinds import registered
 from experiments.kinds.dispatch.emulation import Parameters, variables
-from experiments.kinds.dispatch.emulation_measures import (FRAME_FATES, PRE_CUT_S, STALL_S,
-                                                           early_stall_viewers, failover,
-                                                           playout_metrics)
+from experiments.kinds.dispatch.emulation_measures import (PRE_CUT_S, STALL_S,
+                                                           early_stall_viewers, failover)
 from experiments.kinds.dispatch.emulation_remarks import (fixed_rows, freeze_table,
                                                           goals_tables, remarks, verdict)
 from experiments.playout import playout
+from experiments.playout_columns import FRAME_FATES, playout_metrics
 from experiments.sweeps.kinds import Cell, Table
 
 

@@ -69,7 +69,7 @@ def test_the_struck_viewers_are_those_placed_on_the_stalled_node(tmp_path):
     got = {"cnv1": [*range(150), *range(225, 400)], "cnv2": range(400)}
     write_table(tmp_path, "frames", [
         {"node": viewer, "frame": n, "arrived_s": f"{100 + n / 25 + 0.05:.6f}",
-         "frame_type": "I" if n % 50 == 0 else "P", "complete": "True"}
+         "frame_type": "I" if n % 50 == 0 else "P", "rung": "0", "complete": "True"}
         for viewer, numbers in got.items() for n in numbers])
     write_table(tmp_path, "decisions", [
         {"time": "99.9", "kind": "place", "flow": "cnv1/live", "server": "cn1"},
