@@ -249,7 +249,10 @@ def test_an_incomplete_frame_goes_out_incomplete_with_the_share_that_came(tmp_pa
     assert sequences == [sequences[0], sequences[0] + 1, sequences[0] + 4]
 
 
-def test_a_packet_of_a_frame_given_up_already_is_counted_where_it_was_dropped(tmp_path):
+def edge_that_gave_up_a_frame(tmp_path) -> tuple[subprocess.Popen, Source, Viewer, int, int]:
+    """An edge serving a viewer that gave up a frame its source sent four fragments of in
+    five, once the frame went out incomplete: (edge, source, viewer, the frame, its send
+    time ns)."""
     edge, port, source_port = start_edge(tmp_path, transcoding_delay=0)
     source = Source(source_port)
     watcher = Viewer(port, bitrate_kbps=3000)
@@ -260,6 +263,11 @@ def test_a_packet_of_a_frame_given_up_already_is_counted_where_it_was_dropped(tm
     while (packet := watcher.receive(HANG_GUARD_S)) is not None and packet["frame"] != cut:
         pass
     assert packet is not None  # the frame went out incomplete: given up
+    return edge, source, watcher, cut, send_ns
+
+
+def test_a_packet_of_a_frame_given_up_already_is_counted_where_it_was_dropped(tmp_path):
+    edge, source, watcher, cut, send_ns = edge_that_gave_up_a_frame(tmp_path)
     source.send_part(cut, [4], send_ns)
     # The source socket is read in order: once the next frame is out, the late part was taken.
     source.send()
@@ -272,16 +280,7 @@ def test_a_packet_of_a_frame_given_up_already_is_counted_where_it_was_dropped(tm
 
 
 def test_a_late_part_of_a_frame_given_up_and_forgotten_is_counted_once(tmp_path):
-    edge, port, source_port = start_edge(tmp_path, transcoding_delay=0)
-    source = Source(source_port)
-    watcher = Viewer(port, bitrate_kbps=3000)
-    watcher.served(source)
-    cut = source.frame
-    send_ns = source.send({0, 1, 2, 3})
-    watcher.pull()
-    while (packet := watcher.receive(HANG_GUARD_S)) is not None and packet["frame"] != cut:
-        pass
-    assert packet is not None  # the frame went out incomplete: given up
+    edge, source, watcher, cut, send_ns = edge_that_gave_up_a_frame(tmp_path)
     source.send()
     watcher.pull()
     # The frame after the cut one went out whole: the edge holds no frame before it.
