@@ -86,10 +86,10 @@ TABLES = {
 (table name -> columns, ``node`` and ``agent`` first) and hands them to :class:`Agent`."""
 
 # The causes of ``agent_drops``: a packet of a frame the agent had given up on already came;
-# the kernel found the agent's receive socket full; the host's queue refused a send.
+# the kernel found the agent's receive socket full; its send socket's buffer refused a send.
 AFTER_CUT = "after_cut"
 RECEIVE_BUFFER_FULL = "receive_buffer_full"
-SEND_QUEUE_FULL = "send_queue_full"
+SEND_BUFFER_FULL = "send_buffer_full"
 
 
 def with_shared_tables(tables: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:

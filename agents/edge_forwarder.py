@@ -17,9 +17,10 @@ from pydantic import Field
 
 from pydantic import model_validator
 
-from agents.agent import SEND_QUEUE_FULL, Agent, AgentParams, NodeRef, epoch_seconds
+from agents.agent import SEND_BUFFER_FULL, Agent, AgentParams, NodeRef, epoch_seconds
 from agents.pacing import SPIN_NS, Pacer, ProcessingParams
-from agents.sockets import DATAGRAM_BUFFER, listen, receive, record_socket_drops
+from agents.sockets import (DATAGRAM_BUFFER, listen, receive, record_socket_drops,
+                            sending_without_waiting)
 from agents.control import ControlClient, controller_client
 from agents.follower import FOLLOWER_TABLES, Followed, follow_pushed
 from agents.formats import MEDIA
@@ -172,7 +173,9 @@ def forward(agent: Agent, params: Params, sock: socket.socket, meter: MediaMeter
     send_errors = 0
     sent = params.send_buffer()
     end = math.inf if params.duration is None else clock.monotonic() + params.duration
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as out:
+    # A send fails at once rather than wait, and is counted: a blocking send would hold every
+    # stream's departures back.
+    with sending_without_waiting(socket.socket(socket.AF_INET, socket.SOCK_DGRAM)) as out:
         if sent is not None:
             out.bind(("0.0.0.0", 0))  # the next hops' NACKs come back to it
             watched.append(out)
@@ -198,7 +201,7 @@ def forward(agent: Agent, params: Params, sock: socket.socket, meter: MediaMeter
                                 sent.add(hop, *STREAM_SEQUENCE.unpack_from(
                                     data, STREAM_SEQUENCE_OFFSET), bytes(data), clock.time_ns())
                         except OSError:
-                            send_errors += 1  # a full queue: the next hop sees the gap
+                            send_errors += 1  # a full send buffer: the next hop sees the gap
                     stream.forwarded += 1
                     continue
                 wait_s = (wait_ns - SPIN_NS) / 1e9
@@ -235,7 +238,7 @@ def forward(agent: Agent, params: Params, sock: socket.socket, meter: MediaMeter
                 BITRATE.pack_into(data, BITRATE_OFFSET, round(params.bitrate / 1e3))
             departures.append((processed_ns + processing_delay_ns, stream, data))
         if send_errors:
-            agent.row("agent_drops", SEND_QUEUE_FULL, "", out.getsockname()[1], send_errors)
+            agent.row("agent_drops", SEND_BUFFER_FULL, "", out.getsockname()[1], send_errors)
     for _, stream, _ in departures:
         stream.unsent += 1
     summaries = {}

@@ -24,8 +24,8 @@ from agents.wire import MAGIC, VERSION
 from agents.streamer import (MAX_PAYLOAD, MIN_FRAME_SIZE, PER_PACKET, PER_PACKET_OFFSET,
                              flow_name, fragment_sizes)
 from agents.control import LoadReporter, ReportingParams, controller_client
-from agents.agent import AFTER_CUT, SEND_QUEUE_FULL, NodeRef, epoch_seconds
-from agents.sockets import DATAGRAM_BUFFER, listen
+from agents.agent import AFTER_CUT, SEND_BUFFER_FULL, NodeRef, epoch_seconds
+from agents.sockets import DATAGRAM_BUFFER, listen, sending_without_waiting
 from agents.echo import PATH_TABLES
 from agents.back_source import BackSource
 from agents.follower import FOLLOWER_TABLES
@@ -425,7 +425,7 @@ class EdgeServer:
                 self.sent.add((session.viewer, session.port), session.delivered,
                               session.sequence - 1, bytes(packet), clock.time_ns())
         except OSError:
-            self.send_errors += 1  # a full queue: the viewer sees the gap in the sequence
+            self.send_errors += 1  # a full send buffer: the viewer sees the gap
         transcoded.next += 1
         if transcoded.next < transcoded.sending:
             self._schedule(transcoded)
@@ -454,7 +454,7 @@ class EdgeServer:
         for stream, packets in sorted(self.after_cut.items()):
             agent.row("agent_drops", AFTER_CUT, flow_name(stream), "", packets)
         if self.send_errors:
-            agent.row("agent_drops", SEND_QUEUE_FULL, "", self.service_port, self.send_errors)
+            agent.row("agent_drops", SEND_BUFFER_FULL, "", self.service_port, self.send_errors)
         nack = ({"asked_upstream": self.nacks.write(agent), "answered": self.sent.write(agent)}
                 if self.nacks is not None else None)
         return {"nack": nack,
@@ -549,11 +549,9 @@ def serve(agent: Agent, params: Params, service: socket.socket, source: socket.s
 def main(argv: list[str] | None = None) -> int:
     agent = Agent("edge_server", argv, TABLES)
     params = Params.model_validate(agent.params)
-    service = listen(params.port)
-    # A send the host's queue has no room for fails at once and is counted, as a full queue
-    # drops a packet: a blocking send would hold every session's schedule back behind an
-    # uplink that binds, and the queue's delay would grow for as long as the run.
-    service.setblocking(False)
+    # A send fails at once rather than wait, and is counted: a blocking send would hold every
+    # session's schedule back behind an uplink that binds.
+    service = sending_without_waiting(listen(params.port))
     source = listen(params.source_port)
     ports = {"port": service.getsockname()[1], "source_port": source.getsockname()[1]}
     meter = MediaMeter(ports["source_port"])

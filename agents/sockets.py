@@ -19,11 +19,18 @@ from edgebed.quantities import Duration
 from agents.agent import RECEIVE_BUFFER_FULL, Agent
 
 SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
+SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 # The default lost 38% of a 945-packet AI burst. It also holds a receive quantum's datagrams
 # at the highest rate an agent takes (the relay's 50k packets/s: 500 in 10 ms, a few kB of
 # buffer each, their truesize), thousands of times over.
 RECEIVE_BUFFER = 16 * 1024 * 1024
+# A packet waiting in its link's queue is charged to the socket that sent it until the link
+# sends it. The default (208 KiB, about 90 full packets by their truesize) refused I-frame
+# bursts a media node's link had room for in its 1,000-packet queue; 16 MiB holds that queue
+# of full packets 7 times, so the link's queue, whose drops its configured rate makes, fills
+# first.
+SEND_BUFFER = 16 * 1024 * 1024
 TIMESPEC = struct.Struct("@ll")
 # Longest wait on a socket before an agent looks at its stop flag again.
 POLL_S = 0.1
@@ -49,6 +56,17 @@ def receiving_socket(port: int, kind: int = socket.SOCK_DGRAM,
     except OSError:
         sock.close()
         raise
+    return sock
+
+
+def sending_without_waiting(sock: socket.socket) -> socket.socket:
+    """``sock`` made to send without waiting, with a 16 MiB send buffer: a send fails at once
+    only when the buffer is full, and a full link queue drops before that."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, SEND_BUFFER)
+    except PermissionError:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
+    sock.setblocking(False)
     return sock
 
 

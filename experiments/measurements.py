@@ -8,7 +8,7 @@ import math
 import threading
 from pathlib import Path
 
-from agents.agent import RECEIVE_BUFFER_FULL
+from agents.agent import RECEIVE_BUFFER_FULL, SEND_BUFFER_FULL
 from edgebed.files import atomic_output
 from edgebed import clock
 from experiments.cpu_accounting import machine_times
@@ -182,17 +182,18 @@ def wire_lateness_flags(wires: dict | None) -> list[str]:
 
 
 # What an agent dropped on its own (``agent_drops``) that flags a run, by cause: loss nobody
-# configured. Counted, not flagged:
-# * a send the host's queue refused (``send_queue_full``): a media node sends without waiting
-#   (edge_server's service socket is non-blocking) into its link's configured rate, so a full
-#   queue is that rate's congestion, as a rate-limited link's queue drops are;
-# * a packet of a frame the node had given up on already (``after_cut``): the node's own
-#   reorder wait decided, as a real server's does, and the same count comes from causes that
-#   are the scheme's, not the emulator's (the node's upstream moved mid-frame, a repair came
-#   after the wait, configured jitter); a run's table says how many, for the report to weigh.
+# configured. A send its socket's buffer refused is one: the buffer
+# (:data:`agents.sockets.SEND_BUFFER`) holds the link's queue several times, so a configured
+# rate's congestion fills that queue, whose drops are counted as the rate's, before it.
+# Counted, not flagged: a packet of a frame the node had given up on already (``after_cut``):
+# the node's own reorder wait decided, as a real server's does, and the same count comes from
+# causes that are the scheme's, not the emulator's (the node's upstream moved mid-frame, a
+# repair came after the wait, configured jitter); a run's table says how many, for the report
+# to weigh.
 AGENT_DROP_FLAGS = {
     RECEIVE_BUFFER_FULL: "did not read its receive socket in time: {packets} datagrams "
                          "dropped for a full buffer",
+    SEND_BUFFER_FULL: "could not send {packets} datagrams for a full send buffer",
 }
 
 

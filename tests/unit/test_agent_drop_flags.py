@@ -1,6 +1,6 @@
 """What agents dropped on their own (the ``agent_drops`` table) in a run's fidelity verdict
-(experiments.measurements): a full receive socket flags the run; a full send queue behind a
-configured rate and packets after a frame's cut are counted, not flagged."""
+(experiments.measurements): a full receive or send socket flags the run; packets after a frame's
+cut are counted, not flagged."""
 
 import csv
 
@@ -24,13 +24,15 @@ def verdict(run_dir, rows: list[dict]) -> dict:
     return measurements.fidelity(run_dir, measurements.CpuMonitor())
 
 
-def test_a_full_receive_socket_flags_the_run_and_the_counted_causes_do_not(tmp_path):
+def test_full_sockets_flag_the_run_and_packets_after_the_cut_do_not(tmp_path):
     found = verdict(tmp_path, [drops("receive_buffer_full", 40, port="5008"),
                                drops("after_cut", 8, flow="stream-0"),
-                               drops("send_queue_full", 30, port="5004")])
+                               drops("send_buffer_full", 30, port="5004")])
     assert not found["ok"]
     assert found["flags"] == ["edge_server on node1 did not read its receive socket in time: "
-                              "40 datagrams dropped for a full buffer (40 on port 5008)"]
+                              "40 datagrams dropped for a full buffer (40 on port 5008)",
+                              "edge_server on node1 could not send 30 datagrams for a full send "
+                              "buffer (30 on port 5004)"]
 
 
 def test_a_full_receive_socket_flags_the_run_with_its_port():
@@ -43,5 +45,5 @@ def test_a_full_receive_socket_flags_the_run_with_its_port():
 def test_nothing_flagged_dropped_leaves_the_verdict_clean(tmp_path):
     found = verdict(tmp_path, [drops("after_cut", 12, flow="stream-0"),
                                drops("receive_buffer_full", 0, port="5008"),
-                               drops("send_queue_full", 30, port="5004")])
+                               drops("send_buffer_full", 0, port="5004")])
     assert found["ok"] and found["flags"] == []
