@@ -19,8 +19,8 @@ from pydantic import model_validator
 
 from agents.agent import SEND_BUFFER_FULL, Agent, AgentParams, NodeRef, epoch_seconds
 from agents.pacing import SPIN_NS, Pacer, ProcessingParams
-from agents.sockets import (DATAGRAM_BUFFER, listen, receive, record_socket_drops,
-                            sending_without_waiting)
+from agents.sockets import (BURST_DATAGRAMS, DATAGRAM_BUFFER, burst, listen,
+                            record_socket_drops, sending_without_waiting)
 from agents.control import ControlClient, controller_client
 from agents.follower import FOLLOWER_TABLES, Followed, follow_pushed
 from agents.formats import MEDIA
@@ -173,6 +173,10 @@ def forward(agent: Agent, params: Params, sock: socket.socket, meter: MediaMeter
     send_errors = 0
     sent = params.send_buffer()
     end = math.inf if params.duration is None else clock.monotonic() + params.duration
+
+    def departure_due() -> bool:
+        return bool(departures) and departures[0][0] - clock.monotonic_ns() <= SPIN_NS
+
     # A send fails at once rather than wait, and is counted: a blocking send would hold every
     # stream's departures back.
     with sending_without_waiting(socket.socket(socket.AF_INET, socket.SOCK_DGRAM)) as out:
@@ -215,28 +219,27 @@ def forward(agent: Agent, params: Params, sock: socket.socket, meter: MediaMeter
                 send_errors += answer_waiting(out, sent, buffer)
             if sock not in readable:
                 continue
-            arrival = receive(sock, buffer)
-            if arrival is None:
-                continue
-            size = arrival[0]
-            stream_id = meter.add(buffer, *arrival)
-            if stream_id is None:
-                continue
-            stream = streams.get(stream_id)
-            if stream is None:
-                stream = streams[stream_id] = ForwardedStream(routes.of(stream_id))
-            stream.received += 1
-            processed_ns = budget.admit(clock.monotonic_ns(), size)
-            if processed_ns is None:
-                stream.dropped += 1
-                continue
-            stream.backlog_max = max(stream.backlog_max, len(budget.held))
-            data = bytearray(memoryview(buffer)[:size])
-            if params.rung is not None:
-                RUNG.pack_into(data, RUNG_OFFSET, params.rung)
-            if params.bitrate is not None:
-                BITRATE.pack_into(data, BITRATE_OFFSET, round(params.bitrate / 1e3))
-            departures.append((processed_ns + processing_delay_ns, stream, data))
+            # Every datagram waiting, one wake-up for a burst, until a departure comes due.
+            for arrival in burst(sock, buffer, BURST_DATAGRAMS, departure_due):
+                size = arrival[0]
+                stream_id = meter.add(buffer, *arrival)
+                if stream_id is None:
+                    continue
+                stream = streams.get(stream_id)
+                if stream is None:
+                    stream = streams[stream_id] = ForwardedStream(routes.of(stream_id))
+                stream.received += 1
+                processed_ns = budget.admit(clock.monotonic_ns(), size)
+                if processed_ns is None:
+                    stream.dropped += 1
+                    continue
+                stream.backlog_max = max(stream.backlog_max, len(budget.held))
+                data = bytearray(memoryview(buffer)[:size])
+                if params.rung is not None:
+                    RUNG.pack_into(data, RUNG_OFFSET, params.rung)
+                if params.bitrate is not None:
+                    BITRATE.pack_into(data, BITRATE_OFFSET, round(params.bitrate / 1e3))
+                departures.append((processed_ns + processing_delay_ns, stream, data))
         if send_errors:
             agent.row("agent_drops", SEND_BUFFER_FULL, "", out.getsockname()[1], send_errors)
     for _, stream, _ in departures:

@@ -18,7 +18,7 @@ from pydantic import Field, model_validator
 from agents.agent import Agent, AgentParams
 from agents.flows import MalformedLog
 from agents.pacing import SPIN_NS, Pacer
-from agents.sockets import POLL_S, receive, record_socket_drops
+from agents.sockets import BURST_DATAGRAMS, POLL_S, burst, record_socket_drops
 from agents.formats import MEDIA, PULL
 from agents.wire import MAGIC, VERSION
 from agents.streamer import (MAX_PAYLOAD, MIN_FRAME_SIZE, PER_PACKET, PER_PACKET_OFFSET,
@@ -499,6 +499,11 @@ def serve(agent: Agent, params: Params, service: socket.socket, source: socket.s
     buffer = bytearray(DATAGRAM_BUFFER)
     end = math.inf if params.duration is None else clock.monotonic() + params.duration
     housekeeping_ns = clock.monotonic_ns()
+
+    def departure_due() -> bool:
+        due_ns = edge.next_due_ns()
+        return due_ns is not None and due_ns - clock.monotonic_ns() <= SPIN_NS
+
     try:
         while not agent.stopping and clock.monotonic() < end:
             now_ns = clock.monotonic_ns()
@@ -525,13 +530,12 @@ def serve(agent: Agent, params: Params, service: socket.socket, source: socket.s
                 if back is not None and sock is back.control:
                     back.take_pushed()
                     continue
-                arrival = receive(sock, buffer)
-                if arrival is None:
-                    continue
-                if sock is service:
-                    edge.pull(buffer, *arrival)
-                elif meter.add(buffer, *arrival) is not None:
-                    edge.source_packet(buffer, *arrival)
+                # Every datagram waiting, one wake-up for a burst, until a departure comes due.
+                for arrival in burst(sock, buffer, BURST_DATAGRAMS, departure_due):
+                    if sock is service:
+                        edge.pull(buffer, *arrival)
+                    elif meter.add(buffer, *arrival) is not None:
+                        edge.source_packet(buffer, *arrival)
             if edge.nacks is not None:
                 edge.nacks.ask(source, clock.time_ns())
     finally:
