@@ -1,12 +1,14 @@
 """dispatch at model level: a synthetic world of regions, sites, media nodes and clients, and
 the three experiments emulation cannot reach at scale — access by database vs by probing,
-tickets vs shared capacity under a burst of joins to K dispatch centers, and back-to-source
-lookup by broadcast vs by hint among K centers."""
+tickets vs shared capacity under a burst of joins to K dispatch centers (in streams alone or in
+streams, bitrate and CPU, at a chosen load), and back-to-source lookup by broadcast vs by hint
+among K centers."""
 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -14,7 +16,7 @@ import simpy
 
 from .access import (Geography, LocationDatabase, MediaNode, candidates, choose_by_probe,
                      rank)
-from .capacity import SharedCapacity, Tickets, redirects
+from .capacity import ONE_STREAM, Resources, SharedCapacity, Tickets, fits, redirects
 from .quality import VIA, PathQuality, Thresholds
 from .rooms import Directory, LookupMode, Transcoding
 
@@ -146,15 +148,70 @@ def access(world: World, database: LocationDatabase, *, offered: int = 4,
     return result
 
 
+@dataclass(frozen=True)
+class Profile:
+    """What joins ask of a node, and how a node is built for them: ``mix`` holds each kind of
+    join's share and demand by dimension; ``headroom`` names the dimensions a node's capacity
+    limits, each with how much more than its load share it is built with (1 for the dimension
+    that binds)."""
+
+    mix: tuple[tuple[float, Resources], ...]
+    headroom: Mapping[str, float]
+
+
+# Every join one stream, nodes limited in streams only: the one-dimensional case.
+STREAMS_ONLY = Profile(mix=((1.0, ONE_STREAM),), headroom={"streams": 1.0})
+# Audio and video apart, in made-up but typical amounts: audio-only listeners (a voice room's),
+# SD and HD viewers; a node built for the mix runs out of video bitrate first, with room to
+# spare in stream slots, audio bitrate and CPU.
+MEDIA = Profile(
+    mix=((0.2, {"streams": 1, "audio_kbps": 64, "cpu_millicores": 5}),
+         (0.5, {"streams": 1, "video_kbps": 1200, "audio_kbps": 64, "cpu_millicores": 10}),
+         (0.3, {"streams": 1, "video_kbps": 3500, "audio_kbps": 128, "cpu_millicores": 20})),
+    headroom={"video_kbps": 1.0, "streams": 1.5, "audio_kbps": 2.0, "cpu_millicores": 1.25})
+PROFILES = {"streams": STREAMS_ONLY, "media": MEDIA}
+
+
+def draw_demands(world: World, profile: Profile, seed: int = 0) -> dict[str, Resources]:
+    """Each client's demand, drawn from ``profile``'s mix."""
+    rng = np.random.default_rng([seed, 1008])
+    shares = np.array([share for share, _ in profile.mix])
+    kinds = rng.choice(len(profile.mix), size=len(world.clients), p=shares / shares.sum())
+    return {client.name: profile.mix[int(kind)][1] for client, kind in zip(world.clients, kinds)}
+
+
+def capacities_at_load(world: World, demands: Mapping[str, Resources], profile: Profile,
+                       load: float) -> dict[str, dict[str, int]]:
+    """Every node's capacity (nodes alike, whole units) such that the clients' total demand is
+    ``load`` times the nodes' total capacity in a dimension of headroom 1, and ``load`` over
+    its headroom in the others."""
+    if load <= 0:
+        raise ValueError(f"load must be > 0, not {load}")
+    total: Counter = Counter()
+    for demand in demands.values():
+        total.update(demand)
+    per_node = {dimension: max(1, round(total[dimension] * headroom
+                                        / (len(world.nodes) * load)))
+                for dimension, headroom in profile.headroom.items()}
+    return {node.name: dict(per_node) for node in world.nodes}
+
+
 @dataclass
 class BurstResult:
-    """What a join burst came to: peak and final oversell, redirects, rejections and where the
-    admitted clients ended up."""
+    """What a join burst came to: peak and final oversell, redirects, rejections (and of them
+    the fragmented ones) and where the admitted clients ended up."""
 
-    oversold_streams: int = 0  # sum over nodes of their peak load beyond capacity
+    oversold_streams: int = 0  # sum over nodes of the most clients beyond capacity at once
     oversold_nodes: int = 0
     redirects: int = 0
     rejected: int = 0
+    # Rejected although the room left across all nodes, every center's share together, would
+    # have held the join in every dimension: stranded by the tickets' split among centers or
+    # by the nodes' split of the room.
+    fragmented: int = 0
+    # Rejected although one node alone had room for the join (in other centers' shares, or
+    # beyond a center's stale view of it).
+    rejected_with_room: int = 0
     admitted: int = 0
     rtts: list[float] = field(default_factory=list)
     decisions: int = 0
@@ -172,15 +229,22 @@ class BurstResult:
 
 def join_burst(world: World, database: LocationDatabase, control: str, *, centers: int = 3,
                burst: float = 10.0, report_period: float = 1.0, report_delay: float = 0.05,
-               seed: int = 0) -> BurstResult:
+               seed: int = 0, demands: Mapping[str, Resources] | None = None,
+               capacities: Mapping[str, Resources] | None = None) -> BurstResult:
     """A burst of joins as docs/schemes/dispatch.md describes, simulated with SimPy; ``control``
-    is ``tickets`` or ``shared``."""
+    is ``tickets`` or ``shared``. ``demands`` gives each client's demand by dimension (by
+    default one stream) and ``capacities`` each node's (by default its ``capacity`` in
+    streams)."""
     rng = np.random.default_rng([seed, 1003])
     center_names = [f"center{k}" for k in range(centers)]
-    capacities = {node.name: int(node.capacity) for node in world.nodes}
-    book = {"tickets": Tickets, "shared": SharedCapacity}[control](capacities, center_names)
-    load: dict[str, int] = defaultdict(int)
-    peak: dict[str, int] = defaultdict(int)
+    capacity = {node.name: dict(capacities[node.name]) if capacities is not None
+                else {"streams": int(node.capacity)} for node in world.nodes}
+    demand = {client.name: (demands or {}).get(client.name, ONE_STREAM)
+              for client in world.clients}
+    book = {"tickets": Tickets, "shared": SharedCapacity}[control](capacity, center_names)
+    load: dict[str, Counter] = defaultdict(Counter)
+    peak: dict[str, Counter] = defaultdict(Counter)
+    beyond: dict[str, int] = defaultdict(int)  # the most clients beyond capacity at once
     on_node: dict[str, list[str]] = defaultdict(list)
     placed: dict[str, tuple[str, str]] = {}  # client -> (center, node)
     refused: dict[str, set[str]] = defaultdict(set)  # nodes a client was redirected off
@@ -190,21 +254,44 @@ def join_burst(world: World, database: LocationDatabase, control: str, *, center
                for client, k in zip(world.clients, rng.integers(0, centers, len(world.clients)))}
     result = BurstResult()
 
+    def utilization(node: str) -> float:
+        return max((load[node][dimension] / amount
+                    for dimension, amount in capacity[node].items() if amount > 0), default=0.0)
+
+    def over(node: str) -> bool:
+        return any(load[node][dimension] > amount
+                   for dimension, amount in capacity[node].items())
+
+    def free(node: str) -> dict[str, int]:
+        return {dimension: max(0, amount - load[node][dimension])
+                for dimension, amount in capacity[node].items()}
+
+    def room_left() -> Counter:
+        left: Counter = Counter()
+        for node in capacity:
+            left.update(free(node))
+        return left
+
     def join(name: str) -> None:
-        center = through[name]
+        center, wants = through[name], demand[name]
         result.decisions += 1
         ranked = rank(world.nodes, believed[name], world.geography,
                       has_room=lambda node: node.name not in refused[name]
-                      and book.has_room(center, node.name),
-                      utilization=lambda node: load[node.name] / node.capacity)
+                      and book.has_room(center, node.name, wants),
+                      utilization=lambda node: utilization(node.name))
         for node in ranked:
-            if node.name not in refused[name] and book.admit(center, node.name):
+            if node.name not in refused[name] and book.admit(center, node.name, wants):
                 placed[name] = (center, node.name)
-                load[node.name] += 1
-                peak[node.name] = max(peak[node.name], load[node.name])
+                load[node.name].update(wants)
+                peak[node.name] |= load[node.name]
                 on_node[node.name].append(name)
+                if over(node.name):
+                    beyond[node.name] = max(beyond[node.name], len(redirects(
+                        {node.name: on_node[node.name]}, capacity, demand)))
                 return
         result.rejected += 1
+        result.fragmented += fits(wants, room_left())
+        result.rejected_with_room += any(fits(wants, free(node)) for node in capacity)
 
     def arrivals(env: simpy.Environment):
         for gap, client in zip(np.diff(np.sort(rng.uniform(0, burst, len(world.clients))),
@@ -212,13 +299,13 @@ def join_burst(world: World, database: LocationDatabase, control: str, *, center
             yield env.timeout(gap)
             join(client.name)
 
-    def deliver(env: simpy.Environment, node: str, reported: int):
+    def deliver(env: simpy.Environment, node: str, reported: dict[str, int]):
         yield env.timeout(report_delay)
-        book.report(node, float(reported))
-        for client, _ in redirects({node: on_node[node]}, capacities):
+        book.report(node, reported)
+        for client, _ in redirects({node: on_node[node]}, capacity, demand):
             center, _ = placed.pop(client)
-            book.release(center, node)
-            load[node] -= 1
+            book.release(center, node, demand[client])
+            load[node].subtract(demand[client])
             on_node[node].remove(client)
             refused[client].add(node)
             result.redirects += 1
@@ -227,7 +314,8 @@ def join_burst(world: World, database: LocationDatabase, control: str, *, center
     def reporter(env: simpy.Environment, node: str, phase: float):
         yield env.timeout(phase)
         while True:
-            env.process(deliver(env, node, load[node]))
+            env.process(deliver(env, node, {dimension: load[node][dimension]
+                                            for dimension in capacity[node]}))
             yield env.timeout(report_period)
 
     env = simpy.Environment()
@@ -236,12 +324,12 @@ def join_burst(world: World, database: LocationDatabase, control: str, *, center
         env.process(reporter(env, node.name, float(phase)))
     env.run(until=burst + 3 * report_period + report_delay)
     for node in world.nodes:
-        excess = peak[node.name] - capacities[node.name]
-        if excess > 0:
-            result.oversold_streams += excess
+        if beyond[node.name] > 0:
+            result.oversold_streams += beyond[node.name]
             result.oversold_nodes += 1
-        result.peak_utilization = max(result.peak_utilization,
-                                      peak[node.name] / capacities[node.name])
+        result.peak_utilization = max(result.peak_utilization, max(
+            (peak[node.name][dimension] / amount
+             for dimension, amount in capacity[node.name].items() if amount > 0), default=0.0))
     result.admitted = len(placed)
     clients = {client.name: client for client in world.clients}
     result.rtts = [world.quality(clients[name], node).rtt for name, (_, node) in placed.items()]

@@ -68,16 +68,22 @@ class Parameters(BaseModel):
                                                      "without the stream (lookup)")
 
 
-def run_cell(cell: Cell) -> list[dict[str, object]]:
-    """One row: the study of ``cell``'s policy on its seed's world."""
+def world_of(cell: Cell) -> tuple[model.World, LocationDatabase]:
+    """``cell``'s world and location database, drawn from its seed."""
     p: Parameters = cell.parameters
     world = model.generate(cell.seed, regions=p.regions, sites_per_region=p.sites_per_region,
                            nodes=p.nodes, clients=p.clients, capacity=p.capacity,
                            home_share=p.home_share)
-    database = LocationDatabase(world.geography, p.error_share,
-                                abroad_error_share=p.abroad_error_share,
-                                home_region=world.home_region,
-                                same_region_share=p.same_region_share, seed=cell.seed)
+    return world, LocationDatabase(world.geography, p.error_share,
+                                   abroad_error_share=p.abroad_error_share,
+                                   home_region=world.home_region,
+                                   same_region_share=p.same_region_share, seed=cell.seed)
+
+
+def run_cell(cell: Cell) -> list[dict[str, object]]:
+    """One row: the study of ``cell``'s policy on its seed's world."""
+    p: Parameters = cell.parameters
+    world, database = world_of(cell)
     if cell.policy in ACCESS:
         return [model.access(world, database, offered=p.offered, other_regions=p.other_regions,
                              probe=cell.policy == "probe", probe_packets=p.probe_packets,
