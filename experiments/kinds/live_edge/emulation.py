@@ -78,9 +78,9 @@ period. Two scenarios use this kind:
   the same three edges with every rate 1/8 of the paper's (the source, the ladder, C_m and H;
   G x8 so that G·(R−R_v) is the paper's delay for the same rung). The edges' uplinks D_m are
   set a little above the paper's D_m/8, so that the first period's viewers at the top rung do
-  not fill every edge and later viewers can still be served; the viewers' preferred rungs add
-  up to more than the uplinks: capacity binds, and the policies choose whom to serve, where
-  and at which rung.
+  not fill every edge and later viewers can still be served, and queue 100 ms of their rate;
+  the viewers' preferred rungs add up to more than the uplinks: capacity binds, and the
+  policies choose whom to serve, where and at which rung.
 
 Per run the QoE is computed twice over the viewers' last decisions: as the policy's model
 predicted it (its network delays plus G·(R−R_v)) and with what the viewers' agents measured
