@@ -66,9 +66,9 @@ METRICS = (Metric("objective_model", "objective, model's prediction"),
 ABOUT = f"""\
 Each cell is one emulated run of the experiment's scenario (real packets on a Mininet network,
 userspace Open vSwitch, edgebed's controller running the policy every 5 s period): a streamer's
-source through a streamer-side edge to three transcoding edges over 150-174 ms inter-edge
-links, viewers 5-15 ms from the two edges covering each, half of them joining in the second
-period. Two scenarios use this kind:
+source through a streamer-side edge to three or six transcoding edges over 150-210 ms
+inter-edge links, viewers 5-15 ms from the two edges covering each, half of them joining in the
+second period. Three scenarios use this kind:
 
 - `topologies/live_edge/live_edge.yaml` (experiment `live_edge-emulation`): an 8 Mbit/s source and six
   viewers. The scale is a machine's, not the paper's: 6 viewers on 3 edges, not 50-125 on
@@ -81,6 +81,11 @@ period. Two scenarios use this kind:
   not fill every edge and later viewers can still be served, and queue 100 ms of their rate;
   the viewers' preferred rungs add up to more than the uplinks: capacity binds, and the
   policies choose whom to serve, where and at which rung.
+- `topologies/live_edge/table3.yaml` (experiment `live_edge-table3`): the paper's default
+  regime (Table 3), 100 viewers on six edges, each of six access switches covered by two
+  neighbouring edges, at the same 1/8 rates. The uplinks (8 Mbit/s, queueing 100 ms) hold the
+  first period's preferred rungs and not the later viewers' as well, so capacity binds when
+  they join.
 
 Per run the QoE is computed twice over the viewers' last decisions: as the policy's model
 predicted it (its network delays plus G·(R−R_v)) and with what the viewers' agents measured
@@ -123,7 +128,8 @@ rung's I frame.
 
 At six viewers capacity does not bind, so the policies differ only in how they weigh latency,
 interaction demand and preferences; the differences the paper reports need binding capacity,
-which the model-level report (`reports/live_edge/model/`) and `live_edge-capacity` show.
+which the model-level report (`reports/live_edge/model/`), `live_edge-capacity` and
+`live_edge-table3` show.
 """
 
 KIND = Kind(name="live_edge_emulation", parameters=Parameters,
