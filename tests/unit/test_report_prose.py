@@ -122,9 +122,18 @@ def _without_figures_over_time(text: str) -> str:
     return re.sub(r"## Over time\n.*?(?=^## )", "", text, count=1, flags=re.S | re.M)
 
 
-@pytest.mark.parametrize("path", EXPERIMENTS, ids=EXPERIMENT_IDS)
-def test_the_shipped_report_is_its_results_rendered(path, tmp_path):
-    shipped, rendered, experiment = _render(path, tmp_path / "report")
+@pytest.fixture(scope="module", params=EXPERIMENTS, ids=EXPERIMENT_IDS)
+def rerendered(request, tmp_path_factory):
+    """(experiment file, output directory, shipped report, rendered report, experiment): one
+    experiment's report rendered again from its shipped results, once for both tests (the
+    largest take over a minute)."""
+    out = tmp_path_factory.mktemp("rendered") / "report"
+    shipped, rendered, experiment = _render(request.param, out)
+    return request.param, out, shipped, rendered, experiment
+
+
+def test_the_shipped_report_is_its_results_rendered(rerendered):
+    path, _, shipped, rendered, experiment = rerendered
     if "## Over time" in shipped and "## Over time" not in rendered:
         # Its figures over time need its runs, not on this machine: the rest must still agree.
         shipped = _without_figures_over_time(shipped)
@@ -132,11 +141,8 @@ def test_the_shipped_report_is_its_results_rendered(path, tmp_path):
                                 f"with edgebed experiment {path.relative_to(ROOT)} --report-only"
 
 
-@pytest.mark.parametrize("path", EXPERIMENTS, ids=EXPERIMENT_IDS)
-def test_every_number_in_the_prose_comes_from_data_configuration_or_paper(path, tmp_path):
-    experiment = experiment_module.load(path.relative_to(ROOT))
-    out = tmp_path / "report"
-    _, rendered, _ = _render(path, out)
+def test_every_number_in_the_prose_comes_from_data_configuration_or_paper(rerendered):
+    path, out, _, rendered, experiment = rerendered
     sources = [_tables(rendered), path.read_text(),
                str(experiment.base.model_dump(mode="json")), str(experiment.seed),
                *_scenarios(experiment)]
