@@ -18,31 +18,36 @@ from controller.view import NetworkView
 from tests.conftest import ROOT
 
 LADDER = (1e6, 0.625e6, 0.3125e6, 0.125e6)
-PERIOD_S = 5.0
 # Per scenario, how many viewers any two policies must place apart (on another edge, at another
 # rung, or one serving and the other not): a third of capacity's 30; a quarter of table3's 100,
 # enough for an emulation of the paper's regime to separate the policies.
 SCENARIOS = {"capacity": 10, "table3": 25}
 
 
+def load(name: str, policy: str = "lua"):
+    return scenarios.load(ROOT / "topologies" / "live_edge" / f"{name}.yaml",
+                          {"EDGEBED_POLICY": policy})
+
+
 def periods(loaded) -> tuple[list[str], list[str]]:
-    """The viewers whose agents start in the first period, and those starting later."""
+    """The viewers whose agents start in the controller's first period, and those starting
+    later."""
+    period = loaded.document.controller.period
     viewers = [w for w in loaded.workload if w.agent == "viewer"]
-    first = [node for w in viewers if w.start < PERIOD_S for node in w.nodes]
-    second = [node for w in viewers if w.start >= PERIOD_S for node in w.nodes]
+    first = [node for w in viewers if w.start < period for node in w.nodes]
+    second = [node for w in viewers if w.start >= period for node in w.nodes]
     return first, second
 
 
 def allocation(name: str, policy: str) -> dict[str, tuple[str, float]]:
     """Each served viewer's (edge, bitrate) after both periods' joins under ``policy``."""
-    loaded = scenarios.load(ROOT / "topologies" / "live_edge" / f"{name}.yaml",
-                            {"EDGEBED_POLICY": policy})
+    loaded = load(name, policy)
     settings = loaded.document.controller
     core = ControllerCore(NetworkView.from_scenario(loaded),
                           policies.create(settings.policy, settings.policy_params))
     first, second = periods(loaded)
     core.place([core.request_for(v, "live", 1e6, LADDER) for v in first], 0.0)
-    core.place([core.request_for(v, "live", 1e6, LADDER) for v in second], PERIOD_S)
+    core.place([core.request_for(v, "live", 1e6, LADDER) for v in second], settings.period)
     return {record.placement.request.client: (record.placement.server, record.placement.bitrate)
             for record in core.flows.values()}
 
@@ -50,8 +55,7 @@ def allocation(name: str, policy: str) -> dict[str, tuple[str, float]]:
 @pytest.fixture(scope="module", params=sorted(SCENARIOS))
 def scenario(request):
     name = request.param
-    loaded = scenarios.load(ROOT / "topologies" / "live_edge" / f"{name}.yaml", {})
-    first, second = periods(loaded)
+    first, second = periods(load(name))
     assert first and second, f"{name}: viewers join in one period only"
     return name, first + second, {p: allocation(name, p) for p in ("lua", "df", "mhcp")}
 
