@@ -15,12 +15,16 @@ counters; the senders' ``sent`` table, where they keep one, is shown beside them
 machine's is the same from /proc/stat's busy time. The start-up table gives each agent
 process's CPU from its start until its host's first datagram in or out (a receiver's includes
 its wait for the senders, who start 1 s into the timeline); samples come every 0.1 s, so a
-figure is the CPU at the first sample after that datagram.
+figure is the CPU at the first sample after that datagram. On the userspace datapath each kind
+runs once per way the switch reads its ports (``--userspace-ports``; both by default): packet
+sockets read by ovs-vswitchd's main loop, or AF_XDP sockets read by its polling thread, whose
+idle sleeping is in the idle run.
 
 Other work on the machine shows in the machine's row and in ovs-vswitchd's (shared with any
 other run), so record it alone.
 
     sudo .venv/bin/python benchmarks/cost.py [--kinds video,chat,ai] [--flows 4]
+                                             [--userspace-ports packet_socket,af_xdp]
                                              [--duration 10] [--keep DIR]
 """
 
@@ -48,8 +52,8 @@ from experiments.cpu_accounting import CpuAccounting, Process, read_process  # n
 from experiments.measurements import read_table  # noqa: E402
 from experiments.runner import RunOptions, run_scenario  # noqa: E402
 from recorder import Recording  # noqa: E402
-from scale import (KINDS, TrafficKind, is_sender_node, kinds_parser, scenario_text,  # noqa: E402
-                   trunk_offered)
+from scale import (KINDS, USERSPACE_PORTS, TrafficKind, is_sender_node,  # noqa: E402
+                   kinds_parser, ports_readers, scenario_text, trunk_offered)
 
 SENDING, RECEIVING = "sending agent", "receiving agent"
 SWITCH, RELAY, RUNNER, CONTROLLER, OTHER = ("switch", "relay", "runner", "controller",
@@ -165,11 +169,12 @@ class Measured:
     offered: int
     impairments: str
     datapath: str
+    ports: str | None  # how the userspace datapath read its ports
 
 
 def measure(kind: TrafficKind, n: int, duration_s: float, senders: bool,
-            runs_root: Path) -> Measured:
-    text = scenario_text(kind, n, duration_s, senders)
+            runs_root: Path, ports: str) -> Measured:
+    text = scenario_text(kind, n, duration_s, senders, ports=ports)
     loaded = scenarios.loads(text, file=f"<cost {kind.name} {n}>")
     switch = switch_pid()
     accounting = CpuAccounting(os.getpid(), RunProcesses(os.getpid()), pinned={switch: SWITCH},
@@ -192,7 +197,7 @@ def measure(kind: TrafficKind, n: int, duration_s: float, senders: bool,
                     sum(int(row["datagrams"]) for row in read_table(result.run_dir, "sent")),
                     sum(int(row["packets"]) for row in read_table(result.run_dir, "flows")),
                     trunk_offered(result.summary), backends["impairments"],
-                    backends["ovs_datapath"])
+                    backends["ovs_datapath"], backends["userspace_ports"])
 
 
 def per_packet_us(busy_s: float, idle_s: float, packets: int) -> str:
@@ -207,8 +212,10 @@ def cost_rows(name: str, busy: Measured, idle: Measured) -> list[tuple[str, ...]
         used, unused = busy.cpu_s.get(component, 0.0), idle.cpu_s.get(component, 0.0)
         label, crossings = component, 1
         if component == SWITCH:
+            ports = f", {busy.ports} ports" if busy.ports else ""
             label, crossings = f"switch, per bridge crossed (ovs-vswitchd / "\
-                              f"{SWITCH_CROSSINGS}, {busy.datapath} datapath)", SWITCH_CROSSINGS
+                              f"{SWITCH_CROSSINGS}, {busy.datapath} datapath{ports})", \
+                SWITCH_CROSSINGS
         if component == RELAY and busy.impairments == "netem":
             label = "relay (none: netem, the kernel's, in the machine's row)"
         rows.append((name, label, f"{used:.2f}", f"{unused:.2f}",
@@ -237,8 +244,10 @@ def main() -> int:
     recording = Recording(__file__, __doc__)
     parser = kinds_parser(__doc__)
     parser.add_argument("--flows", type=int, default=4, help="flows a run")
+    parser.set_defaults(userspace_ports=",".join(USERSPACE_PORTS))
     arguments = parser.parse_args()
     kinds = [KINDS[name] for name in arguments.kinds.split(",")]
+    readers = ports_readers(arguments)
     console = Console(width=200)
     costs = Table(title=f"CPU per emulated packet ({arguments.flows} flows, "
                         f"{arguments.duration:g} s runs; idle: the same run without senders)",
@@ -256,15 +265,17 @@ def main() -> int:
         startups.add_column(column)
     with tempfile.TemporaryDirectory(prefix="edgebed-cost-") as scratch:
         runs_root = arguments.keep or Path(scratch)
-        for kind in kinds:
-            console.print(f"  {kind.name}: idle run, then with traffic", markup=False)
-            idle = measure(kind, arguments.flows, arguments.duration, False, runs_root)
-            senders = [(kind.name, None)]
-            if kind.name in COMPILED_SENDER_KINDS:
+        for kind, ports in ((kind, ports) for kind in kinds for ports in readers):
+            console.print(f"  {kind.name}, {ports}: idle run, then with traffic", markup=False)
+            idle = measure(kind, arguments.flows, arguments.duration, False, runs_root, ports)
+            within = "" if ports == readers[0] else f", {ports} switch ports"
+            senders = [(f"{kind.name}{within}", None)]
+            if kind.name in COMPILED_SENDER_KINDS and ports == readers[0]:
                 senders.append((f"{kind.name} (Python sender)", PYTHON_SENDER))
             for name, engine in senders:
                 with sending_from(engine):
-                    busy = measure(kind, arguments.flows, arguments.duration, True, runs_root)
+                    busy = measure(kind, arguments.flows, arguments.duration, True, runs_root,
+                                   ports)
                 for row in cost_rows(name, busy, idle):
                     costs.add_row(*row)
                 packets.add_row(name, f"{busy.offered:,}", f"{busy.sent:,}",

@@ -9,7 +9,8 @@ loss, senders behind their schedule, a late wire, a saturated CPU). ``n`` double
 a run is flagged or fails, then two bisection steps narrow the boundary. The table gives, per
 kind, the largest clean run's hosts, flows and the frames a second the impaired link carried,
 and what flagged the first run past it; with ``--dilate 1,10`` the search runs at each time
-dilation factor (docs/concepts/virtual-time.md), durations and rates in virtual time.
+dilation factor (docs/concepts/virtual-time.md), durations and rates in virtual time; with
+``--userspace-ports packet_socket,af_xdp`` at each way the userspace switch reads its ports.
 
 A verdict on a shared machine is noisy: a run beside other work can be flagged at a size that
 passes alone, so run it alone (the runner waits for the machine lock anyway) and read the
@@ -17,6 +18,7 @@ boundary as "about", not as an exact figure.
 
     sudo .venv/bin/python benchmarks/scale.py [--kinds video,chat,ai] [--duration 10]
                                               [--largest 256] [--dilate 1,10] [--keep DIR]
+                                              [--userspace-ports packet_socket,af_xdp]
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, get_args
 
 import yaml
 from rich.console import Console
@@ -37,10 +39,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from experiments import scenarios  # noqa: E402
 from recorder import Recording  # noqa: E402
 from experiments.runner import RunOptions, run_scenario  # noqa: E402
+from topologies.model import Emulation  # noqa: E402
 
 IMPAIRMENT = {"delay": "20ms", "loss": "1%"}
 TRUNK = ["s1:eth1", "s2:eth1"]  # the impaired link, senders' side first
 SENDERS_START_S = 1.0
+USERSPACE_PORTS = get_args(Emulation.model_fields["userspace_ports"].annotation)
 BISECTION_STEPS = 2
 
 
@@ -100,10 +104,11 @@ def _on_senders(entry: dict) -> bool:
 
 
 def scenario_text(kind: TrafficKind, n: int, duration_s: float, senders: bool = True,
-                  dilation: float = 1) -> str:
+                  dilation: float = 1, ports: str = "packet_socket") -> str:
     """The scenario of ``n`` flows of ``kind``: senders on s1, receivers on s2, and the one
     impaired link between the switches; with ``senders`` False, the same hosts and receiving
-    agents with no agent on the senders' hosts (no traffic); time dilated ``dilation`` times."""
+    agents with no agent on the senders' hosts (no traffic); time dilated ``dilation`` times;
+    the userspace switch reads its ports as ``ports`` says."""
     receivers = kind.receivers(n)
     workload = [entry for entry in kind.workload(n) if senders or not _on_senders(entry)]
     document = {
@@ -113,6 +118,7 @@ def scenario_text(kind: TrafficKind, n: int, duration_s: float, senders: bool = 
         "seed": 1,
         "duration": f"{duration_s:g}s",
         "time_dilation": dilation,
+        "emulation": {"userspace_ports": ports},
         "topology": {
             "nodes": {f"src[1-{n}]": {"role": kind.sender_role},
                       f"dst[1-{receivers}]": {"role": kind.receiver_role},
@@ -145,8 +151,8 @@ def trunk_offered(summary: dict) -> int:
 
 
 def run_once(kind: TrafficKind, n: int, duration_s: float, runs_root: Path,
-             dilation: float = 1) -> Outcome:
-    text = scenario_text(kind, n, duration_s, dilation=dilation)
+             dilation: float = 1, ports: str = "packet_socket") -> Outcome:
+    text = scenario_text(kind, n, duration_s, dilation=dilation, ports=ports)
     loaded = scenarios.loads(text, file=f"<scale {kind.name} {n}>")
     result = run_scenario(loaded, RunOptions(runs_root=runs_root))
     summary = result.summary
@@ -164,15 +170,16 @@ def run_once(kind: TrafficKind, n: int, duration_s: float, runs_root: Path,
 
 
 def boundary(kind: TrafficKind, duration_s: float, largest: int, runs_root: Path,
-             console: Console, dilation: float = 1) -> tuple[Outcome | None, Outcome | None]:
+             console: Console, dilation: float = 1,
+             ports: str = "packet_socket") -> tuple[Outcome | None, Outcome | None]:
     """The largest clean run found and the smallest flagged one (None where there is none),
-    time dilated ``dilation`` times."""
+    time dilated ``dilation`` times, the switch reading its ports as ``ports`` says."""
     clean = flagged = None
 
     def attempt(n: int) -> Outcome:
         nonlocal clean, flagged
-        outcome = run_once(kind, n, duration_s, runs_root, dilation)
-        console.print(f"  {kind.name} N={dilation:g} n={n}: {'clean' if outcome.clean else 'flagged'}, "
+        outcome = run_once(kind, n, duration_s, runs_root, dilation, ports)
+        console.print(f"  {kind.name} {ports} N={dilation:g} n={n}: {'clean' if outcome.clean else 'flagged'}, "
                       f"{outcome.frames_per_s:,.0f} frames/s on the impaired link"
                       + (f"; {outcome.why}" if outcome.why else ""), markup=False)
         if outcome.clean:
@@ -199,7 +206,19 @@ def kinds_parser(doc: str) -> argparse.ArgumentParser:
                         help=f"comma-separated, of {', '.join(KINDS)}")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds a run")
     parser.add_argument("--keep", type=Path, help="keep the run directories here")
+    parser.add_argument("--userspace-ports", default=USERSPACE_PORTS[0],
+                        help="comma-separated, of " + ", ".join(USERSPACE_PORTS)
+                             + ": how the userspace switch reads its ports, each in turn")
     return parser
+
+
+def ports_readers(arguments: argparse.Namespace) -> list[str]:
+    readers = arguments.userspace_ports.split(",")
+    unknown = sorted(set(readers) - set(USERSPACE_PORTS))
+    if unknown:
+        raise SystemExit(f"--userspace-ports: {', '.join(unknown)} is not one of "
+                         f"{', '.join(USERSPACE_PORTS)}")
+    return readers
 
 
 def main() -> int:
@@ -211,30 +230,31 @@ def main() -> int:
     arguments = parser.parse_args()
     kinds = [KINDS[name] for name in arguments.kinds.split(",")]
     dilations = [float(factor) for factor in arguments.dilate.split(",")]
+    readers = ports_readers(arguments)
     console = Console(width=200)
     with tempfile.TemporaryDirectory(prefix="edgebed-scale-") as scratch:
         runs_root = arguments.keep or Path(scratch)
-        found = {(kind.name, n): boundary(kind, arguments.duration, arguments.largest,
-                                          runs_root, console, n)
-                 for n in dilations for kind in kinds}
+        found = {(kind.name, n, ports): boundary(kind, arguments.duration, arguments.largest,
+                                                 runs_root, console, n, ports)
+                 for ports in readers for n in dilations for kind in kinds}
     table = Table(title=f"largest clean run a kind ({arguments.duration:g} s runs of virtual "
                         f"time, one link of {IMPAIRMENT['delay']} and {IMPAIRMENT['loss']} "
                         f"each way; frames/s in virtual time)", title_justify="left")
-    for column in ("traffic", "time dilation", "hosts", "flows",
+    for column in ("traffic", "switch ports", "time dilation", "hosts", "flows",
                    "frames/s on the impaired link", "CPU busy max", "next size flagged for"):
         table.add_column(column)
-    for n in dilations:
-        for kind in kinds:
-            clean, flagged = found[kind.name, n]
-            past = (f"n={flagged.n}: {flagged.why}" if flagged
-                    else f"none up to {arguments.largest}")
-            if clean is None:
-                table.add_row(kind.what, f"{n:g}", "-", "-", "-", "-", past)
-                continue
-            table.add_row(kind.what, f"{n:g}", str(clean.hosts), str(clean.n),
-                          f"{clean.frames_per_s:,.0f}",
-                          f"{clean.cpu_busy_max:.0%}" if clean.cpu_busy_max is not None
-                          else "-", past)
+    for ports, n, kind in ((ports, n, kind) for ports in readers for n in dilations
+                           for kind in kinds):
+        clean, flagged = found[kind.name, n, ports]
+        past = (f"n={flagged.n}: {flagged.why}" if flagged
+                else f"none up to {arguments.largest}")
+        if clean is None:
+            table.add_row(kind.what, ports, f"{n:g}", "-", "-", "-", "-", past)
+            continue
+        table.add_row(kind.what, ports, f"{n:g}", str(clean.hosts), str(clean.n),
+                      f"{clean.frames_per_s:,.0f}",
+                      f"{clean.cpu_busy_max:.0%}" if clean.cpu_busy_max is not None
+                      else "-", past)
     console.print(recording.table(table))
     recording.save()
     return 0

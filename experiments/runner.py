@@ -99,6 +99,14 @@ def _choose_datapath(requested: str, found: caps.Capabilities) -> str:
     return requested
 
 
+def _check_userspace_ports(scenario: Scenario, datapath: str, found: caps.Capabilities) -> None:
+    if (datapath == "user" and scenario.document.emulation.userspace_ports == "af_xdp"
+            and not found.ovs_af_xdp):
+        raise RuntimeError(f"{scenario.source}: emulation.userspace_ports: af_xdp, but this "
+                           "Open vSwitch has no AF_XDP ports (its iface_types lack afxdp); "
+                           "use packet_socket")
+
+
 class Run:
     """The lifecycle of one run; :func:`run_scenario` is the way to use it."""
 
@@ -130,6 +138,7 @@ class Run:
             raise EnvironmentError("; ".join(blocking))
         emulation = self.scenario.document.emulation
         datapath = _choose_datapath(self.options.datapath or emulation.ovs_datapath, found)
+        _check_userspace_ports(self.scenario, datapath, found)
         backend = choose_backend(emulation.impairments, found.qdiscs.get("netem", False))
         self.run_dir = RunDirectory.create(self.options.runs_root, self.scenario.name, self.started)
         self.summary["run_dir"] = str(self.run_dir.path)
@@ -214,7 +223,10 @@ class Run:
             "host": platform.node(),
             "runner_pid": os.getpid(),
             "concurrent": self.options.concurrent,
-            "backends": {"ovs_datapath": datapath, "controller": self.scenario.document.controller.app,
+            "backends": {"ovs_datapath": datapath,
+                         "userspace_ports": (self.scenario.document.emulation.userspace_ports
+                                             if datapath == "user" else None),
+                         "controller": self.scenario.document.controller.app,
                          "impairments": backend.name},
             "capabilities": found.as_dict(),
             **manifest_entry(self.scenario),
@@ -229,10 +241,13 @@ class Run:
         log.info("building %d hosts, %d switches, %d links, %d wires (prefix %s, datapath %s, "
                  "impairments %s)", len(self.scenario.hosts), len(self.scenario.switches),
                  len(self.scenario.links), len(wired), self.names.prefix, datapath, backend.name)
-        self.network = ScenarioNetwork(self.scenario, self.names, datapath, wired)
+        self.network = ScenarioNetwork(self.scenario, self.names, datapath, wired,
+                                       self.scenario.document.emulation.userspace_ports)
         with processes_carry(self.names.prefix):
             self.network.start()
-        if datapath == "user":
+        if self.network.af_xdp:
+            self._report_af_xdp_ports()
+        elif datapath == "user":
             self._report_switch_sockets()
         self.links = LinkControl(self.scenario, self.network, backend, self.run_dir.path / "logs")
         self.links.start()
@@ -279,6 +294,16 @@ class Run:
                 f"the userspace switch's receive sockets of {len(small)} port(s) keep the "
                 f"kernel's default buffer ({', '.join(small[:5])}): bursts may overflow them "
                 "(counted as emulator-made loss, cause switch)")
+
+    def _report_af_xdp_ports(self) -> None:
+        """The userspace switch's AF_XDP ports: how many, the locked memory they take and the
+        longest its polling thread sleeps (a frame may wait that long in each switch)."""
+        from topologies.network import AF_XDP_PORT_MEMORY, PMD_MAX_SLEEP_US
+
+        ports = len(self.network.switch_ports())
+        self.summary["af_xdp_ports"] = {"ports": ports,
+                                        "locked_memory_mib": ports * AF_XDP_PORT_MEMORY >> 20,
+                                        "pmd_max_sleep_us": PMD_MAX_SLEEP_US}
 
     def _write_host_logs(self) -> None:
         for node in self.scenario.hosts:

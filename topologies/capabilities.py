@@ -76,6 +76,12 @@ def ovs_running() -> bool:
     return all(r is not None and r.returncode == 0 for r in (database, switch))
 
 
+def ovs_af_xdp() -> bool:
+    """Open vSwitch was built with AF_XDP ports (its ``iface_types`` list ``afxdp``)."""
+    result = _run(["ovs-vsctl", "--timeout=3", "get", "Open_vSwitch", ".", "iface_types"])
+    return result is not None and result.returncode == 0 and "afxdp" in result.stdout
+
+
 def tool_version(command: list[str]) -> str | None:
     if shutil.which(command[0]) is None:
         return None
@@ -125,6 +131,7 @@ class Capabilities:
     mininet: str | None
     controller: str | None = None
     cpu_emulated: bool = False
+    ovs_af_xdp: bool = False
     tools: dict[str, str | None] = field(default_factory=dict)
 
     @property
@@ -166,5 +173,6 @@ def probe() -> Capabilities:
         mininet=mininet_version(),
         controller=controller_framework(),
         cpu_emulated=cpu_emulated(),
+        ovs_af_xdp=ovs_af_xdp(),
         tools={name: tool_version(command) for name, command in TOOLS.items()},
     )

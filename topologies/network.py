@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from dataclasses import dataclass, field
 
@@ -30,6 +31,38 @@ def wire_mac(link_index: int, side: int) -> str:
                                (link_index >> 8, link_index & 0xff, 0, side))
 
 
+# OVS's AF_XDP port locks a UMEM of 16,384 frames of 4 KiB and its rings per receive queue
+# (measured: 82 MiB of ovs-vswitchd's locked memory per port).
+AF_XDP_PORT_MEMORY = 82 * 2**20
+# The longest the polling thread sleeps after polls that found little: a frame arriving while it
+# sleeps waits at most this long in the switch.
+PMD_MAX_SLEEP_US = 100
+XSK_RECEIVE_DROPS = re.compile(r"xsk_queue_\d+_rx_dropped")
+
+
+class AfXdpSwitch(OVSSwitch):
+    """An Open vSwitch bridge of the userspace datapath whose ports are AF_XDP sockets, read by
+    a polling thread (PMD) rather than by ovs-vswitchd's main loop. Generic XDP: a veth has no
+    zero-copy mode."""
+
+    def intfOpts(self, intf):
+        return super().intfOpts(intf) + " type=afxdp options:xdp-mode=generic"
+
+
+def af_xdp_receive_drops(statistics: dict[str, int]) -> int:
+    """Frames an AF_XDP port's receive rings had no room for, from its interface statistics."""
+    return sum(count for key, count in statistics.items() if XSK_RECEIVE_DROPS.fullmatch(key))
+
+
+def available_memory() -> int:
+    """Bytes the kernel could give now (``MemAvailable``)."""
+    with open("/proc/meminfo") as meminfo:
+        for line in meminfo:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("/proc/meminfo has no MemAvailable")
+
+
 @dataclass
 class LinkEnds:
     """A link as built: the Mininet interfaces at its two endpoints and, for a wired link, the
@@ -53,8 +86,9 @@ class ScenarioNetwork:
 
     ``datapath`` is ``"kernel"`` or ``"user"`` (OVS userspace datapath, for kernels without the
     openvswitch module); with the userspace datapath host checksum offloads are turned off,
-    because frames leave a veth through OVS's packet socket with their checksums unfinished,
-    and OVS's receive socket on each port gets room for bursts (:mod:`.switch_sockets`).
+    because frames leave a veth through OVS with their checksums unfinished, and
+    ``userspace_ports`` says how OVS reads its ports: ``"packet_socket"`` (a socket per port,
+    given room for bursts, :mod:`.switch_sockets`) or ``"af_xdp"`` (:class:`AfXdpSwitch`).
     Links in ``wired`` get a wire namespace spliced in (see :mod:`topologies.impairments`).
     """
 
@@ -62,6 +96,7 @@ class ScenarioNetwork:
     names: RunNames
     datapath: str
     wired: frozenset[int] = frozenset()
+    userspace_ports: str = "packet_socket"
     net: Mininet | None = None
     timings: Timings = field(default_factory=Timings)
     _switch_index: dict[str, int] = field(default_factory=dict)
@@ -79,6 +114,8 @@ class ScenarioNetwork:
         if too_large:
             raise RuntimeError(f"cpu limits above this machine's {machine} cores: "
                                f"{', '.join(too_large)}")
+        if self.af_xdp:
+            self._check_af_xdp_memory()
         self.net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
                            autoStaticArp=False, waitConnected=False)
         for node in self.scenario.hosts:
@@ -93,7 +130,8 @@ class ScenarioNetwork:
         standalone = not self.scenario.document.controller.controls_switches
         for index, node in enumerate(self.scenario.switches):
             self._switch_index[node.name] = index
-            self.net.addSwitch(self.names.bridge(index), cls=OVSSwitch, dpid=f"{node.dpid:016x}",
+            self.net.addSwitch(self.names.bridge(index), cls=AfXdpSwitch if self.af_xdp else OVSSwitch,
+                               dpid=f"{node.dpid:016x}",
                                failMode="standalone" if standalone else "secure",
                                datapath=self.datapath, batch=True, protocols="OpenFlow13")
         for link in self.scenario.links:
@@ -111,11 +149,49 @@ class ScenarioNetwork:
             self.management = Management.build(self, controller.management_subnet)
         self.timings.build_s = clock.real_elapsed() - started
         started = clock.real_elapsed()
+        if self.af_xdp:
+            subprocess.run(["ovs-vsctl", "--timeout=10", "set", "Open_vSwitch", ".",
+                            f"other_config:pmd-maxsleep={PMD_MAX_SLEEP_US}"],
+                           check=True, capture_output=True, text=True)
         self.net.start()
         self._label_bridges()
-        if self.datapath == "user":
+        if self.af_xdp:
+            self._check_af_xdp_ports()
+        elif self.datapath == "user":
             self.small_switch_sockets = switch_sockets.enlarge(self.switch_ports())
         self.timings.start_s = clock.real_elapsed() - started
+
+    @property
+    def af_xdp(self) -> bool:
+        return self.datapath == "user" and self.userspace_ports == "af_xdp"
+
+    def _switch_port_count(self) -> int:
+        return sum(self.scenario.nodes[end.node].is_switch
+                   for link in self.scenario.links for end in link.endpoints())
+
+    def _check_af_xdp_memory(self) -> None:
+        """Refuse, before building anything, AF_XDP ports whose locked memory would take more
+        than three quarters of what the machine has available."""
+        needed, available = self._switch_port_count() * AF_XDP_PORT_MEMORY, available_memory()
+        if needed > 0.75 * available:
+            raise RuntimeError(
+                f"{self.scenario.source}: emulation.userspace_ports: af_xdp locks "
+                f"{AF_XDP_PORT_MEMORY >> 20} MiB per switch port, {needed >> 20} MiB for this "
+                f"scenario's {self._switch_port_count()} ports, more than three quarters of the "
+                f"{available >> 20} MiB available; use packet_socket")
+
+    def _check_af_xdp_ports(self) -> None:
+        """Every switch port of the run is an AF_XDP port that Open vSwitch opened."""
+        rows = {row["name"]: row for row in _ovs_table("Interface", "name,type,error")}
+        failed = [f"{name} ({rows.get(name, {}).get('type') or 'absent'}"
+                  + (f": {rows[name]['error']}" if isinstance(rows.get(name, {}).get("error"), str)
+                     else "") + ")"
+                  for name in self.switch_ports()
+                  if rows.get(name, {}).get("type") != "afxdp"
+                  or isinstance(rows[name].get("error"), str)]
+        if failed:
+            raise RuntimeError(f"Open vSwitch did not open {len(failed)} AF_XDP port(s): "
+                               + ", ".join(failed[:5]))
 
     def _end_params(self, end: Endpoint, side: str) -> dict:
         """Mininet link parameters for one endpoint: name, MAC and, on switches, the port."""
@@ -242,6 +318,19 @@ class ScenarioNetwork:
             counters[name]["unresolved_neighbours"] = sum(
                 1 for line in output.splitlines() if line.endswith(("FAILED", "INCOMPLETE")))
         return counters
+
+    def switch_receive_drops(self) -> dict[str, int]:
+        """Per switch port of the run (by interface), the frames the userspace switch had no
+        room to receive: its packet socket's drops, or its AF_XDP rings'. The kernel datapath
+        has neither."""
+        if self.af_xdp:
+            statistics = {row["name"]: dict(row["statistics"][1])
+                          for row in _ovs_table("Interface", "name,statistics")}
+            return {name: af_xdp_receive_drops(statistics.get(name, {}))
+                    for name in self.switch_ports()}
+        if self.datapath == "user":
+            return {name: found.drops for name, found in switch_sockets.read().items()}
+        return {}
 
     def switch_port_drops(self) -> dict[str, dict]:
         """Per switch port of the run (by its scenario name, ``s1:eth2``), the frames Open

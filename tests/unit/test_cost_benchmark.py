@@ -58,11 +58,14 @@ def test_the_switch_is_divided_by_the_bridges_crossed_and_idle_is_taken_out(cost
 
     def measured(switch_s: float, machine_s: float) -> object:
         return cost.Measured({cost.SWITCH: switch_s, cost.SENDING: machine_s / 2},
-                             {"handler": switch_s}, machine_s, {}, 0, 0, 1000, "netem", "user")
+                             {"handler": switch_s}, machine_s, {}, 0, 0, 1000, "netem", "user",
+                             "af_xdp")
 
     rows = {row[1]: row[4].replace(",", "") for row in cost.cost_rows(kind, measured(0.5, 3.0),
                                                      measured(0.1, 1.0))}
-    switch = next(value for label, value in rows.items() if label.startswith("switch"))
+    [(label, switch)] = [(label, value) for label, value in rows.items()
+                         if label.startswith("switch")]
+    assert label.endswith("user datapath, af_xdp ports)")
     assert float(switch) == pytest.approx((0.5 - 0.1) / 2 / 1000 * 1e6)
     assert float(rows["sending agent"]) == pytest.approx(1000.0)
     assert float(rows["machine (all CPUs busy)"]) == pytest.approx(2000.0)

@@ -11,7 +11,6 @@ from pathlib import Path
 from ..document_checks import impairment_problems
 from ..model import Impairment
 from ..scenario import Scenario
-from ..switch_sockets import read as read_switch_sockets
 from . import drops as loss_accounting
 from .backends import FallbackBackend, ImpairmentError, NetemBackend, Placement
 from .drops import DirectionDrops
@@ -230,7 +229,7 @@ class LinkControl:
     def _count_interface_drops(self) -> None:
         """Each direction's frames offered (sent or dropped by its first sending interface),
         the frames every veth on its way could not hand to its peer and those the userspace
-        switch's socket on its far end dropped."""
+        switch's port on its far end had no room for."""
         counters: dict[int, dict] = {}
 
         def read(node, interface: str) -> tuple[int, int]:
@@ -239,7 +238,7 @@ class LinkControl:
                     node.cmd("ip -s -j link show"))
             return counters[id(node)].get(interface, (0, 0))
 
-        switch_sockets = read_switch_sockets()
+        switch_drops = self.network.switch_receive_drops()
         for link in self.scenario.links:
             ends = self.network.ends(link.index)
             for direction in DIRECTIONS:
@@ -261,8 +260,7 @@ class LinkControl:
                     drops.configured += dropped
                 else:
                     drops.interface += dropped
-                if receiver.name in switch_sockets:
-                    drops.switch += switch_sockets[receiver.name].drops
+                drops.switch += switch_drops.get(receiver.name, 0)
 
     def losses(self) -> list[dict]:
         """After :meth:`stop`: per link and direction that carried frames, the frames offered
