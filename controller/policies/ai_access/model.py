@@ -42,9 +42,14 @@ class Traffic:
 
     def demand_of(self, flow: str, unit: float) -> FlowDemand:
         """What a flow whose units are ``unit`` bytes needs."""
-        wire = float(self.wire_bytes(np.array([unit]))[0])
-        return FlowDemand(flow, wire * 8 / (self.send_window * self.period),
-                          unit * self.hold_units)
+        return self.demands([flow], np.array([unit]))[0]
+
+    def demands(self, flows: list[str], units: np.ndarray) -> list[FlowDemand]:
+        """What each of ``flows`` needs when its units are the matching bytes of ``units``."""
+        bandwidth = self.wire_bytes(units) * 8 / (self.send_window * self.period)
+        memory = units * self.hold_units
+        return [FlowDemand(flow, rate, held)
+                for flow, rate, held in zip(flows, bandwidth.tolist(), memory.tolist())]
 
 
 class UnitSizes:
@@ -166,38 +171,46 @@ def simulate(allocator: str, receivers: list[Receiver], traffic: Traffic, flows:
     specs = {receiver.spec.name: receiver for receiver in receivers}
     trackers = {name: ServerTracker(receiver.spec) for name, receiver in specs.items()}
     names = [f"f{k}" for k in range(flows)]
-    requested = [traffic.demand_of(name, traffic.unit_bytes) for name in names]
+    requested = traffic.demands(names, np.full(flows, traffic.unit_bytes))
     began = clock.real_elapsed()
     allocation = MODEL_ALLOCATORS[allocator](requested, [ServerLoad.idle(r.spec) for r in receivers],
                                        weights, random.Random(seed))
     decision_s = clock.real_elapsed() - began
     where = dict(allocation.placed)
+    # The placed flows in a fixed order, each with its unit's index and its port's index: a
+    # port's units are picked out with one mask instead of flow by flow.
+    placed_flows = list(where)
+    position = {flow: k for k, flow in enumerate(placed_flows)}
     index = {name: k for k, name in enumerate(names)}
+    unit_of_placed = np.array([index[flow] for flow in placed_flows], dtype=int)
+    ports = [(name, port.name) for name, receiver in specs.items()
+             for port in receiver.spec.ports]
+    port_index = {port: k for k, port in enumerate(ports)}
+    port_of_placed = np.array([port_index[where[flow]] for flow in placed_flows], dtype=int)
     migrator = Migrator(weights, theta, alpha, remaining_factor, forecast)
     records = []
     for period in range(periods):
         units = sizes.next()
-        per_port: dict[tuple[str, str], list[float]] = {}
-        for flow, (server, port) in where.items():
-            per_port.setdefault((server, port), []).append(units[index[flow]])
+        placed_units = units[unit_of_placed]
+        per_port = {port: placed_units[port_of_placed == k] for k, port in enumerate(ports)}
         loads, packets, lost, residual = {}, {}, {}, {}
         for name, receiver in specs.items():
-            outcome = period_outcome(receiver, traffic, {
-                port: np.array(per_port.get((name, port), [])) for port in
-                (p.name for p in receiver.spec.ports)})
-            flows_on = {p.name: len(per_port.get((name, p.name), ()))
-                        for p in receiver.spec.ports}
+            on_server = {p.name: per_port[name, p.name] for p in receiver.spec.ports}
+            outcome = period_outcome(receiver, traffic, on_server)
+            flows_on = {port: len(sizes_on) for port, sizes_on in on_server.items()}
             loads[name] = trackers[name].update(outcome.measurement, flows_on)
             packets[name], lost[name] = outcome.packets, outcome.lost
             residual[name] = outcome.residual
         forecast = migrator.observe(loads)
         moves = []
-        if migrate:
-            placed = [PlacedFlow(traffic.demand_of(flow, units[index[flow]]), server, port)
-                      for flow, (server, port) in where.items()]
+        # Untriggered, the migrator plans no move: the flows' demands are not needed.
+        if migrate and migrator.triggered:
+            demands = traffic.demands(placed_flows, placed_units)
+            placed = [PlacedFlow(demand, *where[demand.flow]) for demand in demands]
             moves = migrator.plan(loads, placed)
             for move in moves:
                 where[move.flow] = (move.target, move.port)
+                port_of_placed[position[move.flow]] = port_index[move.target, move.port]
         records.append(Period(period + 1, packets, lost, residual,
                               {name: load.degree(weights) for name, load in loads.items()},
                               forecast, migrator.spread, len(moves)))

@@ -45,6 +45,11 @@ class Usage:
     bandwidth: float | None
     disk: float | None = None
 
+    @property
+    def vector(self) -> tuple[float | None, float | None, float | None, float | None]:
+        """The indicators in the order of :attr:`LoadWeights.vector`."""
+        return self.cpu, self.memory, self.bandwidth, self.disk
+
 
 @dataclass(frozen=True)
 class Hardware:
@@ -58,7 +63,7 @@ class Hardware:
 
 def node_load(usage: Usage, weights: LoadWeights = LoadWeights()) -> float:
     """L of eq. 2 over the indicators the node measures (their weights rescaled to sum to 1)."""
-    pairs = [(weight, value) for weight, value in zip(weights.vector, astuple(usage))
+    pairs = [(weight, value) for weight, value in zip(weights.vector, usage.vector)
              if value is not None]
     total = sum(weight for weight, _ in pairs)
     if total == 0:

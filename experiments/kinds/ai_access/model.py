@@ -373,11 +373,15 @@ def figures(experiment) -> list[TimeFigure]:
 
 def _over_time(experiment, sweep: str, label: str, parameters: Parameters, access: str,
                seeds: list[int]) -> TimeFigure:
+    policies = (access, access + MIGRATING)
+    # Each policy's runs simulated once: both metrics' panels read them.
+    runs_of = {policy: [simulate_cell(parameters, policy, seed) for seed in seeds]
+               for policy in policies}
+    period = np.arange(1, parameters.periods + 1)
     panels = []
     for metric, what in (("load", "load degree L_i"), ("loss", "loss rate (%)")):
-        for policy in (access, access + MIGRATING):
-            runs = [simulate_cell(parameters, policy, seed) for seed in seeds]
-            period = np.arange(1, parameters.periods + 1)
+        for policy in policies:
+            runs = runs_of[policy]
             lines = {}
             for name in sorted(parameters.servers):
                 if metric == "load":
