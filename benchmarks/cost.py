@@ -227,6 +227,15 @@ def cost_rows(name: str, busy: Measured, idle: Measured) -> list[tuple[str, ...]
                          f"{used:.2f}", f"{unused:.2f}",
                          per_packet_us(used / SWITCH_CROSSINGS, unused / SWITCH_CROSSINGS,
                                        busy.offered)))
+    # A thread that ended before the run did (AF_XDP ports' polling thread goes with the last
+    # of them) is in the process's CPU but in none of its thread groups.
+    ended = [busy.cpu_s.get(SWITCH, 0.0) - sum(busy.switch_threads.values()),
+             idle.cpu_s.get(SWITCH, 0.0) - sum(idle.switch_threads.values())]
+    if ended[0] > 0.005:
+        rows.append((name, "  ovs-vswitchd's threads that ended with the run, per bridge crossed",
+                     f"{ended[0]:.2f}", f"{ended[1]:.2f}",
+                     per_packet_us(ended[0] / SWITCH_CROSSINGS, ended[1] / SWITCH_CROSSINGS,
+                                   busy.offered)))
     rows.append((name, "machine (all CPUs busy)", f"{busy.machine_busy_s:.2f}",
                  f"{idle.machine_busy_s:.2f}",
                  per_packet_us(busy.machine_busy_s, idle.machine_busy_s, busy.offered)))

@@ -321,9 +321,9 @@ class Emulation(StrictModel):
         "packet_socket",
         description="how the userspace datapath reads its ports: packet_socket (ovs-vswitchd's "
                     "main loop wakes for every burst and reads every port) or af_xdp (AF_XDP "
-                    "sockets read by a polling thread that sleeps up to 100 us when idle: about "
-                    "a third of the switch's CPU per frame, but about 80 MiB of locked memory "
-                    "per port); ignored on the kernel datapath")
+                    "sockets read by a polling thread that sleeps up to 100 us when idle: less "
+                    "CPU per frame at video rates, a tenth of a core when idle, 82 MiB of locked "
+                    "memory per port); ignored on the kernel datapath")
     impairments: Literal["auto", "netem", "fallback"] = Field(
         "auto", description="auto: netem where the kernel has sch_netem, else the fallback "
                             "(tc rate and loss, a user-space relay for delay and jitter)")
