@@ -18,7 +18,8 @@ from agents.ai_access.ai_terminal import (DATA_PORT, NACK_PORT, WIRE_OVERHEAD, U
 from agents.agent import Agent, NodeRef, epoch_seconds
 from agents.flows import FlowStats, MalformedLog, percentile
 from agents.pacing import ProcessingBudget, ProcessingParams
-from agents.sockets import DATAGRAM_BUFFER, POLL_S, listen, waiting_datagrams
+from agents.sockets import (DATAGRAM_BUFFER, POLL_S, listen, record_socket_drops,
+                            waiting_datagrams)
 from agents.ai_access import ai_gpu
 from agents.control import LoadReporter, ReportingParams, side_band_address
 from agents.ai_access.formats import AI_DATA
@@ -411,6 +412,8 @@ def main(argv: list[str] | None = None) -> int:
             wait_s = (server.step(now_ns) - now_ns) / 1e9
             select.select(socks, [], [], clock.real_seconds(min(POLL_S, max(0.0, wait_s))))
         summary = server.finish(clock.time_ns())
+        summary["socket_drops"] = {str(sock.getsockname()[1]): record_socket_drops(agent, sock)
+                                   for sock in socks}
         if manager is not None:
             summary["cluster_manager"] = manager.close()
     finally:

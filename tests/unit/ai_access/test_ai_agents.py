@@ -172,7 +172,10 @@ def test_three_units_arrive_complete_within_their_periods(tmp_path):
     # The last needed fragment is the last one sent, at 59/60 of the send window.
     assert all(float(row["completion_ms"]) >= 59 / 60 * 200 for row in rows)
     [flow] = table(tmp_path, "flows", "r", "ai_receiver")
-    assert (flow["flow"], flow["unique"], flow["lost"]) == ("ai-0", "180", "0")
+    assert flow["flow"] == "ai-0" and int(flow["unique"]) + int(flow["lost"]) == 180
+    # Loopback loses nothing; a busy machine's kernel may drop what the receiver did not read
+    # in time (NACKs then repair the units), and the receiver counts those drops.
+    assert int(flow["lost"]) <= sum(received["socket_drops"].values()), received["socket_drops"]
     # Nothing was lost, so a NACK asks for a fragment only when it was behind its schedule by
     # more than the grace (at least MIN_GRACE_NS): left that late (the terminal counts it) or
     # that long on its way (the receiver measures it). A busy machine may do that; otherwise
