@@ -179,7 +179,8 @@ def boundary(kind: TrafficKind, duration_s: float, largest: int, runs_root: Path
     def attempt(n: int) -> Outcome:
         nonlocal clean, flagged
         outcome = run_once(kind, n, duration_s, runs_root, dilation, ports)
-        console.print(f"  {kind.name} {ports} N={dilation:g} n={n}: {'clean' if outcome.clean else 'flagged'}, "
+        verdict = "clean" if outcome.clean else "flagged"
+        console.print(f"  {kind.name} {ports} N={dilation:g} n={n}: {verdict}, "
                       f"{outcome.frames_per_s:,.0f} frames/s on the impaired link"
                       + (f"; {outcome.why}" if outcome.why else ""), markup=False)
         if outcome.clean:

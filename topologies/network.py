@@ -130,9 +130,9 @@ class ScenarioNetwork:
         standalone = not self.scenario.document.controller.controls_switches
         for index, node in enumerate(self.scenario.switches):
             self._switch_index[node.name] = index
-            self.net.addSwitch(self.names.bridge(index), cls=AfXdpSwitch if self.af_xdp else OVSSwitch,
-                               dpid=f"{node.dpid:016x}",
-                               failMode="standalone" if standalone else "secure",
+            self.net.addSwitch(self.names.bridge(index),
+                               cls=AfXdpSwitch if self.af_xdp else OVSSwitch,
+                               dpid=f"{node.dpid:016x}", failMode="standalone" if standalone else "secure",
                                datapath=self.datapath, batch=True, protocols="OpenFlow13")
         for link in self.scenario.links:
             self._links[link.index] = self._add_link(link.index, link.a, link.b)
@@ -172,23 +172,26 @@ class ScenarioNetwork:
     def _check_af_xdp_memory(self) -> None:
         """Refuse, before building anything, AF_XDP ports whose locked memory would take more
         than three quarters of what the machine has available."""
-        needed, available = self._switch_port_count() * AF_XDP_PORT_MEMORY, available_memory()
+        ports, available = self._switch_port_count(), available_memory()
+        needed = ports * AF_XDP_PORT_MEMORY
         if needed > 0.75 * available:
             raise RuntimeError(
                 f"{self.scenario.source}: emulation.userspace_ports: af_xdp locks "
                 f"{AF_XDP_PORT_MEMORY >> 20} MiB per switch port, {needed >> 20} MiB for this "
-                f"scenario's {self._switch_port_count()} ports, more than three quarters of the "
+                f"scenario's {ports} ports, more than three quarters of the "
                 f"{available >> 20} MiB available; use packet_socket")
 
     def _check_af_xdp_ports(self) -> None:
         """Every switch port of the run is an AF_XDP port that Open vSwitch opened."""
         rows = {row["name"]: row for row in _ovs_table("Interface", "name,type,error")}
-        failed = [f"{name} ({rows.get(name, {}).get('type') or 'absent'}"
-                  + (f": {rows[name]['error']}" if isinstance(rows.get(name, {}).get("error"), str)
-                     else "") + ")"
-                  for name in self.switch_ports()
-                  if rows.get(name, {}).get("type") != "afxdp"
-                  or isinstance(rows[name].get("error"), str)]
+        failed = []
+        for name in self.switch_ports():
+            row = rows.get(name, {})
+            # An unset error column lists as an empty set; a set one is its message.
+            error = row.get("error") if isinstance(row.get("error"), str) else None
+            if row.get("type") != "afxdp" or error:
+                failed.append(f"{name} ({row.get('type') or 'absent'}"
+                              + (f": {error}" if error else "") + ")")
         if failed:
             raise RuntimeError(f"Open vSwitch did not open {len(failed)} AF_XDP port(s): "
                                + ", ".join(failed[:5]))
