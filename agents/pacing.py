@@ -13,7 +13,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from agents.agent import Agent
-from edgebed import clock
+from edgebed import clock, timeline
 from edgebed.quantities import Rate
 from edgebed.realtime import request_cpu_latency
 
@@ -34,10 +34,15 @@ class Pacer:
     deadline is ahead, so the packets due meanwhile go out together, up to a quantum late. Why:
     packets closer together than :data:`SPIN_NS` keep a spinning sender busy all the time (at
     50k packets/s one core per sender), and on a 2-core machine that core is taken from the
-    relays and receivers the sender measures."""
+    relays and receivers the sender measures.
+
+    Only deadlines before the run's timeline ends (:mod:`edgebed.timeline`) are kept in
+    ``lateness_ns``: a packet due later is sent while the runner stops the run's agents, all
+    at once, and how late it leaves says how the machine tears down, not how the run ran."""
 
     lateness_ns: list[int] = field(default_factory=list)
     quantum_ns: int = 0
+    timeline_end_ns: int | None = field(default_factory=timeline.end_ns)
 
     def __post_init__(self):
         request_cpu_latency(0)
@@ -57,7 +62,8 @@ class Pacer:
         while now < deadline_ns:
             now = clock.monotonic_ns()
         late = now - deadline_ns
-        self.lateness_ns.append(late)
+        if self.timeline_end_ns is None or deadline_ns < self.timeline_end_ns:
+            self.lateness_ns.append(late)
         return late
 
     def report(self, agent: Agent, flow: str) -> dict:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from edgebed import clock
+from edgebed import clock, timeline
 from agents.launched import AgentLauncher, LauncherError
 from agents.processes import NodeProcesses, describe_exit, failures, tcpdump_command
 from agents.reachability import ping_pairs, role_pairs
@@ -126,6 +126,7 @@ class Run:
         self.cpu = measurements.CpuMonitor()
         self._agent_count = 0
         self.origin = clock.monotonic()  # of the timeline, once it starts
+        self.timeline_end_ns: int | None = None  # on the run's monotonic clock, likewise
         self.warnings: list[str] = []
         self.summary: dict = {"scenario": scenario.name, "prefix": self.names.prefix}
         if options.calibration is not None:
@@ -353,7 +354,9 @@ class Run:
             self.processes.start(self.network.net[name], name, self._agent_argv(entry, name),
                                  self.run_dir.node_log(name),
                                  self.controller.environment(self.network) | node.env
-                                 | {commands.RUN_DIR_VARIABLE: str(self.run_dir.path.resolve())},
+                                 | {commands.RUN_DIR_VARIABLE: str(self.run_dir.path.resolve())}
+                                 | ({} if self.timeline_end_ns is None
+                                    else timeline.environment(self.timeline_end_ns)),
                                  may_fail=entry.may_fail, launcher=launcher)
 
     def _agent_argv(self, entry, name: str) -> list[str]:
@@ -384,6 +387,7 @@ class Run:
         self.options.on_phase(f"running for {duration:g}s")
         self.run_dir.update_manifest(timeline_started=iso(utc_now()))
         origin = self.origin = clock.monotonic()
+        self.timeline_end_ns = round((origin + duration) * 1e9)
         # The timeline's t = 0 on CLOCK_REALTIME, the clock the agents' tables keep.
         self.summary["timeline_origin_s"] = round(clock.time(), 6)
         if self.flow_dumps is not None:
