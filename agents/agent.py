@@ -39,7 +39,7 @@ import gc
 import json
 import signal
 from pathlib import Path
-from typing import Annotated, ClassVar
+from typing import Annotated, Callable, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -102,6 +102,26 @@ def with_shared_tables(tables: dict[str, tuple[str, ...]]) -> dict[str, tuple[st
     return TABLES | tables
 
 
+# Set in an agent the launcher parked (:mod:`agents.launcher`): the next Agent constructed
+# calls it once its arguments are parsed, and it returns at the agent's start on the timeline.
+_start_gate: Callable[[], None] | None = None
+
+
+def park_until(gate: Callable[[], None]) -> None:
+    """Make the Agent this process constructs wait in ``gate`` before it starts: after its
+    arguments are parsed (what an agent's start costs before anything of its own), before its
+    signal handlers (SIGTERM ends a parked agent as it ends one still starting)."""
+    global _start_gate
+    _start_gate = gate
+
+
+def _pass_start_gate() -> None:
+    global _start_gate
+    gate, _start_gate = _start_gate, None
+    if gate is not None:
+        gate()
+
+
 class Agent:
     """An agent's context: who and where it is, its parameters, its tables, its stop flag."""
 
@@ -121,6 +141,7 @@ class Agent:
             self.params = json.loads(arguments.params)
         except ValueError as error:
             parser.error(f"--params: {error}")
+        _pass_start_gate()
         self.stopping = False
         self.columns = with_shared_tables(tables or {})
         self._tables: dict[str, TableWriter] = {}

@@ -75,9 +75,12 @@ class AgentLauncher:
         if "ready" not in self.replies.pop(0):
             raise LauncherError("the agent launcher began with something else than ready")
 
-    def launch(self, host, argv: list[str], env: dict[str, str], log: Path) -> LaunchedAgent:
+    def launch(self, host, argv: list[str], env: dict[str, str], log: Path,
+               start_after_s: float | None = None) -> LaunchedAgent:
         """Start ``argv`` (``python -m <agent module> ...``) inside ``host`` (a Mininet host),
-        appending its output to ``log``; LauncherError if the launcher refuses or is gone."""
+        appending its output to ``log``; with ``start_after_s``, parked until that long after
+        the timeline's origin (:meth:`unpark`). LauncherError if the launcher refuses or is
+        gone."""
         # Imported here: the agents package is imported (by the catalog) where Mininet is not.
         from topologies.cpu_limits import CpuLimitedHost
 
@@ -85,6 +88,20 @@ class AgentLauncher:
             if isinstance(host, CpuLimitedHost) else []
         request = {"argv": argv, "host_pid": host.pid, "env": env, "log": str(log),
                    "cwd": os.getcwd(), "cgroup": cgroup}
+        if start_after_s is not None:
+            request["start_after_s"] = start_after_s
+        reply = self._ask(request)
+        if "refused" in reply:
+            raise LauncherError(reply["refused"])
+        return self.agents[reply["started"]]
+
+    def unpark(self, origin_ns: int, env: dict[str, str]) -> int:
+        """Start the timeline for the parked agents: ``origin_ns`` on the run's monotonic clock,
+        ``env`` added to their environment; how many agents were parked."""
+        return self._ask({"origin_ns": origin_ns, "env": env})["unparked"]
+
+    def _ask(self, request: dict) -> dict:
+        """Send ``request`` and return the launcher's reply; LauncherError if it is gone."""
         try:
             self.process.stdin.write((json.dumps(request) + "\n").encode())
             self.process.stdin.flush()
@@ -93,10 +110,7 @@ class AgentLauncher:
         while not self.replies:
             if not self.read_reports(timeout=None):
                 raise LauncherError(self._ended())
-        reply = self.replies.pop(0)
-        if "refused" in reply:
-            raise LauncherError(reply["refused"])
-        return self.agents[reply["started"]]
+        return self.replies.pop(0)
 
     def read_reports(self, timeout: float | None) -> bool:
         """Take in what the launcher said within ``timeout`` (None: until it says something);

@@ -9,8 +9,20 @@ It reads requests on stdin and writes reports on stdout, one JSON object a line:
 * first, once the imports are done: ``{"ready": [MODULE, ...]}``;
 * a request: ``{"argv": [PYTHON, "-m", MODULE, ARG...], "host_pid": N, "env": {...},
   "log": PATH, "cwd": PATH, "cgroup": [cgroup.procs file, ...]}``, answered in order by
-  ``{"started": PID}`` or ``{"refused": WHY}``;
+  ``{"started": PID}`` or ``{"refused": WHY}``; with ``"start_after_s": S`` the agent is forked
+  into its host at once but parked: it runs ``S`` seconds (the run's clock) after the
+  timeline's origin, which a later request gives;
+* the timeline's start: ``{"origin_ns": T, "env": {...}}`` (``T`` on the run's monotonic
+  clock; ``env``, variables that exist only from then on), answered by ``{"unparked": N}``;
+  every parked agent then waits for its own start and runs;
 * whenever a started agent ends: ``{"exited": PID, "code": C}`` (C as ``Popen.returncode``).
+
+Parking is how a run's agents start on time: forking one, moving it into its host's namespaces
+and cgroup and parsing its arguments (its first touches of the launcher's memory, copied on
+write) take milliseconds of CPU, and 200 agents started together at their start time would start
+over seconds while the machine is saturated with their start. A parked agent waits in its
+:class:`agents.agent.Agent`'s construction, once its arguments are parsed; one never unparked
+(the run was stopped first) dies by the run's SIGTERM, as an agent still starting would.
 
 It ends when its stdin closes. The client is :class:`agents.launched.AgentLauncher`.
 """
@@ -19,6 +31,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import functools
 import gc
 import importlib
 import json
@@ -31,6 +44,8 @@ import traceback
 from types import ModuleType
 
 from agents import catalog
+from agents.agent import park_until
+from edgebed import clock
 
 REQUESTS_FD = 0
 READ_SIZE = 1 << 16
@@ -78,6 +93,21 @@ def enter_host(request: dict, inherited: list[int]) -> None:
         sys.modules["numpy.random"].seed()
 
 
+def wait_for_start(start: int, start_after_s: float) -> None:
+    """A parked agent's start: wait for the timeline's origin and variables on the pipe
+    ``start``, take the variables and sleep until ``start_after_s`` after the origin. The
+    launcher closing the pipe unsaid (it ended before the timeline began) ends the agent."""
+    with open(start) as pipe:
+        said = pipe.read()
+    if not said:
+        raise SystemExit(0)
+    timeline = json.loads(said)
+    os.environ.update(timeline["env"])
+    wait_ns = timeline["origin_ns"] + round(start_after_s * 1e9) - clock.monotonic_ns()
+    if wait_ns > 0:
+        clock.sleep(wait_ns / 1e9)
+
+
 def run_agent(module: ModuleType, arguments: list[str]) -> int:
     """Run ``module``'s main as ``python -m`` would, and end the way the interpreter ends:
     non-daemon threads joined, atexit handlers run, output flushed; returns the exit code."""
@@ -105,6 +135,7 @@ class Launcher:
     def __init__(self, modules: dict[str, ModuleType]):
         self.modules = modules
         self.children: dict[int, int] = {}  # pidfd -> pid
+        self.parked: list[int] = []  # the write ends of the parked agents' start pipes
         self.selector = selectors.DefaultSelector()
 
     def serve(self) -> None:
@@ -121,7 +152,9 @@ class Launcher:
                     return
                 *lines, pending = (pending + chunk).split(b"\n")
                 for line in lines:
-                    self._report(self._launch(json.loads(line)))
+                    request = json.loads(line)
+                    self._report(self._unpark(request) if "origin_ns" in request
+                                 else self._launch(request))
 
     def _report(self, message: dict) -> None:
         sys.stdout.write(json.dumps(message) + "\n")
@@ -133,15 +166,22 @@ class Launcher:
         if module is None:
             return {"refused": f"not an agent this launcher imported: {shlex.join(argv)}"}
         entered, entered_write = os.pipe()
+        start, start_write = os.pipe() if "start_after_s" in request else (None, None)
         pid = os.fork()
         if pid == 0:
-            self._child(module, request, entered_write, [entered, *self.children,
-                                                          self.selector.fileno()])
+            self._child(module, request, entered_write, start,
+                        [entered, *self.children, self.selector.fileno(), *self.parked,
+                         *([start_write] if start_write is not None else [])])
         os.close(entered_write)
+        if start is not None:
+            os.close(start)
+            self.parked.append(start_write)
         # The child says nothing once it is in its host, or why it could not get there.
         with open(entered, "rb") as pipe:
             problem = pipe.read().decode()
         if problem:
+            if start_write is not None:
+                os.close(self.parked.pop())
             os.waitpid(pid, 0)
             return {"refused": f"{shlex.join(argv)} could not enter its host: {problem}"}
         pidfd = os.pidfd_open(pid)
@@ -149,7 +189,16 @@ class Launcher:
         self.selector.register(pidfd, selectors.EVENT_READ)
         return {"started": pid}
 
-    def _child(self, module: ModuleType, request: dict, entered: int,
+    def _unpark(self, request: dict) -> dict:
+        """Tell every parked agent the timeline's origin and variables; how many were told."""
+        message = json.dumps({"origin_ns": request["origin_ns"], "env": request["env"]})
+        for start_write in self.parked:
+            with open(start_write, "w") as pipe:
+                pipe.write(message)
+        count, self.parked = len(self.parked), []
+        return {"unparked": count}
+
+    def _child(self, module: ModuleType, request: dict, entered: int, start: int | None,
                inherited: list[int]) -> None:
         """The forked child's whole life: never returns."""
         code = 1
@@ -160,6 +209,8 @@ class Launcher:
                 os.write(entered, f"{type(problem).__name__}: {problem}".encode())
                 return
             os.close(entered)
+            if start is not None:
+                park_until(functools.partial(wait_for_start, start, request["start_after_s"]))
             code = run_agent(module, request["argv"][3:])
         finally:
             os._exit(code)

@@ -112,18 +112,21 @@ class NodeProcesses:
 
     def start(self, host, node_name: str, argv: list[str], log: Path,
               env: dict[str, str] | None = None, may_fail: bool = False,
-              launcher: AgentLauncher | None = None) -> StartedProcess:
+              launcher: AgentLauncher | None = None,
+              start_after_s: float | None = None) -> StartedProcess:
         """Start ``argv`` inside ``host`` (a Mininet host), appending its output to ``log``:
-        forked by ``launcher`` when given (``argv`` is then an agent's), else through
+        forked by ``launcher`` when given (``argv`` is then an agent's, parked until
+        ``start_after_s`` after the timeline's origin when that is given), else through
         ``host.popen``."""
         environment = dict(os.environ, **(env or {}), **{ENVIRONMENT_KEY: self.prefix})
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "a") as stream:
-            stream.write(f"--- {time.strftime('%H:%M:%S')} start: {shlex.join(argv)}\n")
+            when = "start" if start_after_s is None else f"parked, to start at t={start_after_s:g}s"
+            stream.write(f"--- {time.strftime('%H:%M:%S')} {when}: {shlex.join(argv)}\n")
             stream.flush()
             offset = stream.tell()
         if launcher is not None:
-            process = launcher.launch(host, argv, environment, log)
+            process = launcher.launch(host, argv, environment, log, start_after_s)
         else:
             process = self._popen(host, argv, log, environment)
         started = StartedProcess(node_name, argv, process, log, may_fail, offset)

@@ -347,8 +347,10 @@ class Run:
             self.warnings.append(f"agents start as interpreters of their own, paying their "
                                  f"imports on the timeline: {error}")
 
-    def _start_workload(self, entry) -> None:
-        launcher = self.launcher if entry.agent != commands.COMMAND else None
+    def _start_workload(self, entry, parked: bool = False) -> None:
+        """Start ``entry``'s programs now, or with ``parked`` fork its agents into their hosts
+        now to run at the entry's start on the timeline (:mod:`agents.launcher`)."""
+        launcher = self._launcher_for(entry)
         for name in entry.nodes:
             node = self.scenario.nodes[name]
             self.processes.start(self.network.net[name], name, self._agent_argv(entry, name),
@@ -357,7 +359,11 @@ class Run:
                                  | {commands.RUN_DIR_VARIABLE: str(self.run_dir.path.resolve())}
                                  | ({} if self.timeline_end_ns is None
                                     else timeline.environment(self.timeline_end_ns)),
-                                 may_fail=entry.may_fail, launcher=launcher)
+                                 may_fail=entry.may_fail, launcher=launcher,
+                                 start_after_s=entry.start if parked else None)
+
+    def _launcher_for(self, entry) -> AgentLauncher | None:
+        return self.launcher if entry.agent != commands.COMMAND else None
 
     def _agent_argv(self, entry, name: str) -> list[str]:
         node = self.scenario.nodes[name]
@@ -373,8 +379,19 @@ class Run:
     def _timeline(self, log: logging.Logger) -> None:
         """Workload starts and scheduled events at their times, until the duration is over."""
         duration = self.options.duration or self.scenario.duration
-        actions = [(entry.start, f"start {entry.agent} on {len(entry.nodes)} nodes",
-                    lambda entry=entry: self._start_workload(entry))
+        # Agents the launcher forks are parked in their hosts before the timeline and start
+        # themselves on it; other programs are started at their time.
+        parked = [entry for entry in self.scenario.workload
+                  if self._launcher_for(entry) is not None and entry.start < duration]
+        if parked:
+            self.options.on_phase(f"parking {sum(len(e.nodes) for e in parked)} agents")
+            for entry in parked:
+                self._start_workload(entry, parked=True)
+        parked_ids = {id(entry) for entry in parked}
+        actions = [(entry.start, f"start {entry.agent} on {len(entry.nodes)} nodes"
+                    + (" (parked, starting itself)" if id(entry) in parked_ids else ""),
+                    (lambda: None) if id(entry) in parked_ids
+                    else lambda entry=entry: self._start_workload(entry))
                    for entry in self.scenario.workload]
         events = ScheduledEvents(self)
         actions += [(event.at, events.describe(event), lambda event=event: events.perform(event))
@@ -387,9 +404,11 @@ class Run:
         self.options.on_phase(f"running for {duration:g}s")
         self.run_dir.update_manifest(timeline_started=iso(utc_now()))
         origin = self.origin = clock.monotonic()
-        self.timeline_end_ns = round((origin + duration) * 1e9)
         # The timeline's t = 0 on CLOCK_REALTIME, the clock the agents' tables keep.
         self.summary["timeline_origin_s"] = round(clock.time(), 6)
+        self.timeline_end_ns = round((origin + duration) * 1e9)
+        if parked:
+            self.launcher.unpark(round(origin * 1e9), timeline.environment(self.timeline_end_ns))
         if self.flow_dumps is not None:
             self.controller_watch = ControllerWatch(
                 self.run_dir.path, self.network.controller_connections, self.controller.process)

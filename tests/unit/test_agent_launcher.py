@@ -9,11 +9,15 @@ import os
 import secrets
 import shutil
 import signal
+import threading
 
 import pytest
 
+from agents import catalog
+from agents.agent import Agent
 from agents.launched import AgentLauncher, LauncherError
 from agents.processes import NodeProcesses
+from edgebed import clock
 from tests.conftest import wait_until
 from tests.unit.test_media_agents import HANG_GUARD_S
 
@@ -101,6 +105,33 @@ def test_stopping_ends_the_agents_whole_group(host, launcher, tmp_path):
         os.killpg(started.group, 0)
 
 
+def test_a_parked_agent_waits_in_its_agent_until_its_start_after_the_origin(host, launcher,
+                                                                            tmp_path):
+    """Forked and entered at once, it gets past its Agent only at its start: 0.2 s after the
+    origin given later, with the variables given then; it never starts before."""
+    processes = NodeProcesses(PREFIX)
+    log = tmp_path / "h1.log"
+    started = processes.start(host, "h1", argv("agent", "--node", "h1", "--out", str(tmp_path)),
+                              log, launcher=launcher, start_after_s=0.2)
+    assert "parked, to start at t=0.2s" in log.read_text()
+    origin_ns = clock.monotonic_ns()
+    assert launcher.unpark(origin_ns, {"FROM_THE_ORIGIN": "on"}) == 1
+    assert started.process.wait() == 0
+    said = reported(log)
+    assert said["started_ns"] >= origin_ns + 200_000_000
+    assert said["environment"]["FROM_THE_ORIGIN"] == "on"
+    assert launcher.unpark(origin_ns, {}) == 0  # each agent is unparked once
+
+
+def test_a_parked_agent_the_run_stops_first_ends_as_one_still_starting(host, launcher,
+                                                                       tmp_path):
+    processes = NodeProcesses(PREFIX)
+    processes.start(host, "h1", argv("agent", "--node", "h1", "--out", str(tmp_path)),
+                    tmp_path / "h1.log", launcher=launcher, start_after_s=0.0)
+    outcome, = processes.stop_all(grace_s=HANG_GUARD_S)
+    assert outcome["stopped"] == "terminated" and outcome["exit_code"] == -signal.SIGTERM
+
+
 def test_what_the_launcher_cannot_start_is_refused(host, launcher, tmp_path):
     with pytest.raises(LauncherError, match="not an agent"):
         launcher.launch(host, ["python", "-m", "agents.viewer"], {}, tmp_path / "x.log")
@@ -138,3 +169,21 @@ def _group_exists(group: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+class _AtTheGate(Exception):
+    pass
+
+
+@pytest.mark.parametrize("name", sorted(catalog.modules()))
+def test_every_agent_constructs_its_agent_first(name, monkeypatch, tmp_path):
+    """A parked agent waits in its Agent's construction: an agent that opened sockets or
+    started threads before it would do so before its start."""
+    def gate(self, *args, **kwargs):
+        raise _AtTheGate
+
+    monkeypatch.setattr(Agent, "__init__", gate)
+    before = set(os.listdir("/proc/self/fd")), threading.active_count()
+    with pytest.raises(_AtTheGate):
+        catalog.modules()[name].main(["--node", "h1", "--out", str(tmp_path)])
+    assert (set(os.listdir("/proc/self/fd")), threading.active_count()) == before
