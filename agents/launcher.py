@@ -30,6 +30,7 @@ It ends when its stdin closes. The client is :class:`agents.launched.AgentLaunch
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import functools
 import gc
@@ -193,7 +194,9 @@ class Launcher:
         """Tell every parked agent the timeline's origin and variables; how many were told."""
         message = json.dumps({"origin_ns": request["origin_ns"], "env": request["env"]})
         for start_write in self.parked:
-            with open(start_write, "w") as pipe:
+            # An agent gone before its start (killed from outside) has its exit reported like
+            # any other's.
+            with contextlib.suppress(BrokenPipeError), open(start_write, "w") as pipe:
                 pipe.write(message)
         count, self.parked = len(self.parked), []
         return {"unparked": count}

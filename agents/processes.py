@@ -121,7 +121,8 @@ class NodeProcesses:
         environment = dict(os.environ, **(env or {}), **{ENVIRONMENT_KEY: self.prefix})
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "a") as stream:
-            when = "start" if start_after_s is None else f"parked, to start at t={start_after_s:g}s"
+            when = ("start" if start_after_s is None
+                    else f"parked, to start at t={start_after_s:g}s")
             stream.write(f"--- {time.strftime('%H:%M:%S')} {when}: {shlex.join(argv)}\n")
             stream.flush()
             offset = stream.tell()
