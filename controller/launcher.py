@@ -23,6 +23,8 @@ from .config import ControllerConfig, ControlEndpoint
 
 CONFIG_ENVIRONMENT = "EDGEBED_CONTROLLER_CONFIG"
 READY_TIMEOUT_S = 30.0
+# Getting to listen includes the imports (a second here, half a minute under an emulated CPU).
+STARTUP_TIMEOUT_S = 300.0
 STOP_GRACE_S = 5.0
 SWITCH_INTERVAL_S = 0.0005
 REMOTE_POLL_S = 0.2  # each look at the switches' connections runs ovs-vsctl twice
@@ -157,7 +159,7 @@ class ControllerProcess:
     def wait_listening(self) -> None:
         port = self.config.openflow_port
         self.wait_until(lambda status: not status.get("stopped") and _listening(port),
-                        f"listening for switches on port {port}")
+                        f"listening for switches on port {port}", STARTUP_TIMEOUT_S)
 
     def wait_synced(self, switches: int) -> dict:
         return self.wait_until(lambda status: len(status.get("synced", [])) >= switches,

@@ -180,7 +180,9 @@ class Run:
                     status = "failed"
                     error = (f"{len(failed)} workload process{'es' if len(failed) > 1 else ''} "
                              f"failed: {'; '.join(failed)}")
-            if self.controller.policy_process is not None and not self.options.cli:
+            # A run stopped before its timeline began measured nothing a scheme could summarize.
+            if (self.controller.policy_process is not None and not self.options.cli
+                    and "timeline_origin_s" in self.summary):
                 self._scheme_summary(log)
         self.summary.update(status=status, error=error, warnings=self.warnings,
                             **manifest_entry(self.scenario))

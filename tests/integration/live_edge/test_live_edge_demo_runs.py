@@ -113,3 +113,22 @@ def test_the_demo_moves_viewer1_after_the_impairment_and_its_delay_and_loss_impr
     assert 0 <= played["freeze_share_pct"] <= 100
     assert played["startup_mean_ms"] > 0
     assert_nothing_left(state_before, summary["prefix"])
+
+
+def test_a_demo_whose_controller_never_starts_fails_with_the_cause_alone(tmp_path, state_before):
+    """A run that ends before its timeline measured nothing: it fails with the controller's
+    traceback, and no scheme summary is attempted on what was never measured."""
+    (tmp_path / "broken.py").write_text("raise RuntimeError('this app does not load')\n")
+    text = SCENARIO.read_text()
+    assert "  app: edgebed\n" in text
+    scenario = tmp_path / "demo.yaml"
+    scenario.write_text(text.replace("  app: edgebed\n", "  app: [edgebed, broken.py]\n"))
+    runs = tmp_path / "runs"
+    result = edgebed("run", str(scenario), "--runs-dir", str(runs))
+    assert result.returncode != 0, result.stdout
+    summary = json.loads((only_run_dir(runs) / "summary.json").read_text())
+    assert summary["status"] == "failed", summary
+    assert "RuntimeError: this app does not load" in summary["error"], summary["error"]
+    assert "timeline_origin_s" not in summary and "scheme" not in summary, summary
+    assert summary["warnings"] == [], summary["warnings"]
+    assert_nothing_left(state_before, summary["prefix"])
