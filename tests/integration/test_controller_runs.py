@@ -73,9 +73,6 @@ STEADY_PPS = 500  # the packets per second of a steady() stream
 IN_FLIGHT = 5  # packets of a steady stream in flight on the 4 ms path while rules change
 
 
-STEADY_GAP_S = 0.002  # between two packets of a steady stream
-
-
 def steady(node: str, start: str, duration: str) -> str:
     """A workload entry: one 1000-byte packet every 2 ms (4 Mbit/s) from ``node`` to the video
     service, so arrivals show an outage to the millisecond."""
@@ -361,7 +358,7 @@ def test_the_data_plane_outlives_the_controller_and_a_new_one_takes_over(tmp_pat
     installed = float(placement["time"]) + (float(placement["send_ms"])
                                             + float(placement["install_ms"])) / 1e3
     before = max(0.0, (installed - summary["timeline_origin_s"] - second_starts_s)
-                 / STEADY_GAP_S)
+                 * STEADY_PPS)
     assert int(second["unique"]) > 0, second
     assert int(second["lost"]) <= before + 5 + emulator_made(run_dir), (second, before)
     placed = [row["flow"] for row in decisions(run_dir, "place")]
