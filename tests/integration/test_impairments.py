@@ -290,21 +290,33 @@ def test_burst_loss_mean_and_burst_length(path, link, record):
                               measured["counted_dropped"])
 
 
+@pytest.fixture(scope="module")
+def frame_capacity(path) -> float:
+    """The unshaped path's TCP goodput in Ethernet frame bits per second, measured once per
+    backend. Crossing userspace bridges and a relay, the path carries what this machine's CPU
+    does (measured: about 300 Mbit/s on a quiet two-core machine, where a loaded one carried
+    33 Mbit/s of a 50 Mbit/s setting), so the rate the test sets is a share of it: a rate the
+    path cannot carry tests the CPU, not the shaper."""
+    path.only(HOST_SWITCH, CLEAR)
+    return path.tcp_goodput() / TCP_PAYLOAD_PER_FRAME
+
+
 @pytest.mark.parametrize("link", LINKS)
-@pytest.mark.parametrize("mbps", [10, 50])
-def test_rate_limits_tcp_goodput(path, link, mbps, record):
-    path.only(link, Impairment(bw=mbps * 1e6))
+@pytest.mark.parametrize("share", [0.1, 0.5])
+def test_rate_limits_tcp_goodput(path, frame_capacity, link, share, record):
+    bw = share * frame_capacity
+    path.only(link, Impairment(bw=bw))
 
     # bw counts Ethernet frames (as netem and Mininet do): a full-size TCP segment carries
     # 1448 payload bytes in a 1514-byte frame, so the goodput a bw-limited link allows is
     # 95.6% of bw. Measured goodput must be within 5% of that.
-    allowed = mbps * 1e6 * TCP_PAYLOAD_PER_FRAME
+    allowed = bw * TCP_PAYLOAD_PER_FRAME
 
     def within(goodput):
         return abs(goodput - allowed) <= 0.05 * allowed
 
     goodput = measure(path.tcp_goodput, within, record)
-    assert within(goodput), (goodput / 1e6, allowed / 1e6)
+    assert within(goodput), (goodput / 1e6, allowed / 1e6, frame_capacity / 1e6)
 
 
 @pytest.mark.parametrize("link", LINKS)

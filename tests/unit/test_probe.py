@@ -214,11 +214,13 @@ def test_a_pacer_with_a_quantum_sleeps_a_quantum_at_least_and_is_never_early(mon
 
 
 def test_a_sender_with_a_quantum_keeps_its_rate():
-    receiver = ThreadedReceiver(duration_s=20, expect=5000)
-    sent = probe.Sender("127.0.0.1", receiver.receiver.port, rate_pps=10_000, count=5000,
-                        quantum_us=500).run()
+    # A quarter of the rate a Python sender and receiver sharing one interpreter carried on
+    # a loaded machine (measured: 7,900 packets/s), so what is tested is the schedule, not the CPU.
+    receiver = ThreadedReceiver(duration_s=20, expect=1000)
+    sent = probe.Sender("127.0.0.1", receiver.receiver.port, rate_pps=2_000, count=1000,
+                        quantum_us=2_500).run()
     summary = receiver.join()
-    assert sent["sent"] == 5000 and summary["unique"] == 5000
+    assert sent["sent"] == 1000 and summary["unique"] == 1000
     # Bursts of about five a wake-up, but the schedule is absolute: the mean rate holds (5 %
     # of the 0.5 s is a 25 ms late last wake-up on a loaded machine).
-    assert sent["rate_pps"] == pytest.approx(10_000, rel=0.05)
+    assert sent["rate_pps"] == pytest.approx(2_000, rel=0.05)
