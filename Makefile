@@ -11,8 +11,11 @@ setup:
 demo: setup
 	$(EDGEBED) run $(SCENARIO)
 
+# The unit tests two at a time (pytest-xdist, one worker a core); the integration tests one at a
+# time, as each measures an emulated network that needs the whole machine. Both always run.
 test: setup
-	$(VENV)/bin/python -m pytest -ra tests
+	$(VENV)/bin/python -m pytest -ra -n 2 tests/unit; unit=$$?; \
+	$(VENV)/bin/python -m pytest -ra tests/integration && exit $$unit
 
 # The tests that need a kernel with sch_netem and the openvswitch module, in a Debian VM under
 # qemu (scripts/vm.sh; docs/vm-lane.md). setup first: the host's .venv builds the wheelhouse.
@@ -20,7 +23,7 @@ vm-test: setup
 	scripts/vm.sh
 
 unit: setup
-	$(VENV)/bin/python -m pytest -ra tests/unit
+	$(VENV)/bin/python -m pytest -ra -n 2 tests/unit
 
 schema: setup
 	$(EDGEBED) schema -o topologies/schema/scenario.schema.json
