@@ -925,18 +925,18 @@ def measure_rates(wire: Wire, rates: tuple[int, ...], both_ways: bool) -> None:
           f"{max(accurate, default=None)} packets/s")
 
 
-# The compiled relay is meant for 50k per direction, the Python one for far less.
+# The compiled relay is meant for 50k per direction, the Python one for far less. A low and a
+# high rate each, and the compiled relay's top: the accounting under no load and under overload;
+# benchmarks/impairment.py sweeps the rates between.
 FASTEST_PPS = {"python": (), "compiled": (50000,)}
 
 
 def test_rates_at_which_the_mean_delay_stays_accurate_one_way(wire):
-    measure_rates(wire, (1000, 2000, 5000, 10000, 20000, 30000, *FASTEST_PPS[wire.engine]),
-                  both_ways=False)
+    measure_rates(wire, (2000, 20000, *FASTEST_PPS[wire.engine]), both_ways=False)
 
 
 def test_rates_at_which_the_mean_delay_stays_accurate_both_ways(wire):
-    measure_rates(wire, (1000, 2000, 5000, 10000, 15000, *FASTEST_PPS[wire.engine]),
-                  both_ways=True)
+    measure_rates(wire, (2000, 15000, *FASTEST_PPS[wire.engine]), both_ways=True)
 
 
 if __name__ == "__main__":
