@@ -110,7 +110,7 @@ def test_demo_impairments_are_netem_on_the_sending_end_with_units():
     # forward of streamer[1-2] -> s1: 50 Mbit/s on the streamers' own egress (exec)
     for streamer in ("streamer1", "streamer2"):
         assert ("tc class add dev eth1 parent 1: classid 1:1 htb rate 50000000bit ceil "
-                "50000000bit burst 15000b quantum 200000") in nodes[streamer]["exec"]
+                "50000000bit burst 75000b cburst 75000b quantum 200000") in nodes[streamer]["exec"]
     # forward of s2:eth10 -> s3:eth10: delay 10 ms, jitter 2 ms, 0.5 % loss on s2's port, in
     # the host namespace, nothing on the reverse direction
     bridge = next(name for name, spec in nodes.items()

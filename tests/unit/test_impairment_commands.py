@@ -26,7 +26,7 @@ def test_loss_threshold_is_exact():
 def test_shaping_with_rate_and_queue():
     commands = tc.shaping("eth1", 10e6, 50)
     assert commands[0] == "tc qdisc add dev eth1 root handle 1: htb default 1"
-    assert "rate 10000000bit ceil 10000000bit burst 15000b quantum 12500" in commands[1]
+    assert "rate 10000000bit ceil 10000000bit burst 15000b cburst 15000b quantum 12500" in commands[1]
     assert commands[2] == "tc qdisc add dev eth1 parent 1:1 handle 10: pfifo limit 50"
 
 
@@ -40,7 +40,8 @@ def test_shaping_without_rate_puts_the_leaf_at_the_root():
 def test_quantum_and_burst_stay_in_htb_range():
     assert tc.htb_quantum(1e9) == 200_000
     assert tc.htb_quantum(1e3) == 1514
-    assert tc.htb_burst_bytes(1e9) == 125_000
+    assert tc.htb_burst_bytes(1e9) == 1_500_000  # 12 ms at 1 Gbit/s
+    assert tc.htb_burst_bytes(1e6) == 15_000  # ten frames
 
 
 def test_netem_spec():
