@@ -47,8 +47,9 @@ STATUS_PATIENCE_S = 10.0
 def cpu_ticks() -> dict[str, int]:
     """The machine's CPU time so far in clock ticks, ``all`` of it and the ``steal`` part: time
     a hypervisor ran other machines on this one's CPUs (the first line of /proc/stat)."""
-    user, nice, system, idle, iowait, irq, softirq, steal = map(
-        int, open("/proc/stat").readline().split()[1:9])
+    with open("/proc/stat") as stat:
+        user, nice, system, idle, iowait, irq, softirq, steal = map(
+            int, stat.readline().split()[1:9])
     return {"all": user + nice + system + idle + iowait + irq + softirq + steal, "steal": steal}
 
 
