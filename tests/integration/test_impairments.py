@@ -264,8 +264,9 @@ def test_jitter_without_reordering_keeps_order(path, link, record):
     assert within(measured), (measured["reordered"], measured["lost"])
 
 
-@pytest.mark.parametrize(("loss", "link"), [pytest.param(0.01, HOST_SWITCH, id="0.01-host-switch"),
-                                           pytest.param(0.20, SWITCH_SWITCH, id="0.2-switch-switch")])
+@pytest.mark.parametrize(("loss", "link"), [
+    pytest.param(0.01, HOST_SWITCH, id="0.01-host-switch"),
+    pytest.param(0.20, SWITCH_SWITCH, id="0.2-switch-switch")])
 def test_random_loss_is_binomial(path, link, loss, record):
     """The configured loss inside the 99% interval of what the configuration dropped: the
     loss less what the relays counted as their own (:func:`configured_losses`)."""
@@ -322,8 +323,6 @@ def test_rate_limits_tcp_goodput(path, frame_capacity, link, mbps, record):
     # bw counts Ethernet frames (as netem and Mininet do): a full-size TCP segment carries
     # 1448 payload bytes in a 1514-byte frame, so the goodput a bw-limited link allows is
     # 95.6% of bw. Measured goodput must be within 5% of that.
-    # Time the hypervisor gave to other machines meanwhile (the kernel's steal time) is time
-    # this machine, its shaper included, did not run; the lower bound allows for that share.
     allowed = bw * TCP_PAYLOAD_PER_FRAME
 
     def goodput_and_stolen_share() -> dict:
@@ -333,6 +332,8 @@ def test_rate_limits_tcp_goodput(path, frame_capacity, link, mbps, record):
         stolen = (after["steal"] - before["steal"]) / max(1, after["all"] - before["all"])
         return {"goodput": goodput, "stolen_share": stolen}
 
+    # Time the hypervisor gave to other machines meanwhile (the kernel's steal time) is time
+    # this machine, its shaper included, did not run; the lower bound allows for that share.
     def within(measured):
         low = 0.95 * allowed * (1 - measured["stolen_share"])
         return low <= measured["goodput"] <= 1.05 * allowed

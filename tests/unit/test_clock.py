@@ -71,12 +71,14 @@ def test_a_dilated_process_clock_reads_and_sleeps_in_virtual_time():
     try:
         # Each virtual reading is bracketed by two real ones, so the bounds hold however long
         # the process waits between readings.
-        real_before, virtual_before, real_after = time.monotonic(), clock.monotonic(), time.monotonic()
+        real_before, virtual_before, real_after = (time.monotonic(), clock.monotonic(),
+                                                   time.monotonic())
         clock.sleep(0.01)
         real_until, virtual_slept, real_end = (time.monotonic(), clock.monotonic() - virtual_before,
                                                time.monotonic())
         assert real_until - real_before >= 0.04
-        assert (real_until - real_after) / 4 - 1e-6 <= virtual_slept <= (real_end - real_before) / 4 + 1e-6
+        shortest, longest = (real_until - real_after) / 4, (real_end - real_before) / 4
+        assert shortest - 1e-6 <= virtual_slept <= longest + 1e-6
         assert clock.real_timeout(None) is None
         assert clock.real_timeout(0.5) == 2.0
         assert abs(clock.time() - time.time()) < 1.0
